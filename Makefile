@@ -1,0 +1,113 @@
+# pipetrain: build, test, run, bench. `make` builds build/pipetrain; `make run` and
+# `make test` first install missing Debian packages (as root) via tools/deps.sh.
+SHELL := /bin/bash
+.DEFAULT_GOAL := all
+
+BUILD   ?= build
+RANKS   ?= 2
+DECK    ?= input/fashion_mlp.toml
+ARCH    ?= -march=native
+OPT     ?= -O3
+CUDA    ?= 0
+CUDA_ARCH ?= sm_90
+NVCC    ?= /usr/local/cuda/bin/nvcc
+MPIRUN  ?= mpirun
+# mpirun as root needs --allow-run-as-root; --oversubscribe lets tests run more ranks than cores
+MPIFLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-run-as-root,) --oversubscribe
+export OMPI_MCA_btl_vader_single_copy_mechanism ?= none
+export OMPI_MCA_rmaps_base_oversubscribe ?= 1
+
+CXX      := mpicxx
+HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-openmpi 2>/dev/null)
+HDF5_LIBS   := $(shell pkg-config --libs hdf5-openmpi 2>/dev/null)
+CPPFLAGS := -DOMPI_SKIP_MPICXX -Iinclude -isystem /usr/include/trilinos $(HDF5_CFLAGS)
+CXXFLAGS := -std=c++17 $(OPT) $(ARCH) -g -Wall -Wextra -Wno-unused-parameter -MMD -MP
+LDLIBS   := -ltrilinos_kokkoskernels -ltrilinos_kokkoscore -lopenblas $(HDF5_LIBS) -ltomlplusplus -lz -ldl
+
+SRC := $(shell find src -name '*.cpp' ! -name main.cpp ! -name cuda_stub.cpp | sort)
+ifeq ($(CUDA),1)
+  CUDA_SRC := $(shell find src/kernels/cuda -name '*.cu' | sort)
+  CPPFLAGS += -DPT_CUDA -I/usr/local/cuda/include
+  LDLIBS   += -L/usr/local/cuda/lib64 -lcudnn -lcublas -lcudart -lnccl
+  CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
+else
+  SRC += src/kernels/cuda_stub.cpp
+  CUDA_OBJ :=
+endif
+OBJ  := $(SRC:%.cpp=$(BUILD)/obj/%.o)
+TEST_SRC := $(shell find tests/unit -name '*.cpp' | sort)
+TEST_OBJ := $(TEST_SRC:%.cpp=$(BUILD)/obj/%.o)
+
+.PHONY: all deps deps-dev deps-check run test test-unit test-mpi test-faults test-slurm bench clean docs help
+
+all: $(BUILD)/deps.ok $(BUILD)/pipetrain
+
+help:
+	@echo "make            build build/pipetrain (CUDA=1 adds the GPU backend)"
+	@echo "make run        train $(DECK) on RANKS=$(RANKS) ranks (installs dependencies first)"
+	@echo "make test       all tests: unit (np 1, 2, 4) and MPI integration"
+	@echo "make bench      benchmarks (see bench/README.md)"
+	@echo "make deps       install missing Debian packages (root)"
+	@echo "make deps-dev   also python3-torch, python3-h5py, python3-matplotlib (fixtures, peers, plots)"
+
+# Dependency check: a ✓/✗ line per dependency; a missing one stops the build with the package name.
+$(BUILD)/deps.ok: tools/deps.sh
+	@mkdir -p $(BUILD)
+	@bash tools/deps.sh check
+	@touch $@
+
+deps-check:
+	@bash tools/deps.sh check
+
+deps:
+	@bash tools/deps.sh install
+
+deps-dev:
+	@bash tools/deps.sh install-dev
+
+$(BUILD)/pipetrain: $(BUILD)/obj/src/main.o $(BUILD)/libpipetrain.a
+	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/libpipetrain.a: $(OBJ) $(CUDA_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/obj/%.o: %.cpp | $(BUILD)/deps.ok
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -std=c++17 -O3 -arch=$(CUDA_ARCH) $(CPPFLAGS) -Xcompiler -Wall -c $< -o $@
+
+$(BUILD)/pt_tests: $(TEST_OBJ) $(BUILD)/libpipetrain.a
+	$(CXX) $(CXXFLAGS) -o $@ $^ -lgtest $(LDLIBS) -lpthread
+
+# ---- run ---------------------------------------------------------------------------
+run:
+	@bash tools/deps.sh quiet || bash tools/deps.sh install
+	@$(MAKE) --no-print-directory all
+	$(MPIRUN) $(MPIFLAGS) -np $(RANKS) $(BUILD)/pipetrain train $(DECK)
+
+# ---- tests -------------------------------------------------------------------------
+test:
+	@bash tools/deps.sh quiet || bash tools/deps.sh install
+	@$(MAKE) --no-print-directory all $(BUILD)/pt_tests
+	@bash tests/run_tests.sh
+
+test-unit: all $(BUILD)/pt_tests
+	@bash tests/run_tests.sh unit
+
+test-mpi: all $(BUILD)/pt_tests
+	@bash tests/run_tests.sh mpi
+
+bench: all
+	@bash bench/run_all.sh
+
+docs: all
+	$(BUILD)/pipetrain keys --markdown > docs/DECK.md
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/obj/src/main.d

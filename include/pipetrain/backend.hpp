@@ -1,0 +1,135 @@
+// The ops interface: every numerical kernel a layer, loss or optimizer needs, on raw
+// pointers in the backend's memory. The host backend implements it with Kokkos and
+// KokkosBlas; the CUDA backend with cuBLAS, cuDNN and CUDA kernels. Layers never see
+// which one runs them.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace pt {
+
+enum class Device { cpu, cuda };
+
+// Geometry of a 2-D convolution or pooling window over NCHW batches.
+struct WindowGeom {
+  int64_t c_in = 0, h_in = 0, w_in = 0;   // input per sample
+  int64_t c_out = 0, h_out = 0, w_out = 0; // output per sample
+  int64_t kernel = 1, stride = 1, padding = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string describe() const = 0;  // e.g. "cpu (Kokkos Serial, OpenBLAS SkylakeX)"
+
+  // Memory in the backend's space. alloc() returns zeroed memory.
+  virtual float* alloc(size_t n) = 0;
+  virtual void release(float* p) = 0;
+  virtual void copy(float* dst, const float* src, size_t n) = 0;        // within the backend
+  virtual void to_host(float* host, const float* src, size_t n) = 0;    // backend -> host
+  virtual void from_host(float* dst, const float* host, size_t n) = 0;  // host -> backend
+  virtual void fill(float* x, float v, size_t n) = 0;
+  virtual void synchronize() {}  // wait for queued work (CUDA); no-op on the host
+
+  // C[M,N] = alpha * op(A) * op(B) + beta * C, row-major, op(X) = X or X^T.
+  virtual void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) = 0;
+  virtual void axpy(size_t n, float a, const float* x, float* y) = 0;  // y += a x
+  virtual void scale(size_t n, float a, float* x) = 0;
+
+  // Linear helpers: y[r, :] += b; db += column sums of dy.
+  virtual void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) = 0;
+  virtual void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) = 0;
+
+  // Convolution over n samples. w: [c_out, c_in, k, k]; b may be null.
+  virtual void conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
+                              float* y) = 0;
+  // dw, db accumulate (+=); dx is overwritten and may be null (first layer).
+  virtual void conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
+                               float* dx, float* dw, float* db) = 0;
+
+  // Pooling. Max pooling stores the flat input index of each maximum in `argmax`.
+  virtual void maxpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y, int32_t* argmax) = 0;
+  virtual void maxpool_backward(const WindowGeom& g, int64_t n, const float* dy, const int32_t* argmax, float* dx) = 0;
+  virtual void avgpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y) = 0;
+  virtual void avgpool_backward(const WindowGeom& g, int64_t n, const float* dy, float* dx) = 0;
+
+  // Elementwise activations over n values.
+  virtual void relu_forward(size_t n, const float* x, float* y) = 0;
+  virtual void relu_backward(size_t n, const float* y, const float* dy, float* dx) = 0;
+  virtual void gelu_forward(size_t n, const float* x, float* y) = 0;  // exact (erf) GELU
+  virtual void gelu_backward(size_t n, const float* x, const float* dy, float* dx) = 0;
+
+  // Layer norm over `cols` features of each of `rows` samples; stats holds (mean, rstd) per row.
+  virtual void layernorm_forward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
+                                 const float* beta, float* y, float* stats) = 0;
+  virtual void layernorm_backward(int64_t rows, int64_t cols, const float* x, const float* gamma,
+                                  const float* stats, const float* dy, float* dx, float* dgamma, float* dbeta) = 0;
+
+  // Inverted dropout: element j of sample s is kept when uniform(key, (sample0+s)*features+j) >= p,
+  // and scaled by 1/(1-p). The mask is recomputed in backward from the same key.
+  virtual void dropout_forward(int64_t n, int64_t features, float p, uint64_t key, int64_t sample0, const float* x,
+                               float* y) = 0;
+  virtual void dropout_backward(int64_t n, int64_t features, float p, uint64_t key, int64_t sample0,
+                                const float* dy, float* dx) = 0;
+
+  // Softmax cross entropy: loss[i] = -log softmax(logits[i])[label[i]]; probs kept for backward.
+  virtual void softmax_xent_forward(int64_t n, int64_t classes, const float* logits, const int32_t* labels,
+                                    float* loss, float* probs) = 0;
+  // dlogits = scale * (probs - onehot(labels))
+  virtual void softmax_xent_backward(int64_t n, int64_t classes, const float* probs, const int32_t* labels,
+                                     float scale, float* dlogits) = 0;
+  // Number of rows whose argmax equals the label (ties: lowest index).
+  virtual int64_t count_correct(int64_t n, int64_t classes, const float* logits, const int32_t* labels) = 0;
+
+  // Reductions returned to the host.
+  virtual double sum(size_t n, const float* x) = 0;
+  virtual bool all_finite(size_t n, const float* x) = 0;
+
+  // Optimizer updates on flat buffers (PyTorch semantics, see src/optim/optimizer.cpp).
+  virtual void sgd_update(size_t n, float* w, const float* g, float* momentum_buf, float lr, float momentum,
+                          float weight_decay, bool nesterov, float grad_scale) = 0;
+  virtual void adamw_update(size_t n, float* w, const float* g, float* m, float* v, float lr, float beta1,
+                            float beta2, float eps, float weight_decay, int64_t step, float grad_scale) = 0;
+
+  // Integer label buffers live in the backend too (copied from the data loader).
+  virtual int32_t* alloc_int(size_t n) = 0;
+  virtual void release_int(int32_t* p) = 0;
+  virtual void labels_from_host(int32_t* dst, const int32_t* host, size_t n) = 0;
+};
+
+// The host backend (Kokkos Serial + OpenBLAS through KokkosBlas).
+std::unique_ptr<Backend> make_host_backend();
+// The CUDA backend; throws a clear error in a build without CUDA=1.
+std::unique_ptr<Backend> make_cuda_backend(int device_index);
+bool cuda_backend_compiled();
+
+// An owning buffer in a backend's memory.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend& be, size_t n) : be_(&be), n_(n), p_(n ? be.alloc(n) : nullptr) {}
+  ~Buffer() { reset(); }
+  Buffer(Buffer&& o) noexcept : be_(o.be_), n_(o.n_), p_(o.p_) { o.p_ = nullptr; o.n_ = 0; }
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) { reset(); be_ = o.be_; n_ = o.n_; p_ = o.p_; o.p_ = nullptr; o.n_ = 0; }
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  void reset() { if (p_) be_->release(p_); p_ = nullptr; n_ = 0; }
+  float* data() { return p_; }
+  const float* data() const { return p_; }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(float); }
+
+ private:
+  Backend* be_ = nullptr;
+  size_t n_ = 0;
+  float* p_ = nullptr;
+};
+
+}  // namespace pt

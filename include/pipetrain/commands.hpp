@@ -1,0 +1,41 @@
+// The subcommands of build/pipetrain; main.cpp parses the command line into these
+// argument structs and dispatches.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace pt {
+
+struct DeckArgs {
+  std::string deck;
+  std::vector<std::string> sets;  // --set key=value, in order
+};
+
+struct TrainArgs : DeckArgs {
+  long long stop_at_step = -1;  // behave as if SIGUSR1 arrived at this step
+  std::string resume;           // run directory or checkpoint file
+};
+
+struct CheckArgs : DeckArgs {
+  bool json = false;
+};
+
+struct ScheduleArgs : DeckArgs {
+  int ranks = 0;
+  long long steps = 1;
+  bool json = false;
+  std::string trace;  // write the unit-cost replay as a Chrome trace
+};
+
+int cmd_train(const TrainArgs& a);
+int cmd_check(const CheckArgs& a);
+int cmd_schedule(const ScheduleArgs& a);
+int cmd_keys(bool markdown);
+
+// Choose OpenBLAS's kernel before it initialises: when the CPU supports a better core
+// type than OpenBLAS detected, re-exec with OPENBLAS_CORETYPE set (never overriding the
+// user's). Returns a one-line description for the banner.
+std::string select_blas_core(int argc, char** argv);
+std::string blas_description();
+
+}  // namespace pt

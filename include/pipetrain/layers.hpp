@@ -1,0 +1,72 @@
+// Layers: forward and backward of one link of the model chain on a backend, with the
+// parameters they declare, the extra state they keep for backward, and their FLOPs.
+// Layers are stateless between calls: every buffer is passed in, so many microbatches
+// (and weight versions) can be in flight at once.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipetrain/backend.hpp"
+#include "pipetrain/deck.hpp"
+#include "pipetrain/shape.hpp"
+
+namespace pt {
+
+struct ParamTensor {
+  std::string name;             // "weight", "bias"
+  std::vector<int64_t> shape;   // PyTorch layout, e.g. linear weight [out, in]
+  int64_t offset = 0;           // floats from the start of the layer's parameters
+  int64_t size = 0;
+};
+
+struct LayerCtx {
+  Backend& be;
+  uint64_t seed = 0;              // run.seed (dropout keys)
+  int64_t sample0 = 0;            // global id of the microbatch's first sample
+  bool training = true;
+  const int32_t* labels = nullptr;  // loss layer: labels in backend memory
+  float loss_scale = 1.0f;        // loss layer backward: dL/d(per-sample loss), 1/batch_size
+};
+
+class Layer {
+ public:
+  Layer(const LayerSpec& spec, Shape in) : spec_(spec), in_(in), out_(in) {}
+  virtual ~Layer() = default;
+
+  const LayerSpec& spec() const { return spec_; }
+  int index() const { return spec_.index; }
+  const std::string& type() const { return spec_.type; }
+  const std::string& name() const { return spec_.name; }
+  Shape in_shape() const { return in_; }
+  Shape out_shape() const { return out_; }
+
+  virtual std::vector<ParamTensor> params() const { return {}; }
+  int64_t num_params() const;
+  // Fill this layer's parameters (host memory); keyed by (seed, layer index) only.
+  virtual void init_params(float* host, uint64_t seed) const {}
+  // Floats per sample kept for backward besides the layer's input and output.
+  virtual int64_t aux_per_sample() const { return 0; }
+  // Output is the input reinterpreted (flatten): no buffer, no work.
+  virtual bool is_view() const { return false; }
+  virtual bool is_loss() const { return false; }
+
+  virtual void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const = 0;
+  // dw accumulates (+=). dx is overwritten; it is null for the first layer of the model.
+  virtual void backward(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy,
+                        float* dx, float* dw, const float* aux, int64_t n) const = 0;
+
+  virtual double flops_forward() const { return static_cast<double>(out_.numel()); }  // per sample
+  virtual double flops_backward() const { return 2.0 * static_cast<double>(in_.numel()); }
+
+ protected:
+  [[noreturn]] void shape_error(const std::string& msg) const;
+  LayerSpec spec_;
+  Shape in_, out_;
+};
+
+// Build a layer for its input shape; a shape that does not fit is a located error.
+std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, const std::string& prev_desc);
+
+}  // namespace pt

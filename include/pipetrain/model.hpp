@@ -1,0 +1,31 @@
+// The model: the deck's layer chain with inferred shapes, and the layer table that
+// `pipetrain check` prints. A stage is a contiguous slice [first, last) of it.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipetrain/deck.hpp"
+#include "pipetrain/layers.hpp"
+
+namespace pt {
+
+class Model {
+ public:
+  Model(const Deck& deck, Shape input, int64_t classes);
+  int size() const { return static_cast<int>(layers_.size()); }
+  const Layer& layer(int i) const { return *layers_[static_cast<size_t>(i)]; }
+  Shape input_shape() const { return input_; }
+  int64_t classes() const { return classes_; }
+  int64_t num_params(int first, int last) const;
+
+  std::string table() const;       // human-readable layer table
+  std::string table_json() const;  // the same as a JSON list
+
+ private:
+  Shape input_;
+  int64_t classes_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+};
+
+}  // namespace pt

@@ -1,0 +1,59 @@
+// ParallelContext: this rank's place in the layout (stage, replica), the communicators
+// built from it with MPI_Comm_split, and deadline-bounded waits on MPI requests so that a
+// silent peer becomes a located error instead of a hang.
+#pragma once
+#include <mpi.h>
+
+#include <functional>
+#include <string>
+
+#include "pipetrain/schedule.hpp"
+
+namespace pt {
+
+class ParallelContext {
+ public:
+  ParallelContext(MPI_Comm world, const Layout& layout, double timeout_s);
+  ~ParallelContext();
+  ParallelContext(const ParallelContext&) = delete;
+  ParallelContext& operator=(const ParallelContext&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int stage() const { return stage_; }
+  int replica() const { return replica_; }
+  const Layout& layout() const { return layout_; }
+  bool first_stage() const { return stage_ == 0; }
+  bool last_stage() const { return stage_ == layout_.stages() - 1; }
+  int stage_replicas() const { return layout_.replicas[static_cast<size_t>(stage_)]; }
+  MPI_Comm world() const { return world_; }  // collectives across all ranks
+  MPI_Comm p2p() const { return p2p_; }      // pipeline messages
+  MPI_Comm stage_comm() const { return stage_comm_; }  // this stage's replicas
+  // The rank that logs progress and writes metrics: replica 0 of the last stage.
+  int reporter() const { return layout_.rank_of(layout_.stages() - 1, 0); }
+  bool is_reporter() const { return rank_ == reporter(); }
+  double timeout() const { return timeout_; }
+  int tag_modulus() const { return tag_mod_; }
+
+  // Wait for a request until run.comm_timeout_s; on expiry throw Exit::timeout with
+  // `what()` (the action, microbatch and peer being waited for).
+  void wait(MPI_Request* req, const std::function<std::string()>& what) const;
+  // Collectives that cannot hang: nonblocking start + deadline wait.
+  void allreduce_sum(double* data, int count, MPI_Comm comm, const char* what) const;
+  void allreduce_max(double* data, int count, MPI_Comm comm, const char* what) const;
+  void barrier(const char* what) const;
+  void broadcast(void* data, int bytes, int root, const char* what) const;
+
+  std::string describe() const;
+
+ private:
+  Layout layout_;
+  MPI_Comm world_ = MPI_COMM_NULL, p2p_ = MPI_COMM_NULL, stage_comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, stage_ = 0, replica_ = 0, tag_mod_ = 8192;
+  double timeout_;
+};
+
+// Seconds on a monotonic clock.
+double now_s();
+
+}  // namespace pt

@@ -1,0 +1,46 @@
+// Run outputs: the run directory, metrics.jsonl, summary.json, trace.json (Chrome trace
+// format) and weights.h5. Files are written to a temporary name and renamed into place.
+#pragma once
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "pipetrain/model.hpp"
+#include "pipetrain/schedule.hpp"
+
+namespace pt {
+
+// Write a whole file atomically (tmp, fsync, rename); throws Exit::io naming the path.
+void write_file_atomic(const std::string& path, const std::string& content);
+void make_dirs(const std::string& path);  // mkdir -p; throws Exit::io
+bool file_exists(const std::string& path);
+
+class MetricsLog {
+ public:
+  MetricsLog() = default;
+  explicit MetricsLog(const std::string& path);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  void append(const std::string& json_line);  // one object per line, flushed
+ private:
+  std::FILE* f_ = nullptr;
+  std::string path_;
+};
+
+// One executed (or simulated) action for the trace: times in seconds from a common origin.
+struct TraceEvent {
+  int rank;
+  double start, end;
+  Op op;
+  int32_t mb;
+  int64_t bytes;
+};
+std::string chrome_trace_json(const std::vector<TraceEvent>& events, const Layout& layout, const std::string& title);
+
+// Model weights by layer: /layers/NNN/{weight,bias} (PyTorch shapes) with attributes name, type.
+void write_weights_h5(const std::string& path, const Model& model, const std::vector<std::vector<float>>& per_layer);
+// Read them back (tests, comparisons): per layer, the concatenated parameters.
+std::vector<std::vector<float>> read_weights_h5(const std::string& path, const Model& model);
+
+}  // namespace pt

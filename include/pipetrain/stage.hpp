@@ -1,0 +1,81 @@
+// A stage: the model slice [first, last) on one backend, its flat parameter layout, the
+// per-microbatch activation slot (stage input, every layer output, every layer's saved
+// extras), and forward/backward/inference over a slot. Used by the executor, the
+// profiler and the sequential emulator alike.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "pipetrain/backend.hpp"
+#include "pipetrain/model.hpp"
+
+namespace pt {
+
+// Called between layers so outstanding messages make progress while computing.
+struct PollHook {
+  void (*fn)(void*) = nullptr;
+  void* arg = nullptr;
+  void operator()() const { if (fn) fn(arg); }
+};
+
+class Stage {
+ public:
+  Stage(Backend& be, const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb);
+
+  int first() const { return first_; }
+  int last() const { return last_; }
+  bool has_model_input() const { return first_ == 0; }
+  bool has_loss() const { return model_.layer(last_ - 1).is_loss(); }
+  const Model& model() const { return model_; }
+  Backend& backend() const { return be_; }
+  int64_t num_params() const { return num_params_; }
+  int64_t param_offset(int layer) const { return offset_[static_cast<size_t>(layer - first_)]; }
+  Shape in_shape() const { return model_.layer(first_).in_shape(); }
+  Shape out_shape() const { return model_.layer(last_ - 1).out_shape(); }
+  int64_t train_mb() const { return train_mb_; }
+  int64_t eval_mb() const { return eval_mb_; }
+
+  // Fill the slice's flat parameters on the host: layer l at param_offset(l), keyed by (seed, l).
+  void init_params(float* host, uint64_t seed) const;
+
+  struct Slot {
+    float* input = nullptr;
+    std::vector<float*> out, aux;  // per layer of the slice
+    int32_t* labels = nullptr;     // last stage only
+  };
+  int64_t slot_floats() const { return slot_floats_; }  // per slot, for train_mb samples
+  Slot carve(float* base, int32_t* labels) const;
+  const float* output(const Slot& s) const { return s.out.back(); }
+  float* output(Slot& s) const { return s.out.back(); }
+
+  void forward(const Slot& s, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
+  // grads accumulate. dy: gradient of the stage output (ignored when the stage ends in the
+  // loss). dx: where the gradient of the stage input goes (null: not needed).
+  void backward(const Slot& s, const float* params, float* grads, const float* dy, float* dx, const LayerCtx& ctx,
+                int64_t n, PollHook poll) const;
+
+  // Forward without keeping activations (evaluation): returns the last non-loss output,
+  // in scratch owned by the stage, valid until the next call.
+  const float* infer(const float* x, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
+  // Last stage: loss sum and number correct of logits against labels.
+  void eval_loss(const float* logits, const int32_t* labels, int64_t n, double* loss_sum, int64_t* correct) const;
+
+  // One layer of the slice, for the profiler.
+  void forward_layer(int layer, const Slot& s, const float* params, const LayerCtx& ctx, int64_t n) const;
+  void backward_layer(int layer, const Slot& s, const float* params, float* grads, const float* dy, float* dx,
+                      const LayerCtx& ctx, int64_t n) const;
+  // Bytes of activations a slot keeps per sample (inputs, outputs, saved extras).
+  int64_t slot_bytes_per_sample() const { return slot_floats_ / train_mb_ * 4; }
+  int64_t max_numel() const { return max_numel_; }
+
+ private:
+  Backend& be_;
+  const Model& model_;
+  int first_, last_;
+  int64_t train_mb_, eval_mb_;
+  int64_t num_params_ = 0, slot_floats_ = 0, max_numel_ = 0;
+  std::vector<int64_t> offset_;
+  mutable Buffer scratch_a_, scratch_b_, eval_aux_, eval_loss_;
+};
+
+}  // namespace pt

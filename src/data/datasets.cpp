@@ -1,0 +1,150 @@
+// In-memory datasets (byte or float samples), the synthetic source, the deck -> data
+// mapping, and the epoch permutation.
+#include <cmath>
+#include <cstring>
+
+#include "datasets.hpp"
+#include "pipetrain/error.hpp"
+#include "pipetrain/rng.hpp"
+
+namespace pt {
+
+MemoryDataset::MemoryDataset(std::string desc, Shape shape, int64_t classes, std::vector<uint8_t> bytes,
+                             std::vector<float> floats, std::vector<int32_t> labels, float mean, float inv_std)
+    : desc_(std::move(desc)), shape_(shape), classes_(classes), bytes_(std::move(bytes)), floats_(std::move(floats)),
+      labels_(std::move(labels)), mean_(mean), inv_std_(inv_std) {}
+
+void MemoryDataset::get(const int64_t* idx, int64_t n, float* x, int32_t* labels) const {
+  const int64_t f = shape_.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    float* out = x + i * f;
+    if (!bytes_.empty()) {
+      const uint8_t* in = bytes_.data() + idx[i] * f;
+      for (int64_t j = 0; j < f; ++j) out[j] = (static_cast<float>(in[j]) * (1.0f / 255.0f) - mean_) * inv_std_;
+    } else {
+      std::memcpy(out, floats_.data() + idx[i] * f, sizeof(float) * f);
+    }
+    if (labels) labels[i] = labels_[idx[i]];
+  }
+}
+
+void MemoryDataset::get_labels(const int64_t* idx, int64_t n, int32_t* labels) const {
+  for (int64_t i = 0; i < n; ++i) labels[i] = labels_[idx[i]];
+}
+
+// Mean and 1/std of bytes scaled to [0, 1] (the training split's statistics).
+std::pair<float, float> byte_stats(const std::vector<uint8_t>& b) {
+  double s = 0, s2 = 0;
+  for (uint8_t v : b) {
+    const double x = v / 255.0;
+    s += x;
+    s2 += x * x;
+  }
+  const double n = static_cast<double>(b.size());
+  const double mean = s / n, var = std::max(1e-12, s2 / n - mean * mean);
+  return {static_cast<float>(mean), static_cast<float>(1.0 / std::sqrt(var))};
+}
+
+namespace {
+
+class SyntheticDataset final : public Dataset {
+ public:
+  SyntheticDataset(Shape shape, int64_t classes, int64_t n, uint64_t seed, int64_t offset)
+      : shape_(shape), classes_(classes), n_(n), seed_(seed), offset_(offset) {}
+  int64_t size() const override { return n_; }
+  Shape sample_shape() const override { return shape_; }
+  int64_t classes() const override { return classes_; }
+  std::string describe() const override {
+    return "synthetic " + shape_.str() + " x " + std::to_string(n_) + ", " + std::to_string(classes_) + " classes";
+  }
+  void get(const int64_t* idx, int64_t n, float* x, int32_t* labels) const override {
+    const int64_t f = shape_.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t key = rng_key(seed_, Stream::synthetic, static_cast<uint64_t>(offset_ + idx[i]));
+      for (int64_t j = 0; j < f; ++j) x[i * f + j] = 2.0f * rng_uniform(key, static_cast<uint64_t>(j) + 1) - 1.0f;
+    }
+    if (labels) get_labels(idx, n, labels);
+  }
+  void get_labels(const int64_t* idx, int64_t n, int32_t* labels) const override {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t key = rng_key(seed_, Stream::synthetic, static_cast<uint64_t>(offset_ + idx[i]));
+      labels[i] = static_cast<int32_t>(rng_below(key, 0, static_cast<uint64_t>(classes_)));
+    }
+  }
+
+ private:
+  Shape shape_;
+  int64_t classes_, n_;
+  uint64_t seed_;
+  int64_t offset_;
+};
+
+std::unique_ptr<Dataset> open_fashion(const std::string& dir, const std::string& prefix, bool normalize,
+                                      std::pair<float, float>* stats) {
+  IdxArray img = read_idx(dir + "/" + prefix + "-images-idx3-ubyte.gz", 3);
+  IdxArray lab = read_idx(dir + "/" + prefix + "-labels-idx1-ubyte.gz", 1);
+  const std::string ipath = dir + "/" + prefix + "-images-idx3-ubyte.gz";
+  if (img.dims[0] != lab.dims[0])
+    fail(Exit::bad_input, ipath + ": " + std::to_string(img.dims[0]) + " images but " + std::to_string(lab.dims[0]) +
+                              " labels in " + prefix + "-labels-idx1-ubyte.gz");
+  std::vector<int32_t> labels(lab.bytes.begin(), lab.bytes.end());
+  for (size_t i = 0; i < labels.size(); ++i)
+    if (labels[i] > 9)
+      fail(Exit::bad_input, dir + "/" + prefix + "-labels-idx1-ubyte.gz: label " + std::to_string(labels[i]) +
+                                " of sample " + std::to_string(i) + " is outside 0..9");
+  if (stats->second == 0.0f) *stats = normalize ? byte_stats(img.bytes) : std::make_pair(0.0f, 1.0f);
+  return std::make_unique<MemoryDataset>("Fashion-MNIST " + prefix + " (" + std::to_string(img.dims[0]) + " x 1x" +
+                                             std::to_string(img.dims[1]) + "x" + std::to_string(img.dims[2]) + ")",
+                                         Shape::chw(1, img.dims[1], img.dims[2]), 10, std::move(img.bytes),
+                                         std::vector<float>{}, std::move(labels), stats->first, stats->second);
+}
+
+Shape synthetic_shape(const Deck& d) {
+  return d.data.shape.size() == 1 ? Shape::vec(d.data.shape[0])
+                                  : Shape::chw(d.data.shape[0], d.data.shape[1], d.data.shape[2]);
+}
+
+}  // namespace
+
+DataSplit open_data(const Deck& d) {
+  DataSplit s;
+  if (d.data.source == "fashion-mnist") {
+    std::pair<float, float> stats{0.0f, 0.0f};
+    s.train = open_fashion(d.data.path, "train", d.data.normalize, &stats);
+    s.test = open_fashion(d.data.path, "t10k", d.data.normalize, &stats);
+  } else if (d.data.source == "hdf5") {
+    std::pair<float, float> stats{0.0f, 0.0f};
+    s.train = open_hdf5_dataset(d.data.train, d.data.normalize, "train", &stats);
+    s.test = open_hdf5_dataset(d.data.test, d.data.normalize, "test", &stats);
+    if (s.train->sample_shape() != s.test->sample_shape())
+      fail(Exit::bad_input, d.data.test + ": sample shape " + s.test->sample_shape().str() + " differs from the training file " +
+                                d.data.train + " " + s.train->sample_shape().str());
+  } else {
+    s.train = std::make_unique<SyntheticDataset>(synthetic_shape(d), d.data.classes, d.data.train_samples,
+                                                 static_cast<uint64_t>(d.run.seed), 0);
+    s.test = std::make_unique<SyntheticDataset>(synthetic_shape(d), d.data.classes, d.data.test_samples,
+                                                static_cast<uint64_t>(d.run.seed), d.data.train_samples);
+  }
+  return s;
+}
+
+DataInfo data_info(const Deck& d) {
+  if (d.data.source == "fashion-mnist") return {Shape::chw(1, 28, 28), 10};
+  if (d.data.source == "synthetic") return {synthetic_shape(d), d.data.classes};
+  std::pair<float, float> stats{0.0f, 1.0f};
+  auto ds = open_hdf5_dataset(d.data.train, false, "train", &stats);
+  return {ds->sample_shape(), ds->classes()};
+}
+
+std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> p(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) p[i] = i;
+  const uint64_t key = rng_key(seed, Stream::shuffle, static_cast<uint64_t>(epoch));
+  for (int64_t i = n - 1; i > 0; --i) {
+    const int64_t j = static_cast<int64_t>(rng_below(key, static_cast<uint64_t>(i), static_cast<uint64_t>(i + 1)));
+    std::swap(p[i], p[j]);
+  }
+  return p;
+}
+
+}  // namespace pt

@@ -1,0 +1,33 @@
+// In-memory dataset shared by the IDX and HDF5 readers.
+#pragma once
+#include <utility>
+
+#include "pipetrain/data.hpp"
+
+namespace pt {
+
+class MemoryDataset final : public Dataset {
+ public:
+  // Either bytes (scaled to [0,1], then (x - mean) * inv_std) or floats (used as stored).
+  MemoryDataset(std::string desc, Shape shape, int64_t classes, std::vector<uint8_t> bytes, std::vector<float> floats,
+                std::vector<int32_t> labels, float mean, float inv_std);
+  int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
+  Shape sample_shape() const override { return shape_; }
+  int64_t classes() const override { return classes_; }
+  std::string describe() const override { return desc_; }
+  void get(const int64_t* idx, int64_t n, float* x, int32_t* labels) const override;
+  void get_labels(const int64_t* idx, int64_t n, int32_t* labels) const override;
+
+ private:
+  std::string desc_;
+  Shape shape_;
+  int64_t classes_;
+  std::vector<uint8_t> bytes_;
+  std::vector<float> floats_;
+  std::vector<int32_t> labels_;
+  float mean_, inv_std_;
+};
+
+std::pair<float, float> byte_stats(const std::vector<uint8_t>& b);
+
+}  // namespace pt

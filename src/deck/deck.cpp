@@ -1,0 +1,828 @@
+// Deck parsing and validation: a schema of every key (type, default, range, doc),
+// --set overrides, located error messages with did-you-mean, and the effective deck.
+#include "pipetrain/deck.hpp"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iomanip>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "pipetrain/error.hpp"
+
+namespace pt {
+namespace {
+
+enum class Kind { Int, Float, Bool, String, Enum, IntList, SplitOrAuto };
+
+struct Range {
+  bool has_lo = false, lo_open = false, has_hi = false, hi_open = false;
+  double lo = 0, hi = 0;
+};
+Range ge(double v) { Range r; r.has_lo = true; r.lo = v; return r; }
+Range gt(double v) { Range r = ge(v); r.lo_open = true; return r; }
+Range between(double lo, double hi, bool hi_open = false) {
+  Range r = ge(lo); r.has_hi = true; r.hi = hi; r.hi_open = hi_open; return r;
+}
+
+// One deck key. `field` returns the address of the Deck member it fills; its C++ type
+// follows `kind`: Int -> int64_t, Float -> double, Bool -> bool, String/Enum -> std::string,
+// IntList -> std::vector<int64_t>, SplitOrAuto -> Deck::Parallel.
+struct KeySpec {
+  std::string key;
+  Kind kind;
+  std::string def;  // default, as TOML text; empty with required = true means required
+  bool required;
+  Range range;
+  std::vector<std::string> choices;
+  std::string doc;
+  std::function<void*(Deck&)> field;
+};
+
+struct LayerKey {
+  std::string key;
+  Kind kind;
+  bool required;
+  Range range;
+  std::string doc;
+  std::function<void*(LayerSpec&)> field;
+};
+
+const std::vector<std::string> kSections = {"run", "data", "model", "train", "parallel", "checkpoint", "cluster"};
+
+#define F(expr) [](Deck& d) -> void* { return &(expr); }
+
+const std::vector<KeySpec>& schema() {
+  static const std::vector<KeySpec> s = {
+      {"run.name", Kind::String, "\"run\"", false, {}, {}, "run directory name under run.output_dir", F(d.run.name)},
+      {"run.output_dir", Kind::String, "\"runs\"", false, {}, {}, "parent folder of run directories (relative to the working directory)", F(d.run.output_dir)},
+      {"run.seed", Kind::Int, "1", false, ge(0), {}, "seed of every random stream (init, shuffle, dropout, synthetic data)", F(d.run.seed)},
+      {"run.device", Kind::Enum, "\"cpu\"", false, {}, {"cpu", "cuda"}, "compute device (cuda needs a build with CUDA=1)", F(d.run.device)},
+      {"run.debug_versions", Kind::Bool, "false", false, {}, {}, "write versions.jsonl: the weight version read by every forward and backward", F(d.run.debug_versions)},
+      {"run.comm_timeout_s", Kind::Float, "300.0", false, gt(0), {}, "deadline of every wait on a message or collective, seconds", F(d.run.comm_timeout_s)},
+
+      {"data.source", Kind::Enum, "\"fashion-mnist\"", false, {}, {"fashion-mnist", "hdf5", "synthetic"}, "where samples come from", F(d.data.source)},
+      {"data.path", Kind::String, "\"/usr/share/datasets/fashion-mnist\"", false, {}, {}, "fashion-mnist: folder of the four IDX .gz files", F(d.data.path)},
+      {"data.train", Kind::String, "\"\"", false, {}, {}, "hdf5: training file with /images (N,C,H,W or N,F float32/uint8) and /labels (N int)", F(d.data.train)},
+      {"data.test", Kind::String, "\"\"", false, {}, {}, "hdf5: test file, same layout", F(d.data.test)},
+      {"data.shape", Kind::IntList, "[]", false, gt(0), {}, "synthetic: per-sample shape, e.g. [3, 64, 64]", F(d.data.shape)},
+      {"data.classes", Kind::Int, "10", false, between(2, 1e9), {}, "synthetic: number of classes", F(d.data.classes)},
+      {"data.train_samples", Kind::Int, "8192", false, gt(0), {}, "synthetic: training samples per epoch", F(d.data.train_samples)},
+      {"data.test_samples", Kind::Int, "1024", false, gt(0), {}, "synthetic: test samples", F(d.data.test_samples)},
+      {"data.normalize", Kind::Bool, "true", false, {}, {}, "fashion-mnist/uint8 hdf5: scale to [0,1] then standardise with the dataset mean and std", F(d.data.normalize)},
+
+      {"train.batch_size", Kind::Int, "128", false, between(1, 1e7), {}, "samples per optimizer step (the minibatch)", F(d.train.batch_size)},
+      {"train.epochs", Kind::Int, "1", false, between(1, 1e6), {}, "passes over the training set", F(d.train.epochs)},
+      {"train.max_steps", Kind::Int, "0", false, ge(0), {}, "stop after this many optimizer steps in total (0 = no limit)", F(d.train.max_steps)},
+      {"train.optimizer", Kind::Enum, "\"sgd\"", false, {}, {"sgd", "adamw"}, "optimizer", F(d.train.optimizer)},
+      {"train.lr", Kind::Float, "0.05", false, gt(0), {}, "peak learning rate", F(d.train.lr)},
+      {"train.momentum", Kind::Float, "0.9", false, between(0, 1, true), {}, "sgd momentum", F(d.train.momentum)},
+      {"train.nesterov", Kind::Bool, "false", false, {}, {}, "sgd: Nesterov momentum", F(d.train.nesterov)},
+      {"train.weight_decay", Kind::Float, "0.0", false, ge(0), {}, "L2 (sgd) or decoupled (adamw) weight decay, applied to every parameter", F(d.train.weight_decay)},
+      {"train.beta1", Kind::Float, "0.9", false, between(0, 1, true), {}, "adamw beta1", F(d.train.beta1)},
+      {"train.beta2", Kind::Float, "0.999", false, between(0, 1, true), {}, "adamw beta2", F(d.train.beta2)},
+      {"train.eps", Kind::Float, "1e-08", false, gt(0), {}, "adamw epsilon", F(d.train.eps)},
+      {"train.lr_schedule", Kind::Enum, "\"constant\"", false, {}, {"constant", "step", "cosine"}, "learning-rate schedule over optimizer steps", F(d.train.lr_schedule)},
+      {"train.warmup_steps", Kind::Int, "0", false, ge(0), {}, "linear warm-up from lr/warmup_steps to lr over this many steps", F(d.train.warmup_steps)},
+      {"train.step_size", Kind::Int, "1000", false, gt(0), {}, "step schedule: multiply by gamma every step_size steps", F(d.train.step_size)},
+      {"train.gamma", Kind::Float, "0.1", false, gt(0), {}, "step schedule factor", F(d.train.gamma)},
+      {"train.min_lr", Kind::Float, "0.0", false, ge(0), {}, "cosine schedule: final learning rate", F(d.train.min_lr)},
+      {"train.target_accuracy", Kind::Float, "0.0", false, between(0, 1), {}, "record the wall time at which test accuracy first reaches this (0 = off)", F(d.train.target_accuracy)},
+      {"train.log_every", Kind::Int, "50", false, gt(0), {}, "steps between progress lines and metrics.jsonl records", F(d.train.log_every)},
+      {"train.eval_batch_size", Kind::Int, "500", false, between(1, 1e7), {}, "samples per microbatch when evaluating the test set", F(d.train.eval_batch_size)},
+      {"train.nonfinite", Kind::Enum, "\"abort\"", false, {}, {"abort", "skip"}, "on a non-finite loss or gradient: abort the job, or drop that update deterministically", F(d.train.nonfinite)},
+
+      {"parallel.split", Kind::SplitOrAuto, "[]", false, gt(0), {}, "first layer index of stages 2..K (e.g. [2, 4, 5]), or \"auto\" to profile and plan", F(d.parallel)},
+      {"parallel.replicas", Kind::IntList, "[]", false, gt(0), {}, "replicas per stage, stage-major rank order (default: 1 each; one stage on N ranks: [N])", F(d.parallel.replicas)},
+      {"parallel.schedule", Kind::Enum, "\"1f1b\"", false, {}, {"1f1b", "gpipe", "model-parallel", "bsp", "pipedream", "pipedream-vsync", "pipedream-nostash", "2bw"}, "pipeline schedule", F(d.parallel.schedule)},
+      {"parallel.microbatches", Kind::Int, "1", false, between(1, 1e6), {}, "microbatches per minibatch (flush schedules and 2bw); must divide train.batch_size", F(d.parallel.microbatches)},
+      {"parallel.profile", Kind::String, "\"\"", false, {}, {}, "split = \"auto\": read this profile.json instead of profiling", F(d.parallel.profile)},
+      {"parallel.allreduce", Kind::Enum, "\"mpi\"", false, {}, {"mpi", "nccl"}, "replica gradient reduction (nccl needs CUDA=1 and run.device = \"cuda\")", F(d.parallel.allreduce)},
+
+      {"checkpoint.dir", Kind::String, "\"\"", false, {}, {}, "checkpoint folder (\"\" = <run dir>/checkpoints)", F(d.checkpoint.dir)},
+      {"checkpoint.every_steps", Kind::Int, "0", false, ge(0), {}, "checkpoint every this many steps (0 = off)", F(d.checkpoint.every_steps)},
+      {"checkpoint.every_seconds", Kind::Float, "0.0", false, ge(0), {}, "checkpoint when this much wall time passed since the last one (0 = off)", F(d.checkpoint.every_seconds)},
+      {"checkpoint.keep", Kind::Int, "2", false, ge(1), {}, "committed checkpoints kept; older ones are pruned after a commit", F(d.checkpoint.keep)},
+
+      {"cluster.memory", Kind::Float, "0.0", false, ge(0), {}, "planner: memory cap per rank in bytes (0 = none)", F(d.cluster.memory)},
+  };
+  return s;
+}
+#undef F
+
+#define L(expr) [](LayerSpec& l) -> void* { return &(expr); }
+const std::map<std::string, std::vector<LayerKey>>& layer_schema() {
+  static const std::map<std::string, std::vector<LayerKey>> s = {
+      {"linear", {{"out", Kind::Int, true, gt(0), "output features", L(l.out)},
+                  {"bias", Kind::Bool, false, {}, "add a bias (default true)", L(l.bias)}}},
+      {"conv2d", {{"channels", Kind::Int, true, gt(0), "output channels", L(l.channels)},
+                  {"kernel", Kind::Int, true, gt(0), "square kernel size", L(l.kernel)},
+                  {"stride", Kind::Int, false, gt(0), "stride (default 1)", L(l.stride)},
+                  {"padding", Kind::Int, false, ge(0), "zero padding (default 0)", L(l.padding)},
+                  {"bias", Kind::Bool, false, {}, "add a bias (default true)", L(l.bias)}}},
+      {"maxpool2d", {{"kernel", Kind::Int, true, gt(0), "square window", L(l.kernel)},
+                     {"stride", Kind::Int, false, gt(0), "stride (default = kernel)", L(l.stride)},
+                     {"padding", Kind::Int, false, ge(0), "padding (default 0)", L(l.padding)}}},
+      {"avgpool2d", {{"kernel", Kind::Int, true, gt(0), "square window", L(l.kernel)},
+                     {"stride", Kind::Int, false, gt(0), "stride (default = kernel)", L(l.stride)},
+                     {"padding", Kind::Int, false, ge(0), "zero padding, counted in the average (default 0)", L(l.padding)}}},
+      {"relu", {}},
+      {"gelu", {}},
+      {"flatten", {}},
+      {"layernorm", {{"eps", Kind::Float, false, gt(0), "epsilon (default 1e-5)", L(l.eps)}}},
+      {"dropout", {{"p", Kind::Float, true, between(0, 1, true), "drop probability", L(l.p)}}},
+      {"softmax_cross_entropy", {}},
+  };
+  return s;
+}
+#undef L
+
+std::string kind_name(Kind k) {
+  switch (k) {
+    case Kind::Int: return "integer";
+    case Kind::Float: return "float";
+    case Kind::Bool: return "boolean";
+    case Kind::String: return "string";
+    case Kind::Enum: return "string";
+    case Kind::IntList: return "array of integers";
+    case Kind::SplitOrAuto: return "array of integers or \"auto\"";
+  }
+  return "?";
+}
+
+std::string node_type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::integer: return "integer";
+    case toml::node_type::floating_point: return "float";
+    case toml::node_type::boolean: return "boolean";
+    case toml::node_type::string: return "string";
+    case toml::node_type::array: return "array";
+    case toml::node_type::table: return "table";
+    default: return "date/time";
+  }
+}
+
+std::string node_text(const toml::node& n) {
+  std::ostringstream o;
+  if (auto s = n.as_string()) {
+    o << '"' << s->get() << '"';
+  } else {
+    n.visit([&](auto&& v) { o << v; });
+  }
+  std::string t = o.str();
+  if (t.size() > 60) t = t.substr(0, 57) + "...";
+  return t;
+}
+
+std::string fmt_num(double v) {
+  std::ostringstream o;
+  o << std::setprecision(12) << v;
+  return o.str();
+}
+
+std::string range_text(const Range& r) {
+  if (r.has_lo && r.has_hi)
+    return std::string(r.lo_open ? "(" : "[") + fmt_num(r.lo) + ", " + fmt_num(r.hi) + (r.hi_open ? ")" : "]");
+  if (r.has_lo) return std::string(r.lo_open ? "> " : ">= ") + fmt_num(r.lo);
+  if (r.has_hi) return std::string(r.hi_open ? "< " : "<= ") + fmt_num(r.hi);
+  return "";
+}
+
+bool in_range(const Range& r, double v) {
+  if (r.has_lo && (r.lo_open ? !(v > r.lo) : !(v >= r.lo))) return false;
+  if (r.has_hi && (r.hi_open ? !(v < r.hi) : !(v <= r.hi))) return false;
+  return true;
+}
+
+std::string range_message(const Range& r) {
+  if (r.has_lo && r.has_hi) return "must be in " + range_text(r);
+  return "must be " + range_text(r);
+}
+
+// Shortest round-trip text of a double that TOML reads back as a float.
+std::string toml_float(double v) {
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (std::isnan(v)) return "nan";
+  char buf[40];
+  for (int prec = 1; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string toml_string(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char b[8];
+          std::snprintf(b, sizeof b, "\\u%04x", c);
+          o += b;
+        } else {
+          o += c;
+        }
+    }
+  }
+  return o + "\"";
+}
+
+std::string toml_int_list(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// ---------------------------------------------------------------------------
+// The parser: walks the TOML tree against the schema.
+
+class Parser {
+ public:
+  Parser(std::string path, std::map<std::string, std::string> set_where)
+      : path_(std::move(path)), set_where_(std::move(set_where)) {}
+
+  [[noreturn]] void bad(const std::string& where, const std::string& key, const std::string& msg) const {
+    fail(Exit::bad_input, where + ": key '" + key + "': " + msg, true);
+  }
+
+  std::string where(const toml::node& n, const std::string& key) const {
+    auto it = set_where_.find(key);
+    if (it != set_where_.end()) return it->second;
+    const auto& src = n.source();
+    if (src.begin.line == 0) return path_;
+    return path_ + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column);
+  }
+
+  // Convert one value to its kind and store it through `dst`.
+  void store(const toml::node& n, const std::string& key, Kind kind, const Range& range,
+             const std::vector<std::string>& choices, void* dst, Deck& deck) const {
+    const std::string at = where(n, key);
+    deck.locations[key] = at;
+    auto wrong_type = [&]() {
+      bad(at, key, "must be " + std::string(kind == Kind::Int ? "an " : "a ") + kind_name(kind) + ", got " +
+                       node_text(n) + " (" + node_type_name(n) + ")");
+    };
+    switch (kind) {
+      case Kind::Int: {
+        auto v = n.as_integer();
+        if (!v) wrong_type();
+        if (!in_range(range, static_cast<double>(v->get())))
+          bad(at, key, range_message(range) + ", got " + std::to_string(v->get()));
+        *static_cast<int64_t*>(dst) = v->get();
+        break;
+      }
+      case Kind::Float: {
+        double x;
+        if (auto f = n.as_floating_point()) x = f->get();
+        else if (auto i = n.as_integer()) x = static_cast<double>(i->get());
+        else wrong_type();
+        if (!std::isfinite(x) || !in_range(range, x)) bad(at, key, range_message(range) + ", got " + node_text(n));
+        *static_cast<double*>(dst) = x;
+        break;
+      }
+      case Kind::Bool: {
+        auto b = n.as_boolean();
+        if (!b) wrong_type();
+        *static_cast<bool*>(dst) = b->get();
+        break;
+      }
+      case Kind::String:
+      case Kind::Enum: {
+        auto s = n.as_string();
+        if (!s) wrong_type();
+        const std::string v = s->get();
+        if (kind == Kind::Enum && std::find(choices.begin(), choices.end(), v) == choices.end()) {
+          std::string known;
+          for (auto& c : choices) known += (known.empty() ? "" : ", ") + c;
+          std::string dym = did_you_mean(v, choices);
+          bad(at, key, "unknown value '" + v + "'" + (dym.empty() ? "" : "; did you mean '" + dym + "'?") +
+                           "; known: " + known);
+        }
+        *static_cast<std::string*>(dst) = v;
+        break;
+      }
+      case Kind::IntList:
+        *static_cast<std::vector<int64_t>*>(dst) = int_list(n, key, at, range);
+        break;
+      case Kind::SplitOrAuto: {
+        auto* par = static_cast<Deck::Parallel*>(dst);
+        if (auto s = n.as_string()) {
+          if (s->get() != "auto") bad(at, key, "must be an array of layer indices or \"auto\", got " + node_text(n));
+          par->split_auto = true;
+          par->split.clear();
+        } else {
+          par->split_auto = false;
+          par->split = int_list(n, key, at, range);
+        }
+        break;
+      }
+    }
+  }
+
+  std::vector<int64_t> int_list(const toml::node& n, const std::string& key, const std::string& at,
+                                const Range& range) const {
+    auto a = n.as_array();
+    if (!a) bad(at, key, "must be an array of integers, got " + node_text(n) + " (" + node_type_name(n) + ")");
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < a->size(); ++i) {
+      auto v = (*a)[i].as_integer();
+      if (!v)
+        bad(at, key, "element " + std::to_string(i) + " must be an integer, got " + node_text((*a)[i]) + " (" +
+                         node_type_name((*a)[i]) + ")");
+      if (!in_range(range, static_cast<double>(v->get())))
+        bad(at, key, "element " + std::to_string(i) + " " + range_message(range) + ", got " + std::to_string(v->get()));
+      out.push_back(v->get());
+    }
+    return out;
+  }
+
+  void parse(const toml::table& root, Deck& deck) const {
+    // Top level: only known sections, each a table.
+    for (auto&& [k, v] : root) {
+      std::string key(k.str());
+      if (std::find(kSections.begin(), kSections.end(), key) == kSections.end()) {
+        std::string dym = did_you_mean(key, kSections);
+        bad(where(v, key), key,
+            "unknown section" + (dym.empty() ? std::string() : "; did you mean [" + dym + "]?") +
+                " known sections: run, data, model, train, parallel, checkpoint, cluster");
+      }
+      if (!v.is_table()) bad(where(v, key), key, "must be a table ([" + key + "]), got " + node_type_name(v));
+    }
+    if (!root.contains("model"))
+      fail(Exit::bad_input, path_ + ": missing required section [model] (with [[model.layers]] entries)", true);
+
+    // Known keys per section, for unknown-key checks and suggestions.
+    std::map<std::string, std::vector<std::string>> known;
+    for (auto& s : schema()) {
+      auto dot = s.key.find('.');
+      known[s.key.substr(0, dot)].push_back(s.key.substr(dot + 1));
+    }
+    known["model"].push_back("layers");
+    known["cluster"].push_back("levels");
+
+    for (auto&& [sk, sv] : root) {
+      std::string section(sk.str());
+      for (auto&& [k, v] : *sv.as_table()) {
+        std::string key(k.str());
+        auto& names = known[section];
+        if (std::find(names.begin(), names.end(), key) == names.end()) {
+          std::string dym = did_you_mean(key, names);
+          std::string list;
+          for (auto& nm : names) list += (list.empty() ? "" : ", ") + nm;
+          bad(where(v, section + "." + key), section + "." + key,
+              "unknown key" + (dym.empty() ? std::string() : "; did you mean '" + section + "." + dym + "'?") +
+                  " known keys of [" + section + "]: " + list);
+        }
+      }
+    }
+
+    for (auto& s : schema()) {
+      auto dot = s.key.find('.');
+      const toml::node* n = root.at_path(s.key).node();
+      // at_path also walks arrays; only accept a direct child of the section table
+      if (auto sec = root[s.key.substr(0, dot)].as_table()) n = sec->get(s.key.substr(dot + 1));
+      else n = nullptr;
+      if (n) {
+        store(*n, s.key, s.kind, s.range, s.choices, s.field(deck), deck);
+      } else {
+        if (s.required) fail(Exit::bad_input, path_ + ": missing required key '" + s.key + "'", true);
+        auto def = toml::parse("v = " + s.def, std::string_view("<default>"));
+        store(*def.get("v"), s.key, s.kind, Range{}, s.choices, s.field(deck), deck);
+        deck.locations[s.key] = "default";
+      }
+    }
+
+    parse_layers(*root["model"].as_table(), deck);
+    if (auto c = root["cluster"].as_table()) parse_levels(*c, deck);
+  }
+
+  void parse_layers(const toml::table& model, Deck& deck) const {
+    const toml::node* ln = model.get("layers");
+    if (!ln) fail(Exit::bad_input, path_ + ": section [model] has no layers: add [[model.layers]] tables", true);
+    auto arr = ln->as_array();
+    if (!arr || !arr->is_array_of_tables())
+      bad(where(*ln, "model.layers"), "model.layers", "must be an array of tables ([[model.layers]]), got " + node_type_name(*ln));
+    if (arr->empty()) bad(where(*ln, "model.layers"), "model.layers", "must hold at least one layer");
+    const auto& ls = layer_schema();
+    std::vector<std::string> types = known_layer_types();
+    std::string type_list;
+    for (auto& t : types) type_list += (type_list.empty() ? "" : ", ") + t;
+    for (size_t i = 0; i < arr->size(); ++i) {
+      const toml::table& t = *(*arr)[i].as_table();
+      const std::string base = "model.layers[" + std::to_string(i) + "]";
+      LayerSpec spec;
+      spec.index = static_cast<int>(i);
+      spec.where = where(t, "model.layers." + std::to_string(i));
+      const toml::node* tn = t.get("type");
+      if (!tn) fail(Exit::bad_input, spec.where + ": layer " + std::to_string(i) + " has no 'type'; known: " + type_list, true);
+      const std::string tkey = "model.layers." + std::to_string(i) + ".type";
+      if (!tn->as_string()) bad(where(*tn, tkey), base + ".type", "must be a string, got " + node_text(*tn) + " (" + node_type_name(*tn) + ")");
+      spec.type = tn->as_string()->get();
+      auto it = ls.find(spec.type);
+      if (it == ls.end()) {
+        std::string dym = did_you_mean(spec.type, types);
+        bad(where(*tn, tkey), base + ".type",
+            "unknown layer type '" + spec.type + "'" + (dym.empty() ? "" : "; did you mean '" + dym + "'?") +
+                "; known: " + type_list);
+      }
+      std::vector<std::string> allowed = {"type", "name"};
+      for (auto& k : it->second) allowed.push_back(k.key);
+      for (auto&& [k, v] : t) {
+        std::string key(k.str());
+        if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+          std::string dym = did_you_mean(key, allowed);
+          std::string list;
+          for (auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+          bad(where(v, "model.layers." + std::to_string(i) + "." + key), base + "." + key,
+              "unknown key for a " + spec.type + " layer" + (dym.empty() ? "" : "; did you mean '" + dym + "'?") +
+                  " known: " + list);
+        }
+      }
+      if (auto nn = t.get("name")) {
+        if (!nn->as_string()) bad(where(*nn, base + ".name"), base + ".name", "must be a string, got " + node_text(*nn));
+        spec.name = nn->as_string()->get();
+      } else {
+        spec.name = spec.type + std::to_string(i);
+      }
+      for (auto& k : it->second) {
+        const std::string full = "model.layers." + std::to_string(i) + "." + k.key;
+        if (auto v = t.get(k.key)) {
+          // layer keys report as model.layers[i].key
+          store_layer(*v, full, base + "." + k.key, k, k.field(spec));
+        } else if (k.required) {
+          fail(Exit::bad_input,
+               spec.where + ": key '" + base + "." + k.key + "': required for a " + spec.type + " layer (" + k.doc + ")", true);
+        }
+      }
+      if (spec.type == "conv2d" && spec.stride == 0) spec.stride = 1;
+      if ((spec.type == "maxpool2d" || spec.type == "avgpool2d") && spec.stride == 0) spec.stride = spec.kernel;
+      if ((spec.type == "maxpool2d" || spec.type == "avgpool2d") && spec.padding * 2 > spec.kernel)
+        bad(spec.where, base + ".padding", "must be at most half the kernel (" + std::to_string(spec.kernel) + "), got " + std::to_string(spec.padding));
+      if (spec.type == "softmax_cross_entropy" && i + 1 != arr->size())
+        bad(spec.where, base + ".type", "softmax_cross_entropy must be the last layer, but it is layer " +
+                                            std::to_string(i) + " of " + std::to_string(arr->size()));
+      deck.model.layers.push_back(spec);
+    }
+    const LayerSpec& last = deck.model.layers.back();
+    if (last.type != "softmax_cross_entropy")
+      bad(last.where, "model.layers[" + std::to_string(last.index) + "].type",
+          "the last layer must be the loss 'softmax_cross_entropy', got '" + last.type + "'");
+  }
+
+  void store_layer(const toml::node& n, const std::string& lookup_key, const std::string& shown_key,
+                   const LayerKey& k, void* dst) const {
+    Deck scratch;
+    const std::string at = where(n, lookup_key);
+    // the scalar conversion, reporting the key as model.layers[i].key
+    Parser p(path_, set_where_);
+    p.set_where_[shown_key] = at;
+    p.store(n, shown_key, k.kind, k.range, {}, dst, scratch);
+  }
+
+  void parse_levels(const toml::table& cluster, Deck& deck) const {
+    const toml::node* ln = cluster.get("levels");
+    if (!ln) return;
+    auto arr = ln->as_array();
+    if (!arr || !arr->is_array_of_tables())
+      bad(where(*ln, "cluster.levels"), "cluster.levels", "must be an array of tables ([[cluster.levels]])");
+    for (size_t i = 0; i < arr->size(); ++i) {
+      const toml::table& t = *(*arr)[i].as_table();
+      const std::string base = "cluster.levels[" + std::to_string(i) + "]";
+      ClusterLevel lv;
+      for (auto&& [k, v] : t) {
+        std::string key(k.str());
+        std::vector<std::string> allowed = {"ranks", "bandwidth", "latency"};
+        if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+          std::string dym = did_you_mean(key, allowed);
+          bad(where(v, base + "." + key), base + "." + key,
+              "unknown key" + (dym.empty() ? "" : "; did you mean '" + dym + "'?") + " known: ranks, bandwidth, latency");
+        }
+        Deck scratch;
+        Parser p(path_, set_where_);
+        if (key == "ranks") p.store(v, base + ".ranks", Kind::Int, gt(0), {}, &lv.ranks, scratch);
+        if (key == "bandwidth") p.store(v, base + ".bandwidth", Kind::Float, gt(0), {}, &lv.bandwidth, scratch);
+        if (key == "latency") p.store(v, base + ".latency", Kind::Float, ge(0), {}, &lv.latency, scratch);
+      }
+      if (!t.contains("ranks") || !t.contains("bandwidth"))
+        fail(Exit::bad_input, where(t, base) + ": key '" + base + "': needs 'ranks' and 'bandwidth'", true);
+      deck.cluster.levels.push_back(lv);
+    }
+  }
+
+ private:
+  std::string path_;
+  std::map<std::string, std::string> set_where_;
+};
+
+// Cross-field rules: each message names both keys and their values.
+void check_consistency(const Deck& d) {
+  auto both = [&](const std::string& a, const std::string& b, const std::string& msg) {
+    fail(Exit::bad_input, d.where(a) + ": key '" + a + "': " + msg + " (" + b + " set at " + d.where(b) + ")", true);
+  };
+  if (d.train.batch_size % d.parallel.microbatches != 0)
+    both("parallel.microbatches", "train.batch_size",
+         "microbatches = " + std::to_string(d.parallel.microbatches) + " does not divide train.batch_size = " +
+             std::to_string(d.train.batch_size));
+  const int64_t L = static_cast<int64_t>(d.model.layers.size());
+  int64_t prev = 0;
+  for (size_t i = 0; i < d.parallel.split.size(); ++i) {
+    int64_t v = d.parallel.split[i];
+    if (v <= prev || v >= L) {
+      std::string why = v >= L ? "is past the last layer (the model has " + std::to_string(L) + " layers, 0.." +
+                                     std::to_string(L - 1) + "; a stage must start at 1.." + std::to_string(L - 1) + ")"
+                               : "leaves stage " + std::to_string(i) + " empty (split must be strictly increasing and > 0)";
+      fail(Exit::bad_input, d.where("parallel.split") + ": key 'parallel.split': element " + std::to_string(i) + " = " +
+                                std::to_string(v) + " " + why + "; split = " + toml_int_list(d.parallel.split),
+           true);
+    }
+    prev = v;
+  }
+  if (!d.parallel.replicas.empty() && !d.parallel.split_auto &&
+      d.parallel.replicas.size() != d.parallel.split.size() + 1)
+    both("parallel.replicas", "parallel.split",
+         "has " + std::to_string(d.parallel.replicas.size()) + " entries " + toml_int_list(d.parallel.replicas) +
+             " but parallel.split " + toml_int_list(d.parallel.split) + " makes " +
+             std::to_string(d.parallel.split.size() + 1) + " stages");
+  if (d.parallel.schedule == "bsp" && !d.parallel.split.empty())
+    both("parallel.split", "parallel.schedule",
+         "bsp (data parallel) runs the whole model on every rank, but split = " + toml_int_list(d.parallel.split));
+  if (d.data.source == "hdf5" && (d.data.train.empty() || d.data.test.empty()))
+    fail(Exit::bad_input, d.where("data.source") + ": key 'data.source': \"hdf5\" needs data.train and data.test files", true);
+  if (d.data.source == "synthetic" && d.data.shape.empty())
+    fail(Exit::bad_input, d.where("data.source") + ": key 'data.source': \"synthetic\" needs data.shape (e.g. [3, 64, 64])", true);
+  if (d.data.source == "synthetic" && d.data.shape.size() != 1 && d.data.shape.size() != 3)
+    fail(Exit::bad_input, d.where("data.shape") + ": key 'data.shape': must have 1 (features) or 3 (C, H, W) entries, got " +
+                              toml_int_list(d.data.shape), true);
+  if (d.parallel.allreduce == "nccl" && d.run.device != "cuda")
+    both("parallel.allreduce", "run.device", "\"nccl\" needs run.device = \"cuda\", got \"" + d.run.device + "\"");
+}
+
+std::map<std::string, std::string> apply_sets(toml::table& root, const std::vector<std::string>& sets) {
+  std::map<std::string, std::string> where;
+  for (size_t i = 0; i < sets.size(); ++i) {
+    const std::string& s = sets[i];
+    const std::string arg = "--set " + s;
+    auto eq = s.find('=');
+    if (eq == std::string::npos || eq == 0)
+      fail(Exit::bad_input, "command line: '" + arg + "': expected --set key=value (e.g. --set train.epochs=2)", true);
+    std::string key = s.substr(0, eq), text = s.substr(eq + 1);
+    // Value: TOML if it parses as one, else the bare word as a string.
+    toml::table parsed;
+    bool is_toml = false;
+    try {
+      parsed = toml::parse("v = " + text, std::string_view("--set"));
+      is_toml = parsed.size() == 1 && parsed.contains("v");
+    } catch (const toml::parse_error&) {
+      is_toml = false;
+    }
+    // Walk/create the path; numeric components index arrays (model.layers.2.out).
+    std::vector<std::string> parts;
+    std::stringstream ss(key);
+    for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+    toml::node* cur = &root;
+    for (size_t j = 0; j + 1 < parts.size(); ++j) {
+      if (auto t = cur->as_table()) {
+        if (!t->contains(parts[j])) t->insert(parts[j], toml::table{});
+        cur = t->get(parts[j]);
+      } else if (auto a = cur->as_array()) {
+        char* end = nullptr;
+        long idx = std::strtol(parts[j].c_str(), &end, 10);
+        if (*end || idx < 0 || static_cast<size_t>(idx) >= a->size())
+          fail(Exit::bad_input, "command line: '" + arg + "': no element '" + parts[j] + "' in an array of " + std::to_string(a->size()), true);
+        cur = a->get(static_cast<size_t>(idx));
+      } else {
+        fail(Exit::bad_input, "command line: '" + arg + "': '" + parts[j] + "' is not a table", true);
+      }
+    }
+    auto t = cur->as_table();
+    if (!t) fail(Exit::bad_input, "command line: '" + arg + "': cannot set a key inside a non-table", true);
+    if (is_toml) {
+      // A quoted-free word such as run.name=2024 parses as a number; keep strings as typed when
+      // the key is a string key (decided later): store the TOML node, remember the raw text.
+      t->insert_or_assign(parts.back(), *parsed.get("v"));
+    } else {
+      t->insert_or_assign(parts.back(), text);
+    }
+    where[key] = "command line '" + arg + "'";
+  }
+  return where;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
+  auto dist = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      cur[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j)
+        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      std::swap(prev, cur);
+    }
+    return prev[b.size()];
+  };
+  std::string best;
+  size_t best_d = std::numeric_limits<size_t>::max();
+  for (auto& c : candidates) {
+    size_t d = dist(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  size_t limit = std::max<size_t>(2, word.size() / 3);
+  return best_d <= limit ? best : "";
+}
+
+const std::vector<std::string>& known_layer_types() {
+  static const std::vector<std::string> t = {"linear", "conv2d", "maxpool2d", "avgpool2d", "relu", "gelu",
+                                              "flatten", "layernorm", "dropout", "softmax_cross_entropy"};
+  return t;
+}
+
+std::string Deck::where(const std::string& key) const {
+  auto it = locations.find(key);
+  if (it == locations.end() || it->second == "default") return path + " (default of " + key + ")";
+  return it->second;
+}
+
+Deck parse_deck_text(const std::string& text, const std::string& path, const std::vector<std::string>& sets) {
+  toml::table root;
+  try {
+    root = toml::parse(text, std::string_view(path));
+  } catch (const toml::parse_error& e) {
+    fail(Exit::bad_input,
+         path + ":" + std::to_string(e.source().begin.line) + ":" + std::to_string(e.source().begin.column) +
+             ": TOML syntax error: " + std::string(e.description()),
+         true);
+  }
+  auto set_where = apply_sets(root, sets);
+  // A --set of a string key with a value that parsed as a number keeps the typed text.
+  for (auto& s : schema()) {
+    if ((s.kind == Kind::String || s.kind == Kind::Enum) && set_where.count(s.key)) {
+      if (auto n = root.at_path(s.key).node(); n && !n->is_string() && !n->is_array() && !n->is_table()) {
+        for (auto& raw : sets)
+          if (raw.rfind(s.key + "=", 0) == 0) {
+            auto dot = s.key.find('.');
+            root[s.key.substr(0, dot)].as_table()->insert_or_assign(s.key.substr(dot + 1), raw.substr(s.key.size() + 1));
+          }
+      }
+    }
+  }
+  Deck d;
+  d.path = path;
+  Parser(path, set_where).parse(root, d);
+  check_consistency(d);
+  return d;
+}
+
+Deck load_deck(const std::string& path, const std::vector<std::string>& sets) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(Exit::bad_input, path + ": cannot open deck file (" + std::string(std::strerror(errno)) + ")", true);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_deck_text(ss.str(), path, sets);
+}
+
+namespace {
+std::string value_text(const KeySpec& s, Deck& d) {
+  void* p = s.field(d);
+  switch (s.kind) {
+    case Kind::Int: return std::to_string(*static_cast<int64_t*>(p));
+    case Kind::Float: return toml_float(*static_cast<double*>(p));
+    case Kind::Bool: return *static_cast<bool*>(p) ? "true" : "false";
+    case Kind::String:
+    case Kind::Enum: return toml_string(*static_cast<std::string*>(p));
+    case Kind::IntList: return toml_int_list(*static_cast<std::vector<int64_t>*>(p));
+    case Kind::SplitOrAuto: {
+      auto* par = static_cast<Deck::Parallel*>(p);
+      return par->split_auto ? "\"auto\"" : toml_int_list(par->split);
+    }
+  }
+  return "";
+}
+
+std::string layer_text(const LayerSpec& l) {
+  std::ostringstream o;
+  o << "[[model.layers]]\ntype = " << toml_string(l.type) << "\nname = " << toml_string(l.name) << "\n";
+  for (auto& k : layer_schema().at(l.type)) {
+    void* p = k.field(const_cast<LayerSpec&>(l));
+    o << k.key << " = ";
+    switch (k.kind) {
+      case Kind::Int: o << *static_cast<int64_t*>(p); break;
+      case Kind::Float: o << toml_float(*static_cast<double*>(p)); break;
+      case Kind::Bool: o << (*static_cast<bool*>(p) ? "true" : "false"); break;
+      default: break;
+    }
+    o << "\n";
+  }
+  return o.str();
+}
+}  // namespace
+
+std::string Deck::effective_toml() const {
+  Deck& d = const_cast<Deck&>(*this);
+  std::ostringstream o;
+  o << "# effective deck: " << path << " with --set overrides and defaults resolved\n";
+  std::string section;
+  for (auto& s : schema()) {
+    std::string sec = s.key.substr(0, s.key.find('.'));
+    if (sec != section) {
+      if (section == "data") {
+        o << "\n[model]\n";
+        for (auto& l : model.layers) o << "\n" << layer_text(l);
+      }
+      section = sec;
+      o << "\n[" << sec << "]\n";
+    }
+    o << s.key.substr(s.key.find('.') + 1) << " = " << value_text(s, d) << "\n";
+  }
+  for (auto& lv : cluster.levels)
+    o << "\n[[cluster.levels]]\nranks = " << lv.ranks << "\nbandwidth = " << toml_float(lv.bandwidth)
+      << "\nlatency = " << toml_float(lv.latency) << "\n";
+  return o.str();
+}
+
+std::string Deck::model_text() const {
+  std::ostringstream o;
+  o << "data.source = " << data.source << "\n";
+  if (data.source == "synthetic") o << "data.shape = " << toml_int_list(data.shape) << "\ndata.classes = " << data.classes << "\n";
+  for (auto& l : model.layers) o << layer_text(l);
+  return o.str();
+}
+
+uint64_t Deck::model_hash() const {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : model_text()) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::vector<KeyDoc> deck_key_docs() {
+  std::vector<KeyDoc> out;
+  for (auto& s : schema()) {
+    std::string range = range_text(s.range);
+    if (!s.choices.empty()) {
+      range.clear();
+      for (auto& c : s.choices) range += (range.empty() ? "" : " \\| ") + ("`" + c + "`");
+    }
+    out.push_back({s.key, kind_name(s.kind), s.required ? "required" : s.def, range, s.doc});
+  }
+  return out;
+}
+
+std::string deck_reference_markdown() {
+  std::ostringstream o;
+  o << "# Deck reference\n\n"
+       "Generated by `build/pipetrain keys --markdown` from the schema in `src/deck/deck.cpp`;\n"
+       "`make test` fails when this file and the schema disagree.\n\n"
+       "A deck is a TOML file with the sections `[run]`, `[data]`, `[model]`, `[train]`, `[parallel]`,\n"
+       "`[checkpoint]` and `[cluster]`. Every key is optional except `[model]` with its `[[model.layers]]`.\n"
+       "Any key can be overridden on the command line with `--set key=value` (the value is parsed as TOML;\n"
+       "a bare word that is not valid TOML is taken as a string; `model.layers.N.key` reaches layer N).\n"
+       "Unknown keys, wrong types, out-of-range values and inconsistent combinations are errors printed as\n"
+       "`deck.toml:LINE:COL: key 'train.lr': must be > 0, got -1`, with exit code 2, before anything is written.\n";
+  std::string section;
+  for (auto& k : deck_key_docs()) {
+    std::string sec = k.key.substr(0, k.key.find('.'));
+    if (sec != section) {
+      section = sec;
+      o << "\n## [" << sec << "]\n\n| key | type | default | range / choices | meaning |\n|---|---|---|---|---|\n";
+    }
+    std::string def = k.default_value;
+    o << "| `" << k.key << "` | " << k.type << " | `" << def << "` | " << k.range << " | " << k.doc << " |\n";
+  }
+  o << "\n### [[cluster.levels]] (planner)\n\nOne table per level of the network, innermost first, as in PipeDream's hierarchical planner.\n\n"
+       "| key | type | default | range | meaning |\n|---|---|---|---|---|\n"
+       "| `ranks` | integer | required | > 0 | ranks per component at this level (e.g. 8 GPUs per server) |\n"
+       "| `bandwidth` | float | required | > 0 | bytes/s between components at this level |\n"
+       "| `latency` | float | `0.0` | >= 0 | seconds per message |\n";
+  o << "\n## [[model.layers]]\n\nThe model is a chain; layer indices count from 0 in file order. Each table has `type`,\n"
+       "an optional `name`, and the keys of its type. Shapes are inferred from the data; the last layer must be\n"
+       "`softmax_cross_entropy`.\n\n| type | keys |\n|---|---|\n";
+  for (auto& t : known_layer_types()) {
+    o << "| `" << t << "` | ";
+    std::string keys;
+    for (auto& k : layer_schema().at(t))
+      keys += (keys.empty() ? "" : "; ") + ("`" + k.key + "` (" + kind_name(k.kind) + (k.required ? ", required" : "") +
+                                            (range_text(k.range).empty() ? "" : ", " + range_text(k.range)) + "): " + k.doc);
+    o << (keys.empty() ? "none" : keys) << " |\n";
+  }
+  return o.str();
+}
+
+}  // namespace pt

@@ -1,0 +1,237 @@
+// Host convolution (im2col + one GEMM over a group of samples) and pooling kernels, NCHW.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "host_backend.hpp"
+#include "pipetrain/views.hpp"
+
+namespace pt::host {
+namespace {
+
+// Samples per GEMM: enough columns (>= ~3k) for OpenBLAS to run near peak, bounded
+// so the column buffer stays in cache-friendly territory.
+int64_t group_size(const WindowGeom& g, int64_t n) {
+  const int64_t p = g.h_out * g.w_out;
+  return std::max<int64_t>(1, std::min<int64_t>(n, (3072 + p - 1) / p));
+}
+
+// col[(c*k + ki)*k + kj][s*P + oh*Wo + ow] = x_s[c][oh*st - pad + ki][ow*st - pad + kj] (0 outside)
+void im2col(const WindowGeom& g, int64_t gs, const float* x, float* col) {
+  const int64_t k = g.kernel, st = g.stride, pad = g.padding;
+  const int64_t P = g.h_out * g.w_out, ld = gs * P, in_sz = g.c_in * g.h_in * g.w_in;
+  Kokkos::parallel_for("pt::im2col", Range(0, g.c_in * k * k), [=](int64_t row) {
+    const int64_t c = row / (k * k), ki = (row / k) % k, kj = row % k;
+    for (int64_t s = 0; s < gs; ++s) {
+      const float* xs = x + s * in_sz + c * g.h_in * g.w_in;
+      float* out = col + row * ld + s * P;
+      for (int64_t oh = 0; oh < g.h_out; ++oh) {
+        const int64_t ih = oh * st - pad + ki;
+        float* o = out + oh * g.w_out;
+        if (ih < 0 || ih >= g.h_in) {
+          std::memset(o, 0, sizeof(float) * g.w_out);
+          continue;
+        }
+        const float* xr = xs + ih * g.w_in;
+        if (st == 1) {
+          // valid ow: 0 <= ow - pad + kj < w_in
+          const int64_t lo = std::max<int64_t>(0, pad - kj), hi = std::min<int64_t>(g.w_out, g.w_in + pad - kj);
+          for (int64_t ow = 0; ow < lo; ++ow) o[ow] = 0.0f;
+          if (hi > lo) std::memcpy(o + lo, xr + lo - pad + kj, sizeof(float) * (hi - lo));
+          for (int64_t ow = std::max(hi, lo); ow < g.w_out; ++ow) o[ow] = 0.0f;
+        } else {
+          for (int64_t ow = 0; ow < g.w_out; ++ow) {
+            const int64_t iw = ow * st - pad + kj;
+            o[ow] = (iw >= 0 && iw < g.w_in) ? xr[iw] : 0.0f;
+          }
+        }
+      }
+    }
+  });
+}
+
+// dx_s += scatter of dcol (the adjoint of im2col); dx must be zeroed by the caller.
+void col2im(const WindowGeom& g, int64_t gs, const float* col, float* dx) {
+  const int64_t k = g.kernel, st = g.stride, pad = g.padding;
+  const int64_t P = g.h_out * g.w_out, ld = gs * P, in_sz = g.c_in * g.h_in * g.w_in;
+  // one kernel index per (sample, channel): rows of one channel write disjoint samples
+  Kokkos::parallel_for("pt::col2im", Range(0, gs * g.c_in), [=](int64_t sc) {
+    const int64_t s = sc / g.c_in, c = sc % g.c_in;
+    float* xs = dx + s * in_sz + c * g.h_in * g.w_in;
+    for (int64_t ki = 0; ki < k; ++ki)
+      for (int64_t kj = 0; kj < k; ++kj) {
+        const float* in = col + ((c * k + ki) * k + kj) * ld + s * P;
+        for (int64_t oh = 0; oh < g.h_out; ++oh) {
+          const int64_t ih = oh * st - pad + ki;
+          if (ih < 0 || ih >= g.h_in) continue;
+          float* xr = xs + ih * g.w_in;
+          const float* i = in + oh * g.w_out;
+          if (st == 1) {
+            const int64_t lo = std::max<int64_t>(0, pad - kj), hi = std::min<int64_t>(g.w_out, g.w_in + pad - kj);
+            float* xo = xr - pad + kj;
+            for (int64_t ow = lo; ow < hi; ++ow) xo[ow] += i[ow];
+          } else {
+            for (int64_t ow = 0; ow < g.w_out; ++ow) {
+              const int64_t iw = ow * st - pad + kj;
+              if (iw >= 0 && iw < g.w_in) xr[iw] += i[ow];
+            }
+          }
+        }
+      }
+  });
+}
+
+}  // namespace
+
+void HostBackend::conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
+                                 float* y) {
+  const int64_t K = g.c_in * g.kernel * g.kernel, P = g.h_out * g.w_out;
+  const int64_t in_sz = g.c_in * g.h_in * g.w_in, out_sz = g.c_out * P;
+  const int64_t G = group_size(g, n);
+  float* col = workspace(static_cast<size_t>(K * G * P + g.c_out * G * P));
+  float* tmp = col + K * G * P;  // [c_out][gs*P]
+  for (int64_t s0 = 0; s0 < n; s0 += G) {
+    const int64_t gs = std::min(G, n - s0);
+    im2col(g, gs, x + s0 * in_sz, col);
+    float* dst = gs == 1 ? y + s0 * out_sz : tmp;
+    gemm(false, false, g.c_out, gs * P, K, 1.0f, w, K, col, gs * P, 0.0f, dst, gs * P);
+    // scatter [c_out][s][P] into NCHW and add the bias
+    Kokkos::parallel_for("pt::conv2d_scatter_bias", Range(0, gs * g.c_out), [=](int64_t sc) {
+      const int64_t s = sc / g.c_out, c = sc % g.c_out;
+      const float* src = dst + c * gs * P + s * P;
+      float* out = y + (s0 + s) * out_sz + c * P;
+      const float bias = b ? b[c] : 0.0f;
+      if (src == out) {
+        if (b) for (int64_t p = 0; p < P; ++p) out[p] += bias;
+      } else {
+        for (int64_t p = 0; p < P; ++p) out[p] = src[p] + bias;
+      }
+    });
+  }
+}
+
+void HostBackend::conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
+                                  float* dx, float* dw, float* db) {
+  const int64_t K = g.c_in * g.kernel * g.kernel, P = g.h_out * g.w_out;
+  const int64_t in_sz = g.c_in * g.h_in * g.w_in, out_sz = g.c_out * P;
+  const int64_t G = group_size(g, n);
+  float* col = workspace(static_cast<size_t>(2 * K * G * P + g.c_out * G * P));
+  float* dcol = col + K * G * P;
+  float* dyg = dcol + K * G * P;  // dy gathered as [c_out][gs*P]
+  if (dx) std::memset(dx, 0, sizeof(float) * n * in_sz);
+  for (int64_t s0 = 0; s0 < n; s0 += G) {
+    const int64_t gs = std::min(G, n - s0);
+    const float* dys = dy + s0 * out_sz;
+    const float* dsrc = dys;
+    if (gs > 1) {
+      Kokkos::parallel_for("pt::conv2d_gather_dy", Range(0, gs * g.c_out), [=](int64_t sc) {
+        const int64_t s = sc / g.c_out, c = sc % g.c_out;
+        std::memcpy(dyg + c * gs * P + s * P, dys + s * out_sz + c * P, sizeof(float) * P);
+      });
+      dsrc = dyg;
+    }
+    if (db) {
+      Kokkos::parallel_for("pt::conv2d_bias_grad", Range(0, g.c_out), [=](int64_t c) {
+        const float* d = dsrc + c * gs * P;
+        float acc = 0.0f;
+        for (int64_t p = 0; p < gs * P; ++p) acc += d[p];
+        db[c] += acc;
+      });
+    }
+    im2col(g, gs, x + s0 * in_sz, col);
+    // dW[c_out][K] += dY[c_out][gs*P] * col^T
+    gemm(false, true, g.c_out, K, gs * P, 1.0f, dsrc, gs * P, col, gs * P, 1.0f, dw, K);
+    if (dx) {
+      // dcol[K][gs*P] = W^T[K][c_out] * dY
+      gemm(true, false, K, gs * P, g.c_out, 1.0f, w, K, dsrc, gs * P, 0.0f, dcol, gs * P);
+      col2im(g, gs, dcol, dx + s0 * in_sz);
+    }
+  }
+}
+
+void HostBackend::maxpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y, int32_t* argmax) {
+  const int64_t k = g.kernel, st = g.stride, pad = g.padding;
+  const int64_t in_plane = g.h_in * g.w_in, out_plane = g.h_out * g.w_out;
+  Kokkos::parallel_for("pt::maxpool_forward", Range(0, n * g.c_in), [=](int64_t plane) {
+    const float* xp = x + plane * in_plane;
+    float* yp = y + plane * out_plane;
+    int32_t* ap = argmax + plane * out_plane;
+    for (int64_t oh = 0; oh < g.h_out; ++oh)
+      for (int64_t ow = 0; ow < g.w_out; ++ow) {
+        float best = -std::numeric_limits<float>::infinity();
+        int32_t at = -1;
+        for (int64_t ki = 0; ki < k; ++ki) {
+          const int64_t ih = oh * st - pad + ki;
+          if (ih < 0 || ih >= g.h_in) continue;
+          for (int64_t kj = 0; kj < k; ++kj) {
+            const int64_t iw = ow * st - pad + kj;
+            if (iw < 0 || iw >= g.w_in) continue;
+            const float v = xp[ih * g.w_in + iw];
+            if (v > best || at < 0) best = v, at = static_cast<int32_t>(ih * g.w_in + iw);
+          }
+        }
+        yp[oh * g.w_out + ow] = best;
+        ap[oh * g.w_out + ow] = at;
+      }
+  });
+}
+
+void HostBackend::maxpool_backward(const WindowGeom& g, int64_t n, const float* dy, const int32_t* argmax,
+                                   float* dx) {
+  const int64_t in_plane = g.h_in * g.w_in, out_plane = g.h_out * g.w_out;
+  Kokkos::parallel_for("pt::maxpool_backward", Range(0, n * g.c_in), [=](int64_t plane) {
+    float* dxp = dx + plane * in_plane;
+    std::memset(dxp, 0, sizeof(float) * in_plane);
+    const float* dyp = dy + plane * out_plane;
+    const int32_t* ap = argmax + plane * out_plane;
+    for (int64_t o = 0; o < out_plane; ++o) dxp[ap[o]] += dyp[o];
+  });
+}
+
+void HostBackend::avgpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y) {
+  const int64_t k = g.kernel, st = g.stride, pad = g.padding;
+  const int64_t in_plane = g.h_in * g.w_in, out_plane = g.h_out * g.w_out;
+  const float inv = 1.0f / static_cast<float>(k * k);  // padding counts (PyTorch count_include_pad)
+  Kokkos::parallel_for("pt::avgpool_forward", Range(0, n * g.c_in), [=](int64_t plane) {
+    const float* xp = x + plane * in_plane;
+    float* yp = y + plane * out_plane;
+    for (int64_t oh = 0; oh < g.h_out; ++oh)
+      for (int64_t ow = 0; ow < g.w_out; ++ow) {
+        float acc = 0.0f;
+        for (int64_t ki = 0; ki < k; ++ki) {
+          const int64_t ih = oh * st - pad + ki;
+          if (ih < 0 || ih >= g.h_in) continue;
+          for (int64_t kj = 0; kj < k; ++kj) {
+            const int64_t iw = ow * st - pad + kj;
+            if (iw >= 0 && iw < g.w_in) acc += xp[ih * g.w_in + iw];
+          }
+        }
+        yp[oh * g.w_out + ow] = acc * inv;
+      }
+  });
+}
+
+void HostBackend::avgpool_backward(const WindowGeom& g, int64_t n, const float* dy, float* dx) {
+  const int64_t k = g.kernel, st = g.stride, pad = g.padding;
+  const int64_t in_plane = g.h_in * g.w_in, out_plane = g.h_out * g.w_out;
+  const float inv = 1.0f / static_cast<float>(k * k);
+  Kokkos::parallel_for("pt::avgpool_backward", Range(0, n * g.c_in), [=](int64_t plane) {
+    float* dxp = dx + plane * in_plane;
+    std::memset(dxp, 0, sizeof(float) * in_plane);
+    const float* dyp = dy + plane * out_plane;
+    for (int64_t oh = 0; oh < g.h_out; ++oh)
+      for (int64_t ow = 0; ow < g.w_out; ++ow) {
+        const float d = dyp[oh * g.w_out + ow] * inv;
+        for (int64_t ki = 0; ki < k; ++ki) {
+          const int64_t ih = oh * st - pad + ki;
+          if (ih < 0 || ih >= g.h_in) continue;
+          for (int64_t kj = 0; kj < k; ++kj) {
+            const int64_t iw = ow * st - pad + kj;
+            if (iw >= 0 && iw < g.w_in) dxp[ih * g.w_in + iw] += d;
+          }
+        }
+      }
+  });
+}
+
+}  // namespace pt::host

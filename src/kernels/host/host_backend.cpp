@@ -1,0 +1,274 @@
+// Host backend: memory, GEMM through KokkosBlas (OpenBLAS), and the elementwise, loss,
+// reduction and optimizer kernels as named Kokkos kernels on the Serial space.
+#include "host_backend.hpp"
+
+#include <KokkosBlas3_gemm.hpp>
+
+#include <cmath>
+#include <cstring>
+
+#include "pipetrain/error.hpp"
+#include "pipetrain/rng.hpp"
+#include "pipetrain/views.hpp"
+
+extern "C" char* openblas_get_corename(void);
+
+namespace pt {
+
+std::unique_ptr<Backend> make_host_backend() { return std::make_unique<host::HostBackend>(); }
+
+namespace host {
+
+HostBackend::HostBackend() {
+  PT_CHECK(Kokkos::is_initialized(), "Kokkos must be initialised before the host backend");
+}
+
+std::string HostBackend::describe() const {
+  return std::string("cpu (Kokkos ") + std::to_string(KOKKOS_VERSION / 10000) + "." +
+         std::to_string(KOKKOS_VERSION / 100 % 100) + " Serial, OpenBLAS " + openblas_get_corename() + ")";
+}
+
+float* HostBackend::alloc(size_t n) {
+  auto* p = static_cast<float*>(Kokkos::kokkos_malloc<Kokkos::HostSpace>("pt::buffer", n * sizeof(float)));
+  std::memset(p, 0, n * sizeof(float));
+  return p;
+}
+void HostBackend::release(float* p) { Kokkos::kokkos_free<Kokkos::HostSpace>(p); }
+void HostBackend::copy(float* dst, const float* src, size_t n) {
+  if (dst != src) std::memcpy(dst, src, n * sizeof(float));
+}
+void HostBackend::to_host(float* host, const float* src, size_t n) { copy(host, src, n); }
+void HostBackend::from_host(float* dst, const float* host, size_t n) { copy(dst, host, n); }
+void HostBackend::fill(float* x, float v, size_t n) {
+  Kokkos::parallel_for("pt::fill", Range(0, n), [=](size_t i) { x[i] = v; });
+}
+
+int32_t* HostBackend::alloc_int(size_t n) {
+  auto* p = static_cast<int32_t*>(Kokkos::kokkos_malloc<Kokkos::HostSpace>("pt::labels", n * sizeof(int32_t)));
+  std::memset(p, 0, n * sizeof(int32_t));
+  return p;
+}
+void HostBackend::release_int(int32_t* p) { Kokkos::kokkos_free<Kokkos::HostSpace>(p); }
+void HostBackend::labels_from_host(int32_t* dst, const int32_t* host, size_t n) {
+  if (dst != host) std::memcpy(dst, host, n * sizeof(int32_t));
+}
+
+float* HostBackend::workspace(size_t n) {
+  if (ws_.size() < n) ws_.resize(n);
+  return ws_.data();
+}
+
+void HostBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                       const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  // Contiguous row-major operands only: every caller passes whole matrices.
+  const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K;
+  const int64_t b_rows = tb ? N : K, b_cols = tb ? K : N;
+  PT_CHECK(lda == a_cols && ldb == b_cols && ldc == N, "gemm wants contiguous operands: lda " << lda << " vs "
+                                                                                           << a_cols << ", ldb " << ldb
+                                                                                           << " vs " << b_cols);
+  ConstMatrix a(A, a_rows, a_cols), b(B, b_rows, b_cols);
+  Matrix c(C, M, N);
+  if (K == 0) {
+    scale(static_cast<size_t>(M * N), beta, C);
+    return;
+  }
+  KokkosBlas::gemm(ta ? "T" : "N", tb ? "T" : "N", alpha, a, b, beta, c);
+}
+
+void HostBackend::axpy(size_t n, float a, const float* x, float* y) {
+  Kokkos::parallel_for("pt::axpy", Range(0, n), [=](size_t i) { y[i] += a * x[i]; });
+}
+void HostBackend::scale(size_t n, float a, float* x) {
+  if (a == 0.0f) {
+    std::memset(x, 0, n * sizeof(float));
+    return;
+  }
+  Kokkos::parallel_for("pt::scale", Range(0, n), [=](size_t i) { x[i] *= a; });
+}
+
+void HostBackend::bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) {
+  Kokkos::parallel_for("pt::bias_add_rows", Range(0, rows), [=](int64_t r) {
+    float* yr = y + r * cols;
+    for (int64_t c = 0; c < cols; ++c) yr[c] += b[c];
+  });
+}
+void HostBackend::bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) {
+  // rows outer so the inner loop streams contiguous memory
+  Kokkos::parallel_for("pt::bias_grad_rows", Range(0, 1), [=](int) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* d = dy + r * cols;
+      for (int64_t c = 0; c < cols; ++c) db[c] += d[c];
+    }
+  });
+}
+
+void HostBackend::relu_forward(size_t n, const float* x, float* y) {
+  Kokkos::parallel_for("pt::relu_forward", Range(0, n), [=](size_t i) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; });
+}
+void HostBackend::relu_backward(size_t n, const float* y, const float* dy, float* dx) {
+  Kokkos::parallel_for("pt::relu_backward", Range(0, n), [=](size_t i) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; });
+}
+void HostBackend::gelu_forward(size_t n, const float* x, float* y) {
+  Kokkos::parallel_for("pt::gelu_forward", Range(0, n),
+                       [=](size_t i) { y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f)); });
+}
+void HostBackend::gelu_backward(size_t n, const float* x, const float* dy, float* dx) {
+  Kokkos::parallel_for("pt::gelu_backward", Range(0, n), [=](size_t i) {
+    const float v = x[i];
+    const float cdf = 0.5f * (1.0f + std::erf(v * 0.70710678118654752f));
+    const float pdf = 0.39894228040143268f * std::exp(-0.5f * v * v);
+    dx[i] = dy[i] * (cdf + v * pdf);
+  });
+}
+
+void HostBackend::layernorm_forward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
+                                    const float* beta, float* y, float* stats) {
+  Kokkos::parallel_for("pt::layernorm_forward", Range(0, rows), [=](int64_t r) {
+    const float* xr = x + r * cols;
+    double mean = 0;
+    for (int64_t c = 0; c < cols; ++c) mean += xr[c];
+    mean /= static_cast<double>(cols);
+    double var = 0;
+    for (int64_t c = 0; c < cols; ++c) var += (xr[c] - mean) * (xr[c] - mean);
+    var /= static_cast<double>(cols);
+    const float m = static_cast<float>(mean), rstd = static_cast<float>(1.0 / std::sqrt(var + eps));
+    float* yr = y + r * cols;
+    for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * rstd * gamma[c] + beta[c];
+    stats[2 * r] = m;
+    stats[2 * r + 1] = rstd;
+  });
+}
+
+void HostBackend::layernorm_backward(int64_t rows, int64_t cols, const float* x, const float* gamma,
+                                     const float* stats, const float* dy, float* dx, float* dgamma, float* dbeta) {
+  Kokkos::parallel_for("pt::layernorm_backward", Range(0, 1), [=](int) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * cols;
+      const float* dyr = dy + r * cols;
+      const float m = stats[2 * r], rstd = stats[2 * r + 1];
+      double sum_dxhat = 0, sum_dxhat_xhat = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const float xhat = (xr[c] - m) * rstd;
+        const float dxhat = dyr[c] * gamma[c];
+        sum_dxhat += dxhat;
+        sum_dxhat_xhat += dxhat * xhat;
+        dgamma[c] += dyr[c] * xhat;
+        dbeta[c] += dyr[c];
+      }
+      if (dx) {
+        const float a = static_cast<float>(sum_dxhat / cols), b = static_cast<float>(sum_dxhat_xhat / cols);
+        float* dxr = dx + r * cols;
+        for (int64_t c = 0; c < cols; ++c) {
+          const float xhat = (xr[c] - m) * rstd;
+          dxr[c] = rstd * (dyr[c] * gamma[c] - a - xhat * b);
+        }
+      }
+    }
+  });
+}
+
+void HostBackend::dropout_forward(int64_t n, int64_t features, float p, uint64_t key, int64_t sample0,
+                                  const float* x, float* y) {
+  const float keep_scale = 1.0f / (1.0f - p);
+  Kokkos::parallel_for("pt::dropout_forward", Range(0, n * features), [=](int64_t i) {
+    const int64_t s = i / features, j = i % features;
+    const bool keep = rng_uniform(key, static_cast<uint64_t>((sample0 + s) * features + j)) >= p;
+    y[i] = keep ? x[i] * keep_scale : 0.0f;
+  });
+}
+void HostBackend::dropout_backward(int64_t n, int64_t features, float p, uint64_t key, int64_t sample0,
+                                   const float* dy, float* dx) {
+  const float keep_scale = 1.0f / (1.0f - p);
+  Kokkos::parallel_for("pt::dropout_backward", Range(0, n * features), [=](int64_t i) {
+    const int64_t s = i / features, j = i % features;
+    const bool keep = rng_uniform(key, static_cast<uint64_t>((sample0 + s) * features + j)) >= p;
+    dx[i] = keep ? dy[i] * keep_scale : 0.0f;
+  });
+}
+
+void HostBackend::softmax_xent_forward(int64_t n, int64_t classes, const float* logits, const int32_t* labels,
+                                       float* loss, float* probs) {
+  Kokkos::parallel_for("pt::softmax_xent_forward", Range(0, n), [=](int64_t i) {
+    const float* l = logits + i * classes;
+    float* pr = probs + i * classes;
+    float mx = l[0];
+    for (int64_t c = 1; c < classes; ++c) mx = l[c] > mx ? l[c] : mx;
+    float s = 0.0f;
+    for (int64_t c = 0; c < classes; ++c) {
+      pr[c] = std::exp(l[c] - mx);
+      s += pr[c];
+    }
+    const float inv = 1.0f / s;
+    for (int64_t c = 0; c < classes; ++c) pr[c] *= inv;
+    loss[i] = std::log(s) + mx - l[labels[i]];
+  });
+}
+void HostBackend::softmax_xent_backward(int64_t n, int64_t classes, const float* probs, const int32_t* labels,
+                                        float scale, float* dlogits) {
+  Kokkos::parallel_for("pt::softmax_xent_backward", Range(0, n), [=](int64_t i) {
+    const float* pr = probs + i * classes;
+    float* d = dlogits + i * classes;
+    for (int64_t c = 0; c < classes; ++c) d[c] = scale * pr[c];
+    d[labels[i]] -= scale;
+  });
+}
+int64_t HostBackend::count_correct(int64_t n, int64_t classes, const float* logits, const int32_t* labels) {
+  int64_t correct = 0;
+  Kokkos::parallel_reduce(
+      "pt::count_correct", Range(0, n),
+      [=](int64_t i, int64_t& acc) {
+        const float* l = logits + i * classes;
+        int64_t best = 0;
+        for (int64_t c = 1; c < classes; ++c)
+          if (l[c] > l[best]) best = c;
+        acc += best == labels[i] ? 1 : 0;
+      },
+      correct);
+  return correct;
+}
+
+double HostBackend::sum(size_t n, const float* x) {
+  double s = 0;
+  Kokkos::parallel_reduce("pt::sum", Range(0, n), [=](size_t i, double& acc) { acc += x[i]; }, s);
+  return s;
+}
+bool HostBackend::all_finite(size_t n, const float* x) {
+  int64_t bad = 0;
+  Kokkos::parallel_reduce(
+      "pt::all_finite", Range(0, n), [=](size_t i, int64_t& acc) { acc += std::isfinite(x[i]) ? 0 : 1; }, bad);
+  return bad == 0;
+}
+
+void HostBackend::sgd_update(size_t n, float* w, const float* g, float* buf, float lr, float momentum,
+                             float weight_decay, bool nesterov, float grad_scale) {
+  Kokkos::parallel_for("pt::sgd_update", Range(0, n), [=](size_t i) {
+    float d = g[i] * grad_scale;
+    if (weight_decay != 0.0f) d += weight_decay * w[i];
+    if (momentum != 0.0f) {
+      buf[i] = momentum * buf[i] + d;
+      d = nesterov ? d + momentum * buf[i] : buf[i];
+    }
+    w[i] -= lr * d;
+  });
+}
+
+void HostBackend::adamw_update(size_t n, float* w, const float* g, float* m, float* v, float lr, float beta1,
+                               float beta2, float eps, float weight_decay, int64_t step, float grad_scale) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
+  const float step_size = static_cast<float>(lr / bc1);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const float decay = 1.0f - lr * weight_decay;
+  Kokkos::parallel_for("pt::adamw_update", Range(0, n), [=](size_t i) {
+    const float gi = g[i] * grad_scale;
+    w[i] *= decay;
+    m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
+    v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+    w[i] -= step_size * (m[i] / denom);
+  });
+}
+
+}  // namespace host
+}  // namespace pt

@@ -1,0 +1,70 @@
+// The host backend's class declaration, shared by its kernel files.
+#pragma once
+#include <vector>
+
+#include "pipetrain/backend.hpp"
+
+namespace pt::host {
+
+class HostBackend final : public Backend {
+ public:
+  HostBackend();
+  Device device() const override { return Device::cpu; }
+  std::string describe() const override;
+
+  float* alloc(size_t n) override;
+  void release(float* p) override;
+  void copy(float* dst, const float* src, size_t n) override;
+  void to_host(float* host, const float* src, size_t n) override;
+  void from_host(float* dst, const float* host, size_t n) override;
+  void fill(float* x, float v, size_t n) override;
+
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) override;
+  void axpy(size_t n, float a, const float* x, float* y) override;
+  void scale(size_t n, float a, float* x) override;
+  void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) override;
+  void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) override;
+
+  void conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
+                      float* y) override;
+  void conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy, float* dx,
+                       float* dw, float* db) override;
+  void maxpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y, int32_t* argmax) override;
+  void maxpool_backward(const WindowGeom& g, int64_t n, const float* dy, const int32_t* argmax, float* dx) override;
+  void avgpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y) override;
+  void avgpool_backward(const WindowGeom& g, int64_t n, const float* dy, float* dx) override;
+
+  void relu_forward(size_t n, const float* x, float* y) override;
+  void relu_backward(size_t n, const float* y, const float* dy, float* dx) override;
+  void gelu_forward(size_t n, const float* x, float* y) override;
+  void gelu_backward(size_t n, const float* x, const float* dy, float* dx) override;
+  void layernorm_forward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
+                         const float* beta, float* y, float* stats) override;
+  void layernorm_backward(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* stats,
+                          const float* dy, float* dx, float* dgamma, float* dbeta) override;
+  void dropout_forward(int64_t n, int64_t features, float p, uint64_t key, int64_t sample0, const float* x,
+                       float* y) override;
+  void dropout_backward(int64_t n, int64_t features, float p, uint64_t key, int64_t sample0, const float* dy,
+                        float* dx) override;
+  void softmax_xent_forward(int64_t n, int64_t classes, const float* logits, const int32_t* labels, float* loss,
+                            float* probs) override;
+  void softmax_xent_backward(int64_t n, int64_t classes, const float* probs, const int32_t* labels, float scale,
+                             float* dlogits) override;
+  int64_t count_correct(int64_t n, int64_t classes, const float* logits, const int32_t* labels) override;
+  double sum(size_t n, const float* x) override;
+  bool all_finite(size_t n, const float* x) override;
+  void sgd_update(size_t n, float* w, const float* g, float* buf, float lr, float momentum, float weight_decay,
+                  bool nesterov, float grad_scale) override;
+  void adamw_update(size_t n, float* w, const float* g, float* m, float* v, float lr, float beta1, float beta2,
+                    float eps, float weight_decay, int64_t step, float grad_scale) override;
+  int32_t* alloc_int(size_t n) override;
+  void release_int(int32_t* p) override;
+  void labels_from_host(int32_t* dst, const int32_t* host, size_t n) override;
+
+ private:
+  float* workspace(size_t n);  // grows once to the largest request, reused afterwards
+  std::vector<float> ws_;
+};
+
+}  // namespace pt::host

@@ -1,0 +1,157 @@
+// pipetrain: parse the command line and dispatch to a subcommand. Every error ends every
+// rank: one all ranks share (a bad deck) is printed once and all exit with its code; one
+// found on a single rank is printed with the rank and aborts the job.
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "pipetrain/commands.hpp"
+#include "pipetrain/error.hpp"
+
+namespace {
+
+const char* kUsage =
+    "usage: pipetrain COMMAND [options]\n"
+    "\n"
+    "commands:\n"
+    "  train DECK [--set key=value]... [--stop-at-step N] [--resume RUN_DIR|FILE]\n"
+    "                       train the deck's model (under mpirun: as a pipeline)\n"
+    "  check DECK [--set key=value]... [--json]\n"
+    "                       validate the deck and print the layer table\n"
+    "  schedule DECK --ranks N [--steps S] [--set key=value]... [--trace FILE]\n"
+    "                       print the schedule IR as a rank x time grid, after validating it\n"
+    "  keys [--markdown]    list every deck key (docs/DECK.md is generated from it)\n"
+    "\n"
+    "exit codes: 0 ok, 1 internal error, 2 bad input, 3 I/O error, 4 non-finite numbers,\n"
+    "            5 communication timeout, 6 no valid checkpoint\n";
+
+struct Cli {
+  std::vector<std::string> args;
+  size_t i = 0;
+  bool more() const { return i < args.size(); }
+  std::string next(const std::string& flag) {
+    if (i >= args.size()) pt::fail(pt::Exit::bad_input, "command line: " + flag + " needs a value", true);
+    return args[i++];
+  }
+  long long number(const std::string& flag) {
+    std::string v = next(flag);
+    char* end = nullptr;
+    long long x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end) pt::fail(pt::Exit::bad_input, "command line: " + flag + " expects an integer, got '" + v + "'", true);
+    return x;
+  }
+};
+
+[[noreturn]] void usage_error(const std::string& msg) { pt::fail(pt::Exit::bad_input, "command line: " + msg + "\n" + kUsage, true); }
+
+bool help_flag(const std::string& a) { return a == "--help" || a == "-h"; }
+
+int dispatch(Cli& cli) {
+  if (!cli.more()) usage_error("no command given");
+  const std::string cmd = cli.args[cli.i++];
+  if (help_flag(cmd)) {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  auto deck_flags = [&](pt::DeckArgs& d, const std::string& a) {
+    if (a == "--set") { d.sets.push_back(cli.next("--set")); return true; }
+    if (a.rfind("--set=", 0) == 0) { d.sets.push_back(a.substr(6)); return true; }
+    if (!a.empty() && a[0] != '-' && d.deck.empty()) { d.deck = a; return true; }
+    return false;
+  };
+  auto need_deck = [&](const pt::DeckArgs& d) { if (d.deck.empty()) usage_error(cmd + ": no deck file given"); };
+  if (cmd == "train") {
+    pt::TrainArgs t;
+    while (cli.more()) {
+      std::string a = cli.args[cli.i++];
+      if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
+      if (deck_flags(t, a)) continue;
+      if (a == "--stop-at-step") t.stop_at_step = cli.number(a);
+      else if (a == "--resume") t.resume = cli.next(a);
+      else usage_error("train: unknown option '" + a + "'");
+    }
+    need_deck(t);
+    return pt::cmd_train(t);
+  }
+  if (cmd == "check") {
+    pt::CheckArgs c;
+    while (cli.more()) {
+      std::string a = cli.args[cli.i++];
+      if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
+      if (deck_flags(c, a)) continue;
+      if (a == "--json") c.json = true;
+      else usage_error("check: unknown option '" + a + "'");
+    }
+    need_deck(c);
+    return pt::cmd_check(c);
+  }
+  if (cmd == "schedule") {
+    pt::ScheduleArgs s;
+    while (cli.more()) {
+      std::string a = cli.args[cli.i++];
+      if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
+      if (deck_flags(s, a)) continue;
+      if (a == "--ranks") s.ranks = static_cast<int>(cli.number(a));
+      else if (a == "--steps") s.steps = cli.number(a);
+      else if (a == "--json") s.json = true;
+      else if (a == "--trace") s.trace = cli.next(a);
+      else usage_error("schedule: unknown option '" + a + "'");
+    }
+    need_deck(s);
+    if (s.ranks <= 0) usage_error("schedule: --ranks N (N >= 1) is required");
+    if (s.steps <= 0) usage_error("schedule: --steps must be >= 1");
+    return pt::cmd_schedule(s);
+  }
+  if (cmd == "keys") {
+    bool md = false;
+    while (cli.more()) {
+      std::string a = cli.args[cli.i++];
+      if (a == "--markdown") md = true;
+      else usage_error("keys: unknown option '" + a + "'");
+    }
+    return pt::cmd_keys(md);
+  }
+  usage_error("unknown command '" + cmd + "'; known: train, check, schedule, keys");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pt::select_blas_core(argc, argv);  // may re-exec; must precede MPI_Init
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int code = 0;
+  {
+    Kokkos::InitArguments kargs;
+    kargs.disable_warnings = true;
+    Kokkos::ScopeGuard kokkos(kargs);
+    Cli cli;
+    for (int i = 1; i < argc; ++i) cli.args.emplace_back(argv[i]);
+    try {
+      code = dispatch(cli);
+    } catch (const pt::Error& e) {
+      code = static_cast<int>(e.code());
+      if (e.collective()) {
+        if (rank == 0) std::fprintf(stderr, "%s\npipetrain: %s (exit code %d)\n", e.what(), pt::exit_name(e.code()), code);
+      } else {
+        std::fprintf(stderr, "rank %d: %s\npipetrain: %s on rank %d (exit code %d); aborting the job\n", rank, e.what(),
+                     pt::exit_name(e.code()), rank, code);
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, code);
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: internal error: %s\n", rank, e.what());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+  std::fflush(stdout);
+  MPI_Finalize();
+  return code;
+}

@@ -1,0 +1,30 @@
+// `pipetrain check`: validate a deck and print the layer table (text or JSON).
+#include <mpi.h>
+
+#include <cstdio>
+
+#include "pipetrain/commands.hpp"
+#include "pipetrain/train.hpp"
+
+namespace pt {
+
+int cmd_check(const CheckArgs& a) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const Deck deck = load_deck(a.deck, a.sets);
+  TrainSetup setup = TrainSetup::from_deck(deck, size);  // also checks the layout for this rank count
+  if (rank != 0) return 0;
+  if (a.json) {
+    std::printf("%s\n", setup.model->table_json().c_str());
+  } else {
+    std::printf("%s: ok\n", deck.path.c_str());
+    std::printf("%s", setup.model->table().c_str());
+    std::printf("layout on %d rank%s: %s; schedule %s, %d microbatch%s of %lld\n", size, size == 1 ? "" : "s",
+                setup.layout.str().c_str(), schedule_name(setup.kind), setup.microbatches,
+                setup.microbatches == 1 ? "" : "es", static_cast<long long>(setup.mb_size));
+  }
+  return 0;
+}
+
+}  // namespace pt

@@ -1,0 +1,121 @@
+// Stage compute: slot layout, forward, backward (ping-pong gradient scratch) and inference.
+#include "pipetrain/stage.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "pipetrain/error.hpp"
+
+namespace pt {
+
+Stage::Stage(Backend& be, const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb)
+    : be_(be), model_(model), first_(first), last_(last), train_mb_(train_mb), eval_mb_(eval_mb) {
+  PT_CHECK(0 <= first && first < last && last <= model.size(), "bad stage [" << first << ", " << last << ")");
+  int64_t aux_max = 0;
+  slot_floats_ = in_shape().numel();
+  max_numel_ = in_shape().numel();
+  for (int l = first; l < last; ++l) {
+    const Layer& layer = model.layer(l);
+    offset_.push_back(num_params_);
+    num_params_ += layer.num_params();
+    if (!layer.is_view()) slot_floats_ += layer.out_shape().numel();
+    slot_floats_ += layer.aux_per_sample();
+    aux_max = std::max(aux_max, layer.aux_per_sample());
+    max_numel_ = std::max({max_numel_, layer.in_shape().numel(), layer.out_shape().numel()});
+  }
+  slot_floats_ *= train_mb;
+  const int64_t scratch = std::max(train_mb, eval_mb) * max_numel_;
+  scratch_a_ = Buffer(be, static_cast<size_t>(scratch));
+  scratch_b_ = Buffer(be, static_cast<size_t>(scratch));
+  eval_aux_ = Buffer(be, static_cast<size_t>(std::max<int64_t>(1, eval_mb * aux_max)));
+  if (has_loss()) eval_loss_ = Buffer(be, static_cast<size_t>(eval_mb * (1 + in_shape().numel() + 1) + out_shape().numel()));
+}
+
+void Stage::init_params(float* host, uint64_t seed) const {
+  for (int l = first_; l < last_; ++l) model_.layer(l).init_params(host + param_offset(l), seed);
+}
+
+Stage::Slot Stage::carve(float* base, int32_t* labels) const {
+  Slot s;
+  s.labels = labels;
+  float* p = base;
+  s.input = p;
+  p += train_mb_ * in_shape().numel();
+  const float* prev = s.input;
+  for (int l = first_; l < last_; ++l) {
+    const Layer& layer = model_.layer(l);
+    float* y = layer.is_view() ? const_cast<float*>(prev) : p;
+    if (!layer.is_view()) p += train_mb_ * layer.out_shape().numel();
+    s.out.push_back(y);
+    s.aux.push_back(layer.aux_per_sample() ? p : nullptr);
+    p += train_mb_ * layer.aux_per_sample();
+    prev = y;
+  }
+  PT_CHECK(p - base == slot_floats_, "slot layout " << (p - base) << " != " << slot_floats_);
+  return s;
+}
+
+void Stage::forward_layer(int l, const Slot& s, const float* params, const LayerCtx& ctx, int64_t n) const {
+  const size_t i = static_cast<size_t>(l - first_);
+  const float* x = i == 0 ? s.input : s.out[i - 1];
+  model_.layer(l).forward(ctx, params + offset_[i], x, s.out[i], s.aux[i], n);
+}
+
+void Stage::forward(const Slot& s, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const {
+  PT_CHECK(n <= train_mb_, "microbatch " << n << " > slot capacity " << train_mb_);
+  for (int l = first_; l < last_; ++l) {
+    forward_layer(l, s, params, ctx, n);
+    poll();
+  }
+}
+
+void Stage::backward_layer(int l, const Slot& s, const float* params, float* grads, const float* dy, float* dx,
+                           const LayerCtx& ctx, int64_t n) const {
+  const size_t i = static_cast<size_t>(l - first_);
+  const float* x = i == 0 ? s.input : s.out[i - 1];
+  model_.layer(l).backward(ctx, params + offset_[i], x, s.out[i], dy, dx, grads + offset_[i], s.aux[i], n);
+}
+
+void Stage::backward(const Slot& s, const float* params, float* grads, const float* dy, float* dx,
+                     const LayerCtx& ctx, int64_t n, PollHook poll) const {
+  const float* cur_dy = dy;
+  for (int l = last_ - 1; l >= first_; --l) {
+    const Layer& layer = model_.layer(l);
+    const bool first_layer = l == first_;
+    if (layer.is_view()) {  // gradient passes through unchanged
+      if (first_layer && dx) be_.copy(dx, cur_dy, static_cast<size_t>(n * layer.in_shape().numel()));
+      continue;
+    }
+    float* target;
+    if (first_layer) target = dx;  // may be null: the model's first layer needs no input gradient
+    else target = (cur_dy == scratch_a_.data()) ? scratch_b_.data() : scratch_a_.data();
+    backward_layer(l, s, params, grads, cur_dy, target, ctx, n);
+    cur_dy = target;
+    poll();
+  }
+}
+
+const float* Stage::infer(const float* x, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const {
+  PT_CHECK(n <= eval_mb_, "eval microbatch " << n << " > " << eval_mb_);
+  const float* cur = x;
+  for (int l = first_; l < last_; ++l) {
+    const Layer& layer = model_.layer(l);
+    if (layer.is_loss() || layer.is_view()) continue;
+    float* y = (cur == scratch_a_.data()) ? scratch_b_.data() : scratch_a_.data();
+    layer.forward(ctx, params + param_offset(l), cur, y, eval_aux_.data(), n);
+    cur = y;
+    poll();
+  }
+  return cur;
+}
+
+void Stage::eval_loss(const float* logits, const int32_t* labels, int64_t n, double* loss_sum, int64_t* correct) const {
+  const int64_t classes = in_shape().numel() > 0 ? model_.layer(last_ - 1).in_shape().numel() : 0;
+  float* loss = eval_loss_.data();
+  float* probs = loss + eval_mb_;
+  be_.softmax_xent_forward(n, classes, logits, labels, loss, probs);
+  *loss_sum = be_.sum(static_cast<size_t>(n), loss);
+  *correct = be_.count_correct(n, classes, logits, labels);
+}
+
+}  // namespace pt

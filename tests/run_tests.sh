@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The test driver behind `make test`: GoogleTest unit tests at np 1, the MPI-aware tests
+# (suites named Mpi*) at np 2 and 4, then the integration scripts in tests/mpi/. Every
+# multi-rank run is under a timeout. Usage: run_tests.sh [unit|mpi|all]
+set -u
+cd "$(dirname "$0")/.."
+what=${1:-all}
+BUILD=${BUILD:-build}
+MPIRUN=${MPIRUN:-mpirun}
+root_flag=""; [ "$(id -u)" = 0 ] && root_flag="--allow-run-as-root"
+export MPIRUN_FLAGS="$root_flag --oversubscribe"
+export OMPI_MCA_rmaps_base_oversubscribe=1
+export PT_BIN=$BUILD/pipetrain
+failed=()
+passed=0
+t_all=$(date +%s)
+
+run() {  # name, timeout seconds, command...
+  local name=$1 limit=$2; shift 2
+  local t0=$(date +%s)
+  echo "=== $name"
+  if timeout --kill-after=10 "$limit" "$@"; then
+    passed=$((passed + 1)); echo "--- PASS $name ($(( $(date +%s) - t0 ))s)"
+  else
+    local rc=$?
+    [ $rc = 124 ] && echo "--- TIMEOUT $name after ${limit}s" || echo "--- FAIL $name (exit $rc)"
+    failed+=("$name")
+  fi
+}
+
+if [ "$what" = unit ] || [ "$what" = all ]; then
+  run "unit tests (np 1)" 900 $MPIRUN $MPIRUN_FLAGS -np 1 $BUILD/pt_tests --gtest_brief=1
+fi
+if [ "$what" = mpi ] || [ "$what" = all ]; then
+  for np in 2 3 4; do
+    run "MPI unit tests (np $np)" 300 $MPIRUN $MPIRUN_FLAGS -np $np $BUILD/pt_tests --gtest_filter='Mpi*' --gtest_brief=1
+  done
+  for t in tests/mpi/*.sh; do
+    [ -e "$t" ] || continue
+    run "$(basename "$t" .sh)" 900 bash "$t"
+  done
+fi
+
+echo
+echo "tests: $passed passed, ${#failed[@]} failed, $(( $(date +%s) - t_all ))s"
+for f in "${failed[@]}"; do echo "  FAILED: $f"; done
+[ ${#failed[@]} = 0 ]

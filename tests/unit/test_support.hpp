@@ -1,0 +1,36 @@
+// Helpers shared by the unit tests: fixture paths, tolerances, rank queries.
+#pragma once
+#include <mpi.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace pt::test {
+
+inline int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+inline int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+// Directory of the committed fixtures (tests/fixtures), overridable with PT_FIXTURES.
+inline std::string fixtures_dir() {
+  const char* e = std::getenv("PT_FIXTURES");
+  return e ? e : "tests/fixtures";
+}
+
+// max |a - b| / (atol + rtol |b|) <= 1 elementwise; returns the worst ratio.
+inline double worst_ratio(const std::vector<float>& a, const std::vector<float>& b, double atol, double rtol) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    worst = std::max(worst, std::fabs(double(a[i]) - double(b[i])) / (atol + rtol * std::fabs(double(b[i]))));
+  return a.size() == b.size() ? worst : INFINITY;
+}
+
+}  // namespace pt::test

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Dependency check and install: one ✓/✗ line per dependency with the Debian package that
+# provides it. `deps.sh check` exits 1 when something is missing; `deps.sh install` installs
+# what is missing (as root, apt-get --no-install-recommends); `deps.sh install-dev` adds the
+# fixture/peer-benchmark packages.
+set -u
+mode=${1:-check}
+ok='\033[32m✓\033[0m'; bad='\033[31m✗\033[0m'
+[ -t 1 ] || { ok='✓'; bad='✗'; }
+
+# name | package | test (a command that succeeds when present)
+runtime=(
+  "MPI compiler wrapper (mpicxx)|libopenmpi-dev|command -v mpicxx"
+  "mpirun|openmpi-bin|command -v mpirun"
+  "parallel HDF5|libhdf5-openmpi-dev|pkg-config --exists hdf5-openmpi"
+  "h5dump|hdf5-tools|command -v h5dump"
+  "Kokkos core 3.4|libtrilinos-kokkos-dev|test -f /usr/include/trilinos/Kokkos_Core.hpp"
+  "KokkosKernels (BLAS)|libtrilinos-kokkos-kernels-dev|test -f /usr/include/trilinos/KokkosBlas3_gemm.hpp"
+  "OpenBLAS|libopenblas-dev|test -f /usr/lib/x86_64-linux-gnu/libopenblas.so -o -f /usr/lib/$(uname -m)-linux-gnu/libopenblas.so"
+  "toml++|libtomlplusplus-dev|test -f /usr/include/toml++/toml.h"
+  "nlohmann JSON|nlohmann-json3-dev|test -f /usr/include/nlohmann/json.hpp"
+  "zlib|zlib1g-dev|test -f /usr/include/zlib.h"
+  "GoogleTest|libgtest-dev|test -f /usr/include/gtest/gtest.h"
+  "Fashion-MNIST|dataset-fashion-mnist|test -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
+)
+dev=(
+  "PyTorch (fixtures, peer benchmark)|python3-torch|/usr/bin/python3 -c 'import torch'"
+  "h5py (fixtures)|python3-h5py|/usr/bin/python3 -c 'import h5py'"
+  "matplotlib (plots)|python3-matplotlib|/usr/bin/python3 -c 'import matplotlib'"
+)
+
+check() {  # prints the lines; echoes missing packages on fd 3
+  local missing=()
+  for entry in "$@"; do
+    IFS='|' read -r name pkg test <<<"$entry"
+    if eval "$test" >/dev/null 2>&1; then
+      printf "  $ok %-32s (%s)\n" "$name" "$pkg"
+    else
+      printf "  $bad %-32s missing: apt-get install %s\n" "$name" "$pkg"
+      missing+=("$pkg")
+    fi
+  done
+  echo "${missing[*]:-}" >&3
+}
+
+install() {
+  local missing
+  missing=$(check "$@" 3>&1 >/dev/null)
+  if [ -z "$missing" ]; then return 0; fi
+  echo "installing: $missing"
+  if [ "$(id -u)" != 0 ]; then
+    echo "error: not root; run as root: apt-get install -y --no-install-recommends $missing" >&2
+    return 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null || { echo "error: apt-get update failed" >&2; return 1; }
+  # shellcheck disable=SC2086
+  apt-get install -y -q --no-install-recommends $missing >/tmp/pipetrain-apt.log 2>&1 ||
+    { tail -20 /tmp/pipetrain-apt.log >&2; echo "error: apt-get install failed (log: /tmp/pipetrain-apt.log)" >&2; return 1; }
+}
+
+case "$mode" in
+  check)
+    echo "pipetrain dependencies:"
+    tmp=$(mktemp); check "${runtime[@]}" 3>"$tmp"; missing=$(cat "$tmp"); rm -f "$tmp"
+    if [ -n "$missing" ]; then
+      echo "error: missing dependencies; run 'make deps' (as root) or: apt-get install -y --no-install-recommends $missing" >&2
+      exit 1
+    fi ;;
+  quiet) missing=$(check "${runtime[@]}" 3>&1 >/dev/null); [ -z "$missing" ] ;;
+  install) install "${runtime[@]}" && check "${runtime[@]}" 3>/dev/null ;;
+  install-dev) install "${runtime[@]}" "${dev[@]}" && check "${runtime[@]}" "${dev[@]}" 3>/dev/null ;;
+  *) echo "usage: deps.sh check|quiet|install|install-dev" >&2; exit 2 ;;
+esac
