@@ -25,6 +25,11 @@ const char* kUsage =
     "                       validate the deck and print the layer table\n"
     "  schedule DECK --ranks N [--steps S] [--set key=value]... [--trace FILE]\n"
     "                       print the schedule IR as a rank x time grid, after validating it\n"
+    "  profile DECK [--out profile.json] [--reps N] [--microbatch N]\n"
+    "                       measure every layer (and, under mpirun, the network)\n"
+    "  compare RUN_A RUN_B [--rtol R] [--quiet]\n"
+    "                       per-tensor difference of two runs' weights.h5 (exit 10 if beyond R;\n"
+    "                       R = 0 demands bitwise identity)\n"
     "  keys [--markdown]    list every deck key (docs/DECK.md is generated from it)\n"
     "\n"
     "exit codes: 0 ok, 1 internal error, 2 bad input, 3 I/O error, 4 non-finite numbers,\n"
@@ -107,6 +112,44 @@ int dispatch(Cli& cli) {
     if (s.steps <= 0) usage_error("schedule: --steps must be >= 1");
     return pt::cmd_schedule(s);
   }
+  if (cmd == "profile") {
+    pt::ProfileArgs p;
+    while (cli.more()) {
+      std::string a = cli.args[cli.i++];
+      if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
+      if (deck_flags(p, a)) continue;
+      if (a == "--out") p.out = cli.next(a);
+      else if (a == "--reps") p.reps = static_cast<int>(cli.number(a));
+      else if (a == "--microbatch") p.microbatch = cli.number(a);
+      else usage_error("profile: unknown option '" + a + "'");
+    }
+    need_deck(p);
+    if (p.reps < 1) usage_error("profile: --reps must be >= 1");
+    return pt::cmd_profile(p);
+  }
+  if (cmd == "compare") {
+    pt::CompareArgs c;
+    while (cli.more()) {
+      std::string a = cli.args[cli.i++];
+      if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
+      if (a == "--rtol") {
+        std::string v = cli.next(a);
+        char* end = nullptr;
+        c.rtol = std::strtod(v.c_str(), &end);
+        if (v.empty() || *end || c.rtol < 0) usage_error("compare: --rtol expects a number >= 0, got '" + v + "'");
+      } else if (a == "--quiet") {
+        c.quiet = true;
+      } else if (c.a.empty()) {
+        c.a = a;
+      } else if (c.b.empty()) {
+        c.b = a;
+      } else {
+        usage_error("compare: unexpected argument '" + a + "'");
+      }
+    }
+    if (c.b.empty()) usage_error("compare: needs two run directories or weights.h5 files");
+    return pt::cmd_compare(c);
+  }
   if (cmd == "keys") {
     bool md = false;
     while (cli.more()) {
@@ -116,7 +159,7 @@ int dispatch(Cli& cli) {
     }
     return pt::cmd_keys(md);
   }
-  usage_error("unknown command '" + cmd + "'; known: train, check, schedule, keys");
+  usage_error("unknown command '" + cmd + "'; known: train, check, schedule, profile, compare, keys");
 }
 
 }  // namespace

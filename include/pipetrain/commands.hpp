@@ -27,7 +27,21 @@ struct ScheduleArgs : DeckArgs {
   std::string trace;  // write the unit-cost replay as a Chrome trace
 };
 
+struct ProfileArgs : DeckArgs {
+  std::string out;        // profile.json
+  int reps = 10;          // timed repetitions (after 2 warm-up)
+  long long microbatch = 0;  // 0 = the deck's microbatch size
+};
+
+struct CompareArgs {
+  std::string a, b;
+  double rtol = 0;  // 0: demand bitwise identity
+  bool quiet = false;
+};
+
 int cmd_train(const TrainArgs& a);
+int cmd_compare(const CompareArgs& a);
+int cmd_profile(const ProfileArgs& a);
 int cmd_check(const CheckArgs& a);
 int cmd_schedule(const ScheduleArgs& a);
 int cmd_keys(bool markdown);

@@ -3,9 +3,11 @@
 // buffers), sends never block compute, MPI is polled between layers, the replica gradient
 // allreduce is nonblocking and overlaps the remaining work, and every action is timed.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "pipetrain/error.hpp"
+#include "pipetrain/fault.hpp"
 #include "pipetrain/runtime.hpp"
 
 namespace pt {
@@ -239,6 +241,10 @@ void Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
           version_log_.push_back({a.mb, fwd_version_of_[a.mb], weights_.base() + a.version});
         weights_.done_reading(a.version);
         group_loss_ += slot_state_[static_cast<size_t>(s)].loss;
+        if (fault_matches("nan", ctx_.rank(), ctx_.stage(), weights_.latest_id() + stride)) {
+          const float nan = NAN;
+          be_.from_host(grads_.data(), &nan, 1);  // test-only: poison this update's gradient
+        }
         check_finite_grads(a.mb, "after its backward");
         if (g >= 0) {
           grad_of_mb_.erase(a.mb);
@@ -294,6 +300,7 @@ void Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
         group_loss_ = 0;
         group_nonfinite_ = false;
         on_update(rep);
+        fault_at_step(ctx_.rank(), ctx_.stage(), rep.minibatches);
         break;
       }
     }
@@ -331,9 +338,10 @@ Executor::EvalResult Executor::evaluate(const Schedule& ir) {
   std::vector<size_t> recvs;
   for (size_t i = 0; i < acts.size(); ++i)
     if (acts[i].op == Op::recv_act) recvs.push_back(i);
-  size_t next_post = 0, next_wait = 0;
+  // a buffer is re-posted only after the forward that read it has finished
+  size_t next_post = 0, next_wait = 0, consumed = 0;
   auto post = [&]() {
-    while (next_post < recvs.size() && next_post < next_wait + 2) {
+    while (next_post < recvs.size() && next_post < consumed + 2) {
       const Action& a = acts[recvs[next_post]];
       const int b = static_cast<int>(next_post % 2);
       MPI_Irecv(in_buf[b].data(), static_cast<int>(count_of(a.mb) * in_numel), MPI_FLOAT, a.peer, tag(kTagEval, a.mb),
@@ -365,6 +373,7 @@ Executor::EvalResult Executor::evaluate(const Schedule& ir) {
       }
       LayerCtx lc{be_, cfg_.seed, 0, false, nullptr, 1.0f};
       output = stage_.infer(input, params, lc, n, poll);
+      if (!ctx_.first_stage()) ++consumed;
       if (stage_.has_loss()) {
         test_.get_labels(idx_.data(), n, host_labels_.data());
         be_.labels_from_host(labels, host_labels_.data(), static_cast<size_t>(n));

@@ -139,8 +139,10 @@ Schedule make_schedule(ScheduleKind kind, const Layout& layout, int64_t steps, i
       };
       emit_updates();
       while (nb < L.size()) {
+        // a forward also waits until the weight version it reads exists (2bw, vsync)
         const bool can_forward = nf < L.size() && inflight < depth &&
-                                 (!barrier || S.group_of(s, L[nf]) == updates);
+                                 (!barrier || S.group_of(s, L[nf]) == updates) &&
+                                 read_version(L[nf], false) <= version;
         if (can_forward) {
           const int64_t m = L[nf++];
           const int32_t v = read_version(m, false);

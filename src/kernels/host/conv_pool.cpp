@@ -152,26 +152,53 @@ void HostBackend::conv2d_backward(const WindowGeom& g, int64_t n, const float* x
 void HostBackend::maxpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y, int32_t* argmax) {
   const int64_t k = g.kernel, st = g.stride, pad = g.padding;
   const int64_t in_plane = g.h_in * g.w_in, out_plane = g.h_out * g.w_out;
+  const int64_t h_in = g.h_in, w_in = g.w_in, h_out = g.h_out, w_out = g.w_out;
+  if (k == 2 && st == 2 && pad == 0) {
+    // the common 2x2/2 window: branchless selects, so random data costs no mispredictions
+    Kokkos::parallel_for("pt::maxpool2x2_forward", Range(0, n * g.c_in), [=](int64_t plane) {
+      const float* xp = x + plane * in_plane;
+      float* yp = y + plane * out_plane;
+      int32_t* ap = argmax + plane * out_plane;
+      for (int64_t oh = 0; oh < h_out; ++oh) {
+        const float* __restrict__ r0 = xp + 2 * oh * w_in;
+        const float* __restrict__ r1 = r0 + w_in;
+        float* __restrict__ yr = yp + oh * w_out;
+        int32_t* __restrict__ ar = ap + oh * w_out;
+        const int32_t base = static_cast<int32_t>(2 * oh * w_in), wi = static_cast<int32_t>(w_in);
+        for (int64_t ow = 0; ow < w_out; ++ow) {
+          const float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+          const int32_t i0 = base + static_cast<int32_t>(2 * ow);
+          const float m1 = std::max(a, b), m2 = std::max(c, d);  // ties keep the first, as PyTorch
+          const int32_t j1 = i0 + static_cast<int32_t>(b > a);
+          const int32_t j2 = i0 + wi + static_cast<int32_t>(d > c);
+          const int32_t second = static_cast<int32_t>(m2 > m1);
+          yr[ow] = std::max(m1, m2);
+          ar[ow] = j1 + second * (j2 - j1);
+        }
+      }
+    });
+    return;
+  }
   Kokkos::parallel_for("pt::maxpool_forward", Range(0, n * g.c_in), [=](int64_t plane) {
     const float* xp = x + plane * in_plane;
     float* yp = y + plane * out_plane;
     int32_t* ap = argmax + plane * out_plane;
-    for (int64_t oh = 0; oh < g.h_out; ++oh)
-      for (int64_t ow = 0; ow < g.w_out; ++ow) {
-        float best = -std::numeric_limits<float>::infinity();
-        int32_t at = -1;
-        for (int64_t ki = 0; ki < k; ++ki) {
-          const int64_t ih = oh * st - pad + ki;
-          if (ih < 0 || ih >= g.h_in) continue;
-          for (int64_t kj = 0; kj < k; ++kj) {
-            const int64_t iw = ow * st - pad + kj;
-            if (iw < 0 || iw >= g.w_in) continue;
-            const float v = xp[ih * g.w_in + iw];
-            if (v > best || at < 0) best = v, at = static_cast<int32_t>(ih * g.w_in + iw);
+    for (int64_t oh = 0; oh < h_out; ++oh)
+      for (int64_t ow = 0; ow < w_out; ++ow) {
+        // first in-bounds element starts the search (windows always overlap the input)
+        const int64_t ih0 = std::max<int64_t>(0, oh * st - pad), iw0 = std::max<int64_t>(0, ow * st - pad);
+        const int64_t ih1 = std::min<int64_t>(h_in, oh * st - pad + k), iw1 = std::min<int64_t>(w_in, ow * st - pad + k);
+        float best = xp[ih0 * w_in + iw0];
+        int32_t at = static_cast<int32_t>(ih0 * w_in + iw0);
+        for (int64_t ih = ih0; ih < ih1; ++ih)
+          for (int64_t iw = iw0; iw < iw1; ++iw) {
+            const float v = xp[ih * w_in + iw];
+            const bool gt = v > best;
+            best = gt ? v : best;
+            at = gt ? static_cast<int32_t>(ih * w_in + iw) : at;
           }
-        }
-        yp[oh * g.w_out + ow] = best;
-        ap[oh * g.w_out + ow] = at;
+        yp[oh * w_out + ow] = best;
+        ap[oh * w_out + ow] = at;
       }
   });
 }

@@ -1,0 +1,61 @@
+// Profiles: per-layer costs (forward/backward seconds at the microbatch size, output,
+// stashed and parameter bytes) and the network model (point-to-point bandwidth/latency,
+// allreduce times). Measured by `pipetrain profile`, read from JSON, or converted from the
+// published PipeDream graph.txt files.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipetrain/backend.hpp"
+#include "pipetrain/model.hpp"
+
+namespace pt {
+
+struct LayerProfile {
+  int index = 0;
+  std::string name, type;
+  double forward_s = 0, backward_s = 0;  // per microbatch of `microbatch` samples
+  double output_bytes = 0;               // activation sent downstream, per microbatch
+  double stash_bytes = 0;                // kept for backward per microbatch (outputs + saved extras)
+  double param_bytes = 0;
+  double optimizer_bytes = 0;
+};
+
+struct NetworkPoint {
+  double bytes = 0, seconds = 0;
+};
+
+struct NetworkModel {
+  bool measured = false;
+  double bandwidth = 0;  // bytes/s, point-to-point (fit of the p2p points)
+  double latency = 0;    // s per message
+  std::vector<NetworkPoint> p2p;        // one-way time per message size
+  std::vector<NetworkPoint> allreduce;  // allreduce among all ranks of the measurement, per size
+  int allreduce_ranks = 0;
+};
+
+struct Profile {
+  std::string source;  // "measured: ..." or "graph.txt: ..."
+  std::string device;
+  int64_t microbatch = 0;
+  double input_bytes = 0;   // model input per microbatch
+  double optimizer_s_per_byte = 0;  // optimizer step cost per parameter byte
+  std::vector<LayerProfile> layers;
+  NetworkModel network;
+
+  std::string to_json() const;
+  static Profile from_json(const std::string& text, const std::string& path);
+  static Profile load(const std::string& path);  // JSON or PipeDream graph.txt (by content)
+};
+
+// Per-layer costs at microbatch size `mb`: warm-up excluded, median of `reps`.
+std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_t mb, int reps, uint64_t seed,
+                                         double* optimizer_s_per_byte);
+// Ping-pong between ranks 0 and 1 and allreduce over `comm` for a range of sizes; every
+// rank of `comm` must call it. Returns the same model on every rank.
+NetworkModel measure_network(MPI_Comm comm, double timeout_s);
+
+}  // namespace pt

@@ -1,0 +1,69 @@
+// `pipetrain profile`: measure per-layer costs (rank 0) and, under mpirun, the network.
+#include <mpi.h>
+
+#include <cstdio>
+
+#include "pipetrain/commands.hpp"
+#include "pipetrain/error.hpp"
+#include "pipetrain/parallel.hpp"
+#include "pipetrain/profile.hpp"
+#include "pipetrain/report.hpp"
+#include "pipetrain/train.hpp"
+
+namespace pt {
+
+Profile measure_profile(const Deck& deck, const Model& model, int64_t mb, int reps, MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  Profile p;
+  std::unique_ptr<Backend> be = deck.run.device == "cuda" ? make_cuda_backend(0) : make_host_backend();
+  p.device = be->describe();
+  p.microbatch = mb;
+  p.input_bytes = static_cast<double>(mb * model.input_shape().numel() * 4);
+  p.source = "measured by pipetrain profile " + deck.path;
+  if (rank == 0) p.layers = measure_layers(*be, model, mb, reps, static_cast<uint64_t>(deck.run.seed), &p.optimizer_s_per_byte);
+  // share rank 0's layer costs so every rank plans from the same numbers
+  std::string text = rank == 0 ? p.to_json() : std::string();
+  long long n = static_cast<long long>(text.size());
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
+  text.resize(static_cast<size_t>(n));
+  MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
+  p = Profile::from_json(text, "profile broadcast");
+  p.network = measure_network(comm, deck.run.comm_timeout_s);
+  for (auto& l : p.layers) l.optimizer_bytes = l.param_bytes * (deck.train.optimizer == "adamw" ? 2 : (deck.train.momentum > 0 ? 1 : 0));
+  return p;
+}
+
+int cmd_profile(const ProfileArgs& a) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const Deck deck = load_deck(a.deck, a.sets);
+  TrainSetup setup = TrainSetup::from_deck(deck, 1);
+  const int64_t mb = a.microbatch > 0 ? a.microbatch : setup.mb_size;
+  Profile p = measure_profile(deck, *setup.model, mb, a.reps, MPI_COMM_WORLD);
+  if (rank == 0) {
+    std::printf("profile of %s at microbatch %lld (%s), median of %d repetitions:\n", deck.path.c_str(),
+                static_cast<long long>(mb), p.device.c_str(), a.reps);
+    std::printf("%5s  %-24s %12s %12s %14s %14s\n", "index", "layer", "forward ms", "backward ms", "output bytes", "param bytes");
+    double tf = 0, tb = 0;
+    for (auto& l : p.layers) {
+      std::printf("%5d  %-24s %12.4f %12.4f %14.0f %14.0f\n", l.index, (l.name + " (" + l.type + ")").substr(0, 24).c_str(),
+                  l.forward_s * 1e3, l.backward_s * 1e3, l.output_bytes, l.param_bytes);
+      tf += l.forward_s;
+      tb += l.backward_s;
+    }
+    std::printf("total: forward %.3f ms, backward %.3f ms per microbatch of %lld -> %.0f samples/s on one rank\n",
+                tf * 1e3, tb * 1e3, static_cast<long long>(mb), static_cast<double>(mb) / (tf + tb));
+    if (p.network.measured)
+      std::printf("network (%d ranks): p2p bandwidth %.2f GB/s, latency %.1f us\n", size, p.network.bandwidth / 1e9,
+                  p.network.latency * 1e6);
+    if (!a.out.empty()) {
+      write_file_atomic(a.out, p.to_json());
+      std::printf("wrote %s\n", a.out.c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace pt

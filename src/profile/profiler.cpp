@@ -1,0 +1,177 @@
+// Measuring a profile: every layer's forward and backward at the deck's microbatch size
+// (warm-up excluded, median of repetitions), its bytes, the optimizer cost, and under
+// mpirun the point-to-point and allreduce times that form the network model.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "pipetrain/error.hpp"
+#include "pipetrain/parallel.hpp"
+#include "pipetrain/profile.hpp"
+#include "pipetrain/stage.hpp"
+#include "pipetrain/rng.hpp"
+#include "pipetrain/optim.hpp"
+
+namespace pt {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+}  // namespace
+
+std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_t mb, int reps, uint64_t seed,
+                                         double* optimizer_s_per_byte) {
+  const int L = model.size();
+  Stage st(be, model, 0, L, mb, 1);
+  Buffer params(be, static_cast<size_t>(st.num_params()));
+  Buffer grads(be, static_cast<size_t>(st.num_params()));
+  Buffer slot_mem(be, static_cast<size_t>(st.slot_floats()));
+  int32_t* labels = be.alloc_int(static_cast<size_t>(mb));
+  Stage::Slot slot = st.carve(slot_mem.data(), labels);
+  {
+    std::vector<float> host(static_cast<size_t>(st.num_params()));
+    st.init_params(host.data(), seed);
+    be.from_host(params.data(), host.data(), host.size());
+    std::vector<float> x(static_cast<size_t>(mb * st.in_shape().numel()));
+    const uint64_t key = rng_key(seed, Stream::synthetic, 12345);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 2.0f * rng_uniform(key, i) - 1.0f;
+    be.from_host(slot.input, x.data(), x.size());
+    std::vector<int32_t> lab(static_cast<size_t>(mb));
+    for (int64_t i = 0; i < mb; ++i) lab[static_cast<size_t>(i)] = static_cast<int32_t>(i % model.classes());
+    be.labels_from_host(labels, lab.data(), lab.size());
+  }
+  const size_t scratch = static_cast<size_t>(mb * st.max_numel());
+  Buffer dy(be, scratch), dx(be, scratch);
+  be.fill(dy.data(), 1e-3f, scratch);
+  LayerCtx ctx{be, seed, 0, true, labels, 1.0f / static_cast<float>(mb)};
+  std::vector<std::vector<double>> tf(static_cast<size_t>(L)), tb(static_cast<size_t>(L));
+  const int warmup = 2;
+  for (int rep = 0; rep < warmup + reps; ++rep) {
+    for (int l = 0; l < L; ++l) {
+      be.synchronize();
+      const double t0 = now_s();
+      st.forward_layer(l, slot, params.data(), ctx, mb);
+      be.synchronize();
+      if (rep >= warmup) tf[static_cast<size_t>(l)].push_back(now_s() - t0);
+    }
+    for (int l = L - 1; l >= 0; --l) {
+      be.synchronize();
+      const double t0 = now_s();
+      st.backward_layer(l, slot, params.data(), grads.data(), dy.data(), l == 0 ? nullptr : dx.data(), ctx, mb);
+      be.synchronize();
+      if (rep >= warmup) tb[static_cast<size_t>(l)].push_back(now_s() - t0);
+    }
+  }
+  std::vector<LayerProfile> out;
+  for (int l = 0; l < L; ++l) {
+    const Layer& layer = model.layer(l);
+    LayerProfile p;
+    p.index = l;
+    p.name = layer.name();
+    p.type = layer.type();
+    p.forward_s = median(tf[static_cast<size_t>(l)]);
+    p.backward_s = median(tb[static_cast<size_t>(l)]);
+    p.output_bytes = static_cast<double>(mb * layer.out_shape().numel() * 4);
+    p.stash_bytes = static_cast<double>(mb * ((layer.is_view() ? 0 : layer.out_shape().numel()) + layer.aux_per_sample()) * 4);
+    p.param_bytes = static_cast<double>(layer.num_params() * 4);
+    out.push_back(p);
+  }
+  // optimizer: time an SGD/AdamW-like update over the whole parameter buffer
+  if (optimizer_s_per_byte) {
+    Deck::Train t;
+    t.optimizer = "sgd";
+    t.lr = 0.01;
+    t.momentum = 0.9;
+    t.lr_schedule = "constant";
+    Optimizer opt(t, be, static_cast<size_t>(st.num_params()), 100);
+    std::vector<double> ts;
+    for (int rep = 0; rep < warmup + reps; ++rep) {
+      be.synchronize();
+      const double t0 = now_s();
+      opt.step(params.data(), grads.data(), 0.0f);
+      be.synchronize();
+      if (rep >= warmup) ts.push_back(now_s() - t0);
+    }
+    *optimizer_s_per_byte = st.num_params() > 0 ? median(ts) / static_cast<double>(st.num_params() * 4) : 0.0;
+  }
+  be.release_int(labels);
+  return out;
+}
+
+NetworkModel measure_network(MPI_Comm comm, double timeout_s) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  NetworkModel net;
+  if (size < 2) return net;
+  net.measured = true;
+  net.allreduce_ranks = size;
+  const std::vector<double> sizes = {1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24};
+  std::vector<float> buf(static_cast<size_t>(sizes.back() / 4), 1.0f);
+  auto timed_wait = [&](MPI_Request* r) {
+    const double deadline = now_s() + timeout_s;
+    int done = 0;
+    while (!done) {
+      MPI_Test(r, &done, MPI_STATUS_IGNORE);
+      if (!done && now_s() > deadline) fail(Exit::timeout, "network profile: peer did not answer within run.comm_timeout_s");
+    }
+  };
+  for (double bytes : sizes) {
+    const int count = static_cast<int>(bytes / 4);
+    const int reps = bytes >= (1 << 22) ? 5 : 20;
+    std::vector<double> t;
+    for (int r = 0; r < reps + 2; ++r) {
+      MPI_Request req;
+      MPI_Ibarrier(comm, &req);
+      timed_wait(&req);
+      const double t0 = now_s();
+      if (rank == 0) {
+        MPI_Isend(buf.data(), count, MPI_FLOAT, 1, 5, comm, &req);
+        timed_wait(&req);
+        MPI_Irecv(buf.data(), count, MPI_FLOAT, 1, 6, comm, &req);
+        timed_wait(&req);
+      } else if (rank == 1) {
+        MPI_Irecv(buf.data(), count, MPI_FLOAT, 0, 5, comm, &req);
+        timed_wait(&req);
+        MPI_Isend(buf.data(), count, MPI_FLOAT, 0, 6, comm, &req);
+        timed_wait(&req);
+      }
+      if (r >= 2) t.push_back((now_s() - t0) / 2);
+    }
+    net.p2p.push_back({bytes, median(t)});
+    std::vector<double> ta;
+    for (int r = 0; r < reps + 2; ++r) {
+      MPI_Request req;
+      MPI_Ibarrier(comm, &req);
+      timed_wait(&req);
+      const double t0 = now_s();
+      MPI_Iallreduce(MPI_IN_PLACE, buf.data(), count, MPI_FLOAT, MPI_SUM, comm, &req);
+      timed_wait(&req);
+      if (r >= 2) ta.push_back(now_s() - t0);
+    }
+    net.allreduce.push_back({bytes, median(ta)});
+  }
+  // rank 0's p2p numbers are the reference: share them
+  std::vector<double> flat;
+  for (auto& p : net.p2p) flat.push_back(p.seconds);
+  for (auto& p : net.allreduce) flat.push_back(p.seconds);
+  MPI_Bcast(flat.data(), static_cast<int>(flat.size()), MPI_DOUBLE, 0, comm);
+  for (size_t i = 0; i < net.p2p.size(); ++i) net.p2p[i].seconds = flat[i];
+  for (size_t i = 0; i < net.allreduce.size(); ++i) net.allreduce[i].seconds = flat[net.p2p.size() + i];
+  // least squares t = latency + bytes / bandwidth
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  const double n = static_cast<double>(net.p2p.size());
+  for (auto& p : net.p2p) sx += p.bytes, sy += p.seconds, sxx += p.bytes * p.bytes, sxy += p.bytes * p.seconds;
+  const double slope = (n * sxy - sx * sy) / std::max(1e-30, n * sxx - sx * sx);
+  net.bandwidth = slope > 0 ? 1.0 / slope : 1e12;
+  net.latency = std::max(0.0, (sy - slope * sx) / n);
+  return net;
+}
+
+}  // namespace pt
