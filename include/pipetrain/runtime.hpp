@@ -16,6 +16,7 @@
 #include "pipetrain/parallel.hpp"
 #include "pipetrain/schedule.hpp"
 #include "pipetrain/stage.hpp"
+#include "pipetrain/transport.hpp"
 
 namespace pt {
 
@@ -132,6 +133,7 @@ class Executor {
   const Dataset& test_;
   ExecutorConfig cfg_;
   Backend& be_;
+  std::unique_ptr<Transport> tr_;
   ExecutorStats stats_;
 
   // pools sized from the IR

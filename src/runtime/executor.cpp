@@ -24,7 +24,7 @@ struct Executor::SlotState {
 Executor::Executor(ParallelContext& ctx, Stage& stage, WeightStore& weights, Optimizer& opt, const Dataset& train,
                    const Dataset& test, const ExecutorConfig& cfg)
     : ctx_(ctx), stage_(stage), weights_(weights), opt_(opt), train_(train), test_(test), cfg_(cfg),
-      be_(stage.backend()) {
+      be_(stage.backend()), tr_(make_transport(stage.backend())) {
   grads_ = Buffer(be_, static_cast<size_t>(stage.num_params() + 1));
   const int64_t mb = std::max(stage.train_mb(), stage.eval_mb());
   host_x_.resize(static_cast<size_t>(mb * stage.in_shape().numel()));
@@ -88,7 +88,7 @@ void Executor::post_receives() {
       st.mb = a.mb;
       slot_of_mb_[a.mb] = s;
       const int count = static_cast<int>(mb_size_ * stage_.in_shape().numel());
-      MPI_Irecv(slots_[static_cast<size_t>(s)].input, count, MPI_FLOAT, a.peer, tag(kTagAct, a.mb), ctx_.p2p(), &st.recv);
+      tr_->irecv(slots_[static_cast<size_t>(s)].input, static_cast<size_t>(count), a.peer, tag(kTagAct, a.mb), ctx_.p2p(), &st.recv);
     } else {
       if (free_grad_in_.empty()) return;
       const int g = free_grad_in_.front();
@@ -96,8 +96,8 @@ void Executor::post_receives() {
       grad_of_mb_[a.mb] = g;
       grad_in_mb_[static_cast<size_t>(g)] = a.mb;
       const int count = static_cast<int>(mb_size_ * stage_.out_shape().numel());
-      MPI_Irecv(grad_in_[static_cast<size_t>(g)].data(), count, MPI_FLOAT, a.peer, tag(kTagGrad, a.mb), ctx_.p2p(),
-                &grad_in_req_[static_cast<size_t>(g)]);
+      tr_->irecv(grad_in_[static_cast<size_t>(g)].data(), static_cast<size_t>(count), a.peer, tag(kTagGrad, a.mb), ctx_.p2p(),
+                 &grad_in_req_[static_cast<size_t>(g)]);
     }
     ++next_recv_;
   }
@@ -171,6 +171,7 @@ void Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
       case Op::recv_act: {
         SlotState& st = slot_state_[static_cast<size_t>(slot_of_mb_.at(a.mb))];
         ctx_.wait(&st.recv, [&] { return waiting_for(a); });
+        tr_->finish_recv(slots_[static_cast<size_t>(slot_of_mb_.at(a.mb))].input);
         bytes = mb_size_ * in_numel * 4;
         break;
       }
@@ -206,14 +207,15 @@ void Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
       case Op::send_act: {
         const int s = slot_of_mb_.at(a.mb);
         bytes = mb_size_ * out_numel * 4;
-        MPI_Isend(stage_.output(slots_[static_cast<size_t>(s)]), static_cast<int>(mb_size_ * out_numel), MPI_FLOAT, a.peer,
-                  tag(kTagAct, a.mb), ctx_.p2p(), &slot_state_[static_cast<size_t>(s)].send);
+        tr_->isend(stage_.output(slots_[static_cast<size_t>(s)]), static_cast<size_t>(mb_size_ * out_numel), a.peer,
+                   tag(kTagAct, a.mb), ctx_.p2p(), &slot_state_[static_cast<size_t>(s)].send);
         stats_.bytes_p2p += bytes;
         break;
       }
       case Op::recv_grad: {
         const int g = grad_of_mb_.at(a.mb);
         ctx_.wait(&grad_in_req_[static_cast<size_t>(g)], [&] { return waiting_for(a); });
+        tr_->finish_recv(grad_in_[static_cast<size_t>(g)].data());
         bytes = mb_size_ * out_numel * 4;
         break;
       }
@@ -262,8 +264,8 @@ void Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
       case Op::send_grad: {
         PT_CHECK(pending_grad_out >= 0, "SEND_GRAD without a backward");
         bytes = mb_size_ * in_numel * 4;
-        MPI_Isend(grad_out_[static_cast<size_t>(pending_grad_out)].data(), static_cast<int>(mb_size_ * in_numel), MPI_FLOAT,
-                  a.peer, tag(kTagGrad, a.mb), ctx_.p2p(), &grad_out_req_[static_cast<size_t>(pending_grad_out)]);
+        tr_->isend(grad_out_[static_cast<size_t>(pending_grad_out)].data(), static_cast<size_t>(mb_size_ * in_numel), a.peer,
+                   tag(kTagGrad, a.mb), ctx_.p2p(), &grad_out_req_[static_cast<size_t>(pending_grad_out)]);
         pending_grad_out = -1;
         stats_.bytes_p2p += bytes;
         break;
@@ -272,8 +274,7 @@ void Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
         float loss = static_cast<float>(group_loss_);
         be_.from_host(grads_.data() + nparams, &loss, 1);
         bytes = static_cast<int64_t>((nparams + 1) * 4);
-        MPI_Iallreduce(MPI_IN_PLACE, grads_.data(), static_cast<int>(nparams + 1), MPI_FLOAT, MPI_SUM, ctx_.stage_comm(),
-                       &allreduce_req_);
+        tr_->iallreduce(grads_.data(), nparams + 1, ctx_.stage_comm(), &allreduce_req_);
         stats_.bytes_allreduce += bytes;
         break;
       }
@@ -281,6 +282,7 @@ void Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
         double loss_sum = group_loss_;
         if (ctx_.stage_replicas() > 1) {
           ctx_.wait(&allreduce_req_, [&] { return "ALLREDUCE of update " + std::to_string(a.mb) + " among the replicas of stage " + std::to_string(ctx_.stage()); });
+          tr_->finish_allreduce(grads_.data());
           float l = 0;
           be_.to_host(&l, grads_.data() + nparams, 1);
           loss_sum = l;
@@ -344,8 +346,8 @@ Executor::EvalResult Executor::evaluate(const Schedule& ir) {
     while (next_post < recvs.size() && next_post < consumed + 2) {
       const Action& a = acts[recvs[next_post]];
       const int b = static_cast<int>(next_post % 2);
-      MPI_Irecv(in_buf[b].data(), static_cast<int>(count_of(a.mb) * in_numel), MPI_FLOAT, a.peer, tag(kTagEval, a.mb),
-                ctx_.p2p(), &in_req[b]);
+      tr_->irecv(in_buf[b].data(), static_cast<size_t>(count_of(a.mb) * in_numel), a.peer, tag(kTagEval, a.mb), ctx_.p2p(),
+                 &in_req[b]);
       ++next_post;
     }
   };
@@ -362,6 +364,7 @@ Executor::EvalResult Executor::evaluate(const Schedule& ir) {
     if (a.op == Op::recv_act) {
       const int b = static_cast<int>(next_wait % 2);
       ctx_.wait(&in_req[b], [&] { return "evaluation " + waiting_for(a); });
+      tr_->finish_recv(in_buf[b].data());
       input = in_buf[b].data();
       ++next_wait;
     } else if (a.op == Op::forward) {
@@ -389,7 +392,7 @@ Executor::EvalResult Executor::evaluate(const Schedule& ir) {
       send_next ^= 1;
       ctx_.wait(&out_req[b], [&] { return std::string("evaluation send buffer reuse"); });
       be_.copy(out_buf[b].data(), output, static_cast<size_t>(n * out_numel));
-      MPI_Isend(out_buf[b].data(), static_cast<int>(n * out_numel), MPI_FLOAT, a.peer, tag(kTagEval, a.mb), ctx_.p2p(), &out_req[b]);
+      tr_->isend(out_buf[b].data(), static_cast<size_t>(n * out_numel), a.peer, tag(kTagEval, a.mb), ctx_.p2p(), &out_req[b]);
     }
   }
   for (auto& r : out_req) ctx_.wait(&r, [&] { return std::string("evaluation send completion"); });
