@@ -111,3 +111,6 @@ clean:
 	rm -rf $(BUILD)
 
 -include $(OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/obj/src/main.d
+
+# Feature fragments (one file per area, e.g. mk/slurm.mk) add their own targets.
+-include mk/*.mk
