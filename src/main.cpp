@@ -27,6 +27,9 @@ const char* kUsage =
     "                       print the schedule IR as a rank x time grid, after validating it\n"
     "  profile DECK [--out profile.json] [--reps N] [--microbatch N]\n"
     "                       measure every layer (and, under mpirun, the network)\n"
+    "  emulate DECK --ranks N [--set key=value]...\n"
+    "                       one-process reference: apply the schedule's update rule literally\n"
+    "                       for the layout of N ranks; writes weights.h5 like a run\n"
     "  compare RUN_A RUN_B [--rtol R] [--quiet]\n"
     "                       per-tensor difference of two runs' weights.h5 (exit 10 if beyond R;\n"
     "                       R = 0 demands bitwise identity)\n"
@@ -127,6 +130,19 @@ int dispatch(Cli& cli) {
     if (p.reps < 1) usage_error("profile: --reps must be >= 1");
     return pt::cmd_profile(p);
   }
+  if (cmd == "emulate") {
+    pt::EmulateArgs e;
+    while (cli.more()) {
+      std::string a = cli.args[cli.i++];
+      if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
+      if (deck_flags(e, a)) continue;
+      if (a == "--ranks") e.ranks = static_cast<int>(cli.number(a));
+      else usage_error("emulate: unknown option '" + a + "'");
+    }
+    need_deck(e);
+    if (e.ranks < 1) usage_error("emulate: --ranks must be >= 1");
+    return pt::cmd_emulate(e);
+  }
   if (cmd == "compare") {
     pt::CompareArgs c;
     while (cli.more()) {
@@ -159,7 +175,7 @@ int dispatch(Cli& cli) {
     }
     return pt::cmd_keys(md);
   }
-  usage_error("unknown command '" + cmd + "'; known: train, check, schedule, profile, compare, keys");
+  usage_error("unknown command '" + cmd + "'; known: train, check, schedule, profile, emulate, compare, keys");
 }
 
 }  // namespace

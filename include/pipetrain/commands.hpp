@@ -39,7 +39,12 @@ struct CompareArgs {
   bool quiet = false;
 };
 
+struct EmulateArgs : DeckArgs {
+  int ranks = 1;  // the layout to emulate (as if run on this many ranks)
+};
+
 int cmd_train(const TrainArgs& a);
+int cmd_emulate(const EmulateArgs& a);
 int cmd_compare(const CompareArgs& a);
 int cmd_profile(const ProfileArgs& a);
 int cmd_check(const CheckArgs& a);

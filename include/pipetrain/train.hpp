@@ -16,6 +16,16 @@ struct TrainSetup {
   int microbatches = 1;  // units per minibatch (1 for the pipedream family)
   int64_t mb_size = 0;   // samples per unit
   static TrainSetup from_deck(const Deck& deck, int world_size);
+
+  bool per_minibatch_units() const {
+    return kind == ScheduleKind::pipedream || kind == ScheduleKind::pipedream_vsync ||
+           kind == ScheduleKind::pipedream_nostash;
+  }
+  // Minibatches per epoch for N training samples: whole minibatches only, and for the
+  // pipedream schedules a multiple of every replica count (each update group complete).
+  int64_t steps_per_epoch(const Deck& deck, int64_t N) const;
+  // Steps of the whole run: epochs x steps_per_epoch, capped by train.max_steps.
+  int64_t total_steps(const Deck& deck, int64_t N) const;
 };
 
 }  // namespace pt

@@ -72,6 +72,31 @@ std::vector<std::vector<double>> gatherv(const ParallelContext& ctx, const std::
   return out;
 }
 
+// The formulas summary.json sets beside the measured values: weight versions a stage holds
+// (pipedream, vsync: its in-flight depth, K - s on a straight pipeline; 2bw: 2; otherwise 1)
+// and microbatches in flight (gpipe: M; model-parallel: 1; otherwise the 1F1B depth,
+// bounded by the units of one update group for flush schedules).
+int versions_formula(const TrainSetup& t, int stage) {
+  switch (t.kind) {
+    case ScheduleKind::pipedream:
+    case ScheduleKind::pipedream_vsync: return t.layout.in_flight_depth(stage);
+    case ScheduleKind::two_bw: return 2;
+    default: return 1;
+  }
+}
+
+int in_flight_formula(const TrainSetup& t, int stage) {
+  const int r = t.layout.replicas[static_cast<size_t>(stage)];
+  const int per_replica = (t.microbatches + r - 1) / r;
+  switch (t.kind) {
+    case ScheduleKind::gpipe: return per_replica;
+    case ScheduleKind::model_parallel: return 1;
+    case ScheduleKind::one_f_one_b:
+    case ScheduleKind::bsp: return std::min(per_replica, t.layout.in_flight_depth(stage));
+    default: return t.layout.in_flight_depth(stage);
+  }
+}
+
 }  // namespace
 
 TrainSetup TrainSetup::from_deck(const Deck& deck, int world_size) {
@@ -80,9 +105,7 @@ TrainSetup TrainSetup::from_deck(const Deck& deck, int world_size) {
   t.model = std::make_unique<Model>(deck, info.shape, info.classes);
   t.layout = Layout::from_deck(deck, t.model->size(), world_size);
   t.kind = schedule_kind(deck.parallel.schedule);
-  const bool per_minibatch = t.kind == ScheduleKind::pipedream || t.kind == ScheduleKind::pipedream_vsync ||
-                             t.kind == ScheduleKind::pipedream_nostash;
-  t.microbatches = per_minibatch ? 1 : static_cast<int>(deck.parallel.microbatches);
+  t.microbatches = t.per_minibatch_units() ? 1 : static_cast<int>(deck.parallel.microbatches);
   if (t.kind == ScheduleKind::two_bw && t.microbatches < t.layout.stages())
     fail(Exit::bad_input,
          deck.where("parallel.microbatches") + ": key 'parallel.microbatches': 2bw needs at least one microbatch per stage (M >= K), got M = " +
@@ -90,6 +113,25 @@ TrainSetup TrainSetup::from_deck(const Deck& deck, int world_size) {
          true);
   t.mb_size = deck.train.batch_size / t.microbatches;
   return t;
+}
+
+int64_t TrainSetup::steps_per_epoch(const Deck& deck, int64_t N) const {
+  const int64_t B = deck.train.batch_size;
+  int64_t spe = N / B;
+  int64_t lcm = 1;
+  if (per_minibatch_units())
+    for (int r : layout.replicas) lcm = std::lcm(lcm, static_cast<int64_t>(r));
+  spe -= spe % lcm;
+  if (spe <= 0)
+    fail(Exit::bad_input, deck.where("train.batch_size") + ": key 'train.batch_size': " + std::to_string(B) +
+                              " leaves no full minibatch" + (lcm > 1 ? " group (replicas " + layout.replication() + ")" : std::string()) +
+                              " in the " + std::to_string(N) + " training samples", true);
+  return spe;
+}
+
+int64_t TrainSetup::total_steps(const Deck& deck, int64_t N) const {
+  int64_t t = deck.train.epochs * steps_per_epoch(deck, N);
+  return deck.train.max_steps > 0 ? std::min(t, deck.train.max_steps) : t;
 }
 
 int cmd_train(const TrainArgs& args) {
@@ -110,16 +152,8 @@ int cmd_train(const TrainArgs& args) {
     fail(e.code(), "rank " + std::to_string(world_rank) + ": " + e.what());
   }
   const int64_t N = data.train->size();
-  int64_t spe = N / B;
-  int64_t lcm = 1;
-  if (is_async(setup.kind) && setup.microbatches == 1)
-    for (int r : layout.replicas) lcm = std::lcm(lcm, static_cast<int64_t>(r));
-  spe -= spe % lcm;
-  if (spe <= 0)
-    fail(Exit::bad_input, deck.where("train.batch_size") + ": key 'train.batch_size': " + std::to_string(B) +
-                              " leaves no full minibatch in the " + std::to_string(N) + " training samples", true);
-  int64_t total_steps = deck.train.epochs * spe;
-  if (deck.train.max_steps > 0) total_steps = std::min(total_steps, deck.train.max_steps);
+  const int64_t spe = setup.steps_per_epoch(deck, N);
+  const int64_t total_steps = setup.total_steps(deck, N);
 
   ParallelContext ctx(MPI_COMM_WORLD, layout, deck.run.comm_timeout_s);
   const std::string run_dir = deck.run.output_dir + "/" + deck.run.name;
@@ -140,8 +174,7 @@ int cmd_train(const TrainArgs& args) {
     be->from_host(weights.latest(), host.data(), nparams);
   }
   // stride: minibatches applied per update of this stage (replicas of a pipedream stage)
-  Schedule probe = make_schedule(setup.kind, layout, std::max<int64_t>(lcm, 1), setup.microbatches);
-  const int64_t stride = probe.version_stride(s);
+  const int64_t stride = setup.per_minibatch_units() ? layout.replicas[static_cast<size_t>(s)] : 1;
   Optimizer opt(deck.train, *be, nparams, std::max<int64_t>(1, total_steps / stride));
   ExecutorConfig cfg;
   cfg.seed = static_cast<uint64_t>(deck.run.seed);
@@ -318,9 +351,10 @@ int cmd_train(const TrainArgs& args) {
                        {"activation_bytes", static_cast<int64_t>(v[6])}, {"buffer_bytes", static_cast<int64_t>(v[7])},
                        {"weight_bytes", static_cast<int64_t>(v[8])}, {"optimizer_bytes", static_cast<int64_t>(v[9])},
                        {"weight_versions", static_cast<int>(v[10])}, {"max_in_flight", static_cast<int>(v[11])},
+                       {"weight_versions_formula", versions_formula(setup, static_cast<int>(v[0]))},
+                       {"in_flight_formula", in_flight_formula(setup, static_cast<int>(v[0]))},
                        {"skipped_updates", static_cast<int64_t>(v[12])},
-                       {"stashed_activation_bytes", static_cast<int64_t>(v[6])},
-                       {"activation_bytes_per_sample", static_cast<int64_t>(v[13])}});
+                       {"activation_bytes_per_microbatch", static_cast<int64_t>(v[13]) * setup.mb_size}});
     }
     const double samples = static_cast<double>(total_steps * B);
     std::vector<int> split(layout.first.begin() + 1, layout.first.end() - 1);

@@ -37,4 +37,15 @@ cnn=(--set train.max_steps=20 --set train.log_every=10 --set run.output_dir="$ou
 train "$out" cnn_ref 1 input/fashion_cnn.toml "${cnn[@]}"
 train "$out" cnn_2x1 2 input/fashion_cnn.toml "${cnn[@]}" --set 'parallel.split=[4]'
 compare "$out/cnn_ref" "$out/cnn_2x1" 1e-5
+# activation memory: 1f1b keeps at most K microbatches in flight on stage 0, gpipe all M
+for sched in gpipe 1f1b; do
+  train "$out" "mem_$sched" 2 $mlp "${common[@]}" --set 'parallel.split=[3]' --set parallel.microbatches=16 \
+    --set "parallel.schedule=$sched"
+done
+inflight() { grep -o '"max_in_flight": [0-9]*' "$1/summary.json" | head -1 | awk '{print $2}'; }
+actb() { grep -o '"activation_bytes": [0-9]*' "$1/summary.json" | head -1 | awk '{print $2}'; }
+expect "gpipe M=16 holds 16 microbatches on stage 0 (got $(inflight "$out/mem_gpipe"), $(actb "$out/mem_gpipe") bytes)" \
+  test "$(inflight "$out/mem_gpipe")" = 16
+expect "1f1b M=16 K=2 holds 2 on stage 0 (got $(inflight "$out/mem_1f1b"), $(actb "$out/mem_1f1b") bytes)" \
+  test "$(inflight "$out/mem_1f1b")" = 2
 finish
