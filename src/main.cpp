@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/checkpoint.hpp"
 #include "pipetrain/commands.hpp"
 #include "pipetrain/error.hpp"
 
@@ -30,9 +31,18 @@ const char* kUsage =
     "  emulate DECK --ranks N [--set key=value]...\n"
     "                       one-process reference: apply the schedule's update rule literally\n"
     "                       for the layout of N ranks; writes weights.h5 like a run\n"
+    "  plan [DECK] --ranks N [--profile FILE] [--out plan.json] [--bandwidth B[:RANKS]]... [--latency S]\n"
+    "       [--memory BYTES] [--batch B] [--profile-batch P] [--schedules a,b] [--microbatches 1,2,4]\n"
+    "       [--replicas auto|all|pow2] [--bsp-batch B]\n"
+    "                       choose stages, replication, schedule and microbatches (docs/PLANNER.md);\n"
+    "                       --profile accepts profile.json or a PipeDream graph.txt\n"
+    "  simulate [DECK] --ranks N [--profile FILE] [--plan FILE] [--compare RUN_DIR] [--trace FILE]\n"
+    "                       replay the schedule with profiled costs: time per minibatch, bubble, memory\n"
     "  compare RUN_A RUN_B [--rtol R] [--quiet]\n"
     "                       per-tensor difference of two runs' weights.h5 (exit 10 if beyond R;\n"
     "                       R = 0 demands bitwise identity)\n"
+    "  inspect RUN_DIR|CHECKPOINT_DIR|STEP_DIR\n"
+    "                       list committed checkpoints, what each holds, and verify every checksum\n"
     "  keys [--markdown]    list every deck key (docs/DECK.md is generated from it)\n"
     "\n"
     "exit codes: 0 ok, 1 internal error, 2 bad input, 3 I/O error, 4 non-finite numbers,\n"
@@ -143,6 +153,74 @@ int dispatch(Cli& cli) {
     if (e.ranks < 1) usage_error("emulate: --ranks must be >= 1");
     return pt::cmd_emulate(e);
   }
+  // plan / simulate: shared options of the planner (PlannerArgs)
+  auto number_f = [&](const std::string& flag) {
+    std::string v = cli.next(flag);
+    char* end = nullptr;
+    double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end) usage_error(flag + " expects a number, got '" + v + "'");
+    return x;
+  };
+  auto planner_flags = [&](pt::PlannerArgs& p, const std::string& a) {
+    if (deck_flags(p, a)) return true;
+    if (a == "--ranks") p.ranks = static_cast<int>(cli.number(a));
+    else if (a == "--profile") p.profile = cli.next(a);
+    else if (a == "--bandwidth") p.bandwidths.push_back(cli.next(a));
+    else if (a == "--latency") p.latency = number_f(a);
+    else if (a == "--memory") p.memory = number_f(a);
+    else if (a == "--batch") p.batch = cli.number(a);
+    else if (a == "--profile-batch") p.profile_batch = cli.number(a);
+    else return false;
+    return true;
+  };
+  auto list = [&](const std::string& flag) {
+    std::vector<std::string> out;
+    std::string v = cli.next(flag), cur;
+    for (char ch : v + ",") {
+      if (ch == ',') { if (!cur.empty()) out.push_back(cur); cur.clear(); }
+      else cur += ch;
+    }
+    return out;
+  };
+  if (cmd == "plan") {
+    pt::PlanArgs p;
+    while (cli.more()) {
+      std::string a = cli.args[cli.i++];
+      if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
+      if (planner_flags(p, a)) continue;
+      if (a == "--out") p.out = cli.next(a);
+      else if (a == "--schedules") p.schedules = list(a);
+      else if (a == "--microbatches") {
+        for (auto& m : list(a)) {
+          char* end = nullptr;
+          long v = std::strtol(m.c_str(), &end, 10);
+          if (*end || v < 1) usage_error("--microbatches expects positive integers, got '" + m + "'");
+          p.microbatches.push_back(static_cast<int>(v));
+        }
+      }
+      else if (a == "--replicas") p.replicas = cli.next(a);
+      else if (a == "--bsp-batch") p.bsp_batch = cli.number(a);
+      else if (a == "--synthetic-chain") p.synthetic_chain = static_cast<int>(cli.number(a));  // benchmarks
+      else usage_error("plan: unknown option '" + a + "'");
+    }
+    if (p.ranks <= 0) usage_error("plan: --ranks N (N >= 1) is required");
+    if (p.deck.empty() && p.profile.empty() && p.synthetic_chain <= 0) usage_error("plan: give a deck or --profile FILE");
+    return pt::cmd_plan(p);
+  }
+  if (cmd == "simulate") {
+    pt::SimulateArgs s;
+    while (cli.more()) {
+      std::string a = cli.args[cli.i++];
+      if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
+      if (planner_flags(s, a)) continue;
+      if (a == "--plan") s.plan = cli.next(a);
+      else if (a == "--compare") s.compare = cli.next(a);
+      else if (a == "--trace") s.trace = cli.next(a);
+      else usage_error("simulate: unknown option '" + a + "'");
+    }
+    if (s.deck.empty() && s.profile.empty()) usage_error("simulate: give a deck or --profile FILE");
+    return pt::cmd_simulate(s);
+  }
   if (cmd == "compare") {
     pt::CompareArgs c;
     while (cli.more()) {
@@ -166,6 +244,17 @@ int dispatch(Cli& cli) {
     if (c.b.empty()) usage_error("compare: needs two run directories or weights.h5 files");
     return pt::cmd_compare(c);
   }
+  if (cmd == "inspect") {
+    std::string path;
+    while (cli.more()) {
+      std::string a = cli.args[cli.i++];
+      if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
+      if (path.empty() && !a.empty() && a[0] != '-') path = a;
+      else usage_error("inspect: unexpected argument '" + a + "'");
+    }
+    if (path.empty()) usage_error("inspect: give a run directory, checkpoint directory or step folder");
+    return pt::cmd_inspect(path);
+  }
   if (cmd == "keys") {
     bool md = false;
     while (cli.more()) {
@@ -175,7 +264,7 @@ int dispatch(Cli& cli) {
     }
     return pt::cmd_keys(md);
   }
-  usage_error("unknown command '" + cmd + "'; known: train, check, schedule, profile, emulate, compare, keys");
+  usage_error("unknown command '" + cmd + "'; known: train, check, schedule, profile, emulate, plan, simulate, compare, keys");
 }
 
 }  // namespace

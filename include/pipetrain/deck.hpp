@@ -71,6 +71,7 @@ struct Deck {
     std::string dir;
     int64_t every_steps = 0, keep = 0;
     double every_seconds = 0;
+    bool at_end = true;
   } checkpoint;
 
   struct Cluster {

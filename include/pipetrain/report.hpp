@@ -18,7 +18,7 @@ bool file_exists(const std::string& path);
 class MetricsLog {
  public:
   MetricsLog() = default;
-  explicit MetricsLog(const std::string& path);
+  explicit MetricsLog(const std::string& path, bool append = false);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;

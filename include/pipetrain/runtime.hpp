@@ -29,12 +29,15 @@ class WeightStore {
  public:
   WeightStore(Backend& be, size_t n);
   // Prepare for an IR whose relative version 0 is the current latest version.
-  void prepare(const Schedule& ir, int rank);
+  void prepare(const Schedule& ir, int rank, size_t from = 0);
+  // Replace the held versions (resume): absolute ids, the latest, and the IR's base id.
+  void restore(const std::vector<std::pair<int64_t, std::vector<float>>>& versions, int64_t latest, int64_t base);
   const float* read(int32_t rel_version) const;
   void done_reading(int32_t rel_version);
   // The buffer the optimizer updates to produce rel_version (the latest, or a copy of it).
   float* begin_update(int32_t rel_version);
   float* latest() { return pool_[static_cast<size_t>(latest_slot_)].data(); }
+  const float* latest() const { return pool_[static_cast<size_t>(latest_slot_)].data(); }
   int64_t latest_id() const { return latest_id_; }
   int64_t base() const { return base_; }  // absolute id of relative version 0 of the current IR
   void set_latest_id(int64_t id) { latest_id_ = id; }
@@ -71,6 +74,44 @@ struct UpdateReport {
   bool skipped = false;     // non-finite gradients dropped under train.nonfinite = "skip"
 };
 
+// One worker's state at a consistent cut (see consistent_cut): what a checkpoint holds and
+// what resuming restores. Weights and payloads are host copies.
+struct WorkerState {
+  int64_t epoch = 0;        // epoch in progress
+  int64_t epoch_steps = 0;  // minibatches in that epoch's IR
+  int64_t epoch_start = 0;  // minibatches applied before it (absolute id of relative version 0)
+  int64_t position = 0;     // actions of this rank's epoch IR already run
+  int64_t latest = 0;       // absolute id of the latest weight version
+  std::vector<std::pair<int64_t, std::vector<float>>> versions;  // every live version (latest included)
+  std::vector<std::vector<float>> optimizer;                      // Optimizer::state() order
+  int64_t optimizer_updates = 0;
+  struct Unit {            // a microbatch forwarded here and not yet backwarded
+    int32_t mb = 0;
+    int64_t fwd_version = 0;  // absolute
+    double loss = 0;
+    std::vector<float> slot;  // the whole activation slot: input, outputs, saved extras
+  };
+  std::vector<Unit> units;
+  struct Message {         // a send made before the cut whose receive comes after the peer's cut
+    int64_t action = 0;    // its index in the IR
+    std::vector<float> payload;
+  };
+  std::vector<Message> crossing;
+  double elapsed_train_s = 0;
+};
+
+enum class CutAction { none, checkpoint, checkpoint_and_stop };
+
+// What the trainer decides at update boundaries. Every rank must answer at_boundary the
+// same way for the same version; save() runs the collective checkpoint commit.
+class TrainControl {
+ public:
+  virtual ~TrainControl() = default;
+  virtual void on_update(const UpdateReport& r) = 0;
+  virtual CutAction at_boundary(int64_t version) = 0;
+  virtual void save(WorkerState& state) = 0;
+};
+
 struct ExecutorConfig {
   uint64_t seed = 0;
   int64_t batch_size = 0;
@@ -95,8 +136,10 @@ class Executor {
 
   // Run this rank's actions of a training IR. Unit m holds samples perm[m*mb .. (m+1)*mb)
   // of the epoch; sample_base + position is the global sample id (dropout keys).
-  void train(const Schedule& ir, const std::vector<int64_t>& perm, int64_t sample_base,
-             const std::function<void(const UpdateReport&)>& on_update);
+  // Returns false when a checkpoint_and_stop cut ended it early. With `resume`, start
+  // from that state (same IR) instead of the beginning.
+  bool train(const Schedule& ir, const std::vector<int64_t>& perm, int64_t sample_base, TrainControl& control,
+             const WorkerState* resume = nullptr);
 
   struct EvalResult {
     double loss_sum = 0;
@@ -123,6 +166,9 @@ class Executor {
   static void poll_thunk(void* self);
   int tag(int kind, int64_t mb) const;
   void check_finite_grads(int64_t mb, const char* when);
+  WorkerState capture(const Schedule& ir, size_t position, const std::vector<size_t>& crossing);
+  void restore(const Schedule& ir, const WorkerState& st);
+  void quiesce(const Schedule& ir, const Cut& cut);  // before stopping: drain messages that crossed the cut
   std::string waiting_for(const Action& a) const;
 
   ParallelContext& ctx_;
@@ -148,6 +194,8 @@ class Executor {
   std::deque<int> free_grad_in_;
   std::vector<Buffer> grad_out_;
   std::vector<MPI_Request> grad_out_req_;
+  std::vector<int64_t> grad_out_mb_;  // microbatch whose gradient each outgoing buffer holds
+  int grad_out_next_ = 0;
   Buffer grads_;  // accumulated gradients + 1 float: the loss sum riding along the allreduce
   std::vector<float> host_x_;
   std::vector<int32_t> host_labels_;

@@ -104,6 +104,17 @@ Replay replay(const Schedule& s, const CostModel& costs);
 // a message naming worker and action (a generator bug), or returns the message.
 std::string validate(const Schedule& s);
 
+// The consistent cut at update boundary `version` (relative; a multiple of every stage's
+// version stride): per rank, the number of its actions that run before the checkpoint
+// (right after its optimizer step producing `version`), and the indices of its sends made
+// before the cut whose receives come after the receiver's cut ("crossing" messages: the
+// sender saves their payload and sends them again on resume).
+struct Cut {
+  std::vector<size_t> position;
+  std::vector<std::vector<size_t>> crossing;
+};
+Cut consistent_cut(const Schedule& s, int64_t version);
+
 // Weight-version liveness on one worker: the most versions held at once under the store's
 // policy (update in place when the latest version has no remaining readers, else copy).
 int max_versions_held(const Schedule& s, int rank);

@@ -24,8 +24,18 @@ struct TrainSetup {
   // Minibatches per epoch for N training samples: whole minibatches only, and for the
   // pipedream schedules a multiple of every replica count (each update group complete).
   int64_t steps_per_epoch(const Deck& deck, int64_t N) const;
-  // Steps of the whole run: epochs x steps_per_epoch, capped by train.max_steps.
+  // Steps of the whole run: epochs x steps_per_epoch, capped by train.max_steps (rounded
+  // down to a whole update group).
   int64_t total_steps(const Deck& deck, int64_t N) const;
+  // Minibatches one update of stage s applies (replicas of a pipedream stage), and their
+  // least common multiple: update boundaries every stage shares (checkpoints happen there).
+  int64_t version_stride(int stage) const;
+  int64_t boundary_stride() const;
+  // summary.json's formulas: weight versions held (pipedream: depth = K - s on a straight
+  // pipeline; 2bw: 2; else 1) and microbatches in flight (gpipe M, model-parallel 1, else
+  // the 1F1B depth, bounded by one update group's units for flush schedules).
+  int versions_formula(int stage) const;
+  int in_flight_formula(int stage) const;
 };
 
 }  // namespace pt

@@ -54,8 +54,8 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   if (::rename(tmp.c_str(), path.c_str()) != 0) fail(Exit::io, path + ": rename failed: " + std::strerror(errno));
 }
 
-MetricsLog::MetricsLog(const std::string& path) : path_(path) {
-  f_ = std::fopen(path.c_str(), "w");
+MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
+  f_ = std::fopen(path.c_str(), append ? "a" : "w");
   if (!f_) fail(Exit::io, path + ": cannot create: " + std::strerror(errno));
 }
 

@@ -16,6 +16,7 @@ enum TagKind { kTagAct = 0, kTagGrad = 1, kTagEval = 2 };
 
 struct Executor::SlotState {
   int64_t mb = -1;
+  bool forwarded = false;  // its FORWARD ran (a slot can also be held by a receive posted ahead)
   MPI_Request recv = MPI_REQUEST_NULL;
   MPI_Request send = MPI_REQUEST_NULL;
   double loss = 0;
@@ -63,6 +64,7 @@ void Executor::ensure_pools(const Schedule& ir) {
     if (has_prev) {
       grad_out_.emplace_back(be_, in_floats);
       grad_out_req_.push_back(MPI_REQUEST_NULL);
+      grad_out_mb_.push_back(-1);
     }
   }
   stats_.max_in_flight = std::max(stats_.max_in_flight, need_slots);
@@ -138,31 +140,33 @@ void Executor::check_finite_grads(int64_t mb, const char* when) {
                             std::to_string(weights_.latest_id()) + " " + when + " (train.nonfinite = \"abort\")");
 }
 
-void Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64_t sample_base,
-                     const std::function<void(const UpdateReport&)>& on_update) {
+bool Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64_t sample_base, TrainControl& control,
+                     const WorkerState* resume) {
   ir_ = &ir;
   perm_ = &perm;
   sample_base_ = sample_base;
   mb_size_ = cfg_.batch_size / ir.microbatches;
   PT_CHECK(mb_size_ == stage_.train_mb(), "IR microbatch " << mb_size_ << " != stage slot size " << stage_.train_mb());
   ensure_pools(ir);
-  weights_.prepare(ir, ctx_.rank());
+  const size_t from = resume ? static_cast<size_t>(resume->position) : 0;
+  weights_.prepare(ir, ctx_.rank(), from);
   const auto& acts = ir.workers[static_cast<size_t>(ctx_.rank())];
   recv_positions_.clear();
-  for (size_t i = 0; i < acts.size(); ++i)
+  for (size_t i = from; i < acts.size(); ++i)
     if (acts[i].op == Op::recv_act || acts[i].op == Op::recv_grad) recv_positions_.push_back(i);
   next_recv_ = 0;
   slot_of_mb_.clear();
   grad_of_mb_.clear();
+  if (resume) restore(ir, *resume);
   const int64_t in_numel = stage_.in_shape().numel(), out_numel = stage_.out_shape().numel();
   const size_t nparams = static_cast<size_t>(stage_.num_params());
   const int64_t stride = ir.version_stride(ctx_.stage());
-  int grad_out_next = 0;
   int pending_grad_out = -1;
   PollHook poll{&Executor::poll_thunk, this};
   const double t_begin = now_s();
+  bool stopped = false;
 
-  for (size_t i = 0; i < acts.size(); ++i) {
+  for (size_t i = from; i < acts.size() && !stopped; ++i) {
     post_receives();
     const Action& a = acts[i];
     const double t0 = now_s();
@@ -199,6 +203,7 @@ void Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
         }
         LayerCtx lc{be_, cfg_.seed, sample_base + a.mb * mb_size_, true, slot.labels, 1.0f / static_cast<float>(cfg_.batch_size)};
         stage_.forward(slot, weights_.read(a.version), lc, mb_size_, poll);
+        slot_state_[static_cast<size_t>(s)].forwarded = true;
         if (stage_.has_loss()) slot_state_[static_cast<size_t>(s)].loss = be_.sum(static_cast<size_t>(mb_size_), stage_.output(slot));
         if (cfg_.debug_versions) fwd_version_of_[a.mb] = weights_.base() + a.version;
         weights_.done_reading(a.version);
@@ -231,11 +236,12 @@ void Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
         float* dx = nullptr;
         if (!ctx_.first_stage()) {
           // outgoing gradient buffers rotate; reuse waits for that buffer's earlier send
-          MPI_Request& r = grad_out_req_[static_cast<size_t>(grad_out_next)];
+          MPI_Request& r = grad_out_req_[static_cast<size_t>(grad_out_next_)];
           ctx_.wait(&r, [&] { return "SEND_GRAD buffer reuse before " + waiting_for(a); });
-          dx = grad_out_[static_cast<size_t>(grad_out_next)].data();
-          pending_grad_out = grad_out_next;
-          grad_out_next = (grad_out_next + 1) % static_cast<int>(grad_out_.size());
+          dx = grad_out_[static_cast<size_t>(grad_out_next_)].data();
+          pending_grad_out = grad_out_next_;
+          grad_out_mb_[static_cast<size_t>(grad_out_next_)] = a.mb;
+          grad_out_next_ = (grad_out_next_ + 1) % static_cast<int>(grad_out_.size());
         }
         LayerCtx lc{be_, cfg_.seed, sample_base + a.mb * mb_size_, true, slot.labels, 1.0f / static_cast<float>(cfg_.batch_size)};
         stage_.backward(slot, weights_.read(a.version), grads_.data(), dy, dx, lc, mb_size_, poll);
@@ -256,6 +262,7 @@ void Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
         SlotState& st = slot_state_[static_cast<size_t>(s)];
         ctx_.wait(&st.send, [&] { return "SEND_ACT mb " + std::to_string(a.mb) + " completion (rank " + std::to_string(ctx_.rank()) + ")"; });
         st.mb = -1;
+        st.forwarded = false;
         slot_of_mb_.erase(a.mb);
         free_slots_.push_back(s);
         stats_.samples += ctx_.first_stage() ? mb_size_ : 0;
@@ -301,8 +308,20 @@ void Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
         rep.skipped = skip;
         group_loss_ = 0;
         group_nonfinite_ = false;
-        on_update(rep);
+        control.on_update(rep);
         fault_at_step(ctx_.rank(), ctx_.stage(), rep.minibatches);
+        const CutAction cut_action = control.at_boundary(rep.minibatches);
+        if (cut_action != CutAction::none) {
+          // this rank's cut is right here; messages in flight across it are saved by their senders
+          const Cut cut = consistent_cut(ir, rep.minibatches - weights_.base());
+          PT_CHECK(cut.position[static_cast<size_t>(ctx_.rank())] == i + 1, "cut position mismatch");
+          WorkerState st = capture(ir, i + 1, cut.crossing[static_cast<size_t>(ctx_.rank())]);
+          control.save(st);
+          if (cut_action == CutAction::checkpoint_and_stop) {
+            quiesce(ir, cut);
+            stopped = true;
+          }
+        }
         break;
       }
     }
@@ -317,6 +336,144 @@ void Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
   stats_.max_versions = std::max(stats_.max_versions, weights_.max_held());
   stats_.weight_bytes = static_cast<int64_t>(weights_.pool_size() * weights_.size() * 4);
   ir_ = nullptr;
+  return !stopped;
+}
+
+WorkerState Executor::capture(const Schedule& ir, size_t position, const std::vector<size_t>& crossing) {
+  WorkerState st;
+  st.position = static_cast<int64_t>(position);
+  st.latest = weights_.latest_id();
+  const size_t n = static_cast<size_t>(stage_.num_params());
+  for (auto& [id, ptr] : weights_.live()) {
+    std::vector<float> w(n);
+    be_.to_host(w.data(), ptr, n);
+    st.versions.emplace_back(id, std::move(w));
+  }
+  for (Buffer* b : opt_.state()) {
+    std::vector<float> v(b->size());
+    be_.to_host(v.data(), b->data(), v.size());
+    st.optimizer.push_back(std::move(v));
+  }
+  st.optimizer_updates = opt_.updates();
+  for (auto& [mb, s] : slot_of_mb_) {
+    if (!slot_state_[static_cast<size_t>(s)].forwarded) continue;  // only posted ahead: not state
+    WorkerState::Unit u;
+    u.mb = static_cast<int32_t>(mb);
+    u.loss = slot_state_[static_cast<size_t>(s)].loss;
+    auto fv = fwd_version_of_.find(mb);
+    u.fwd_version = fv != fwd_version_of_.end() ? fv->second : -1;
+    u.slot.resize(static_cast<size_t>(stage_.slot_floats()));
+    be_.to_host(u.slot.data(), slot_mem_[static_cast<size_t>(s)].data(), u.slot.size());
+    st.units.push_back(std::move(u));
+  }
+  const auto& acts = ir.workers[static_cast<size_t>(ctx_.rank())];
+  for (size_t idx : crossing) {
+    const Action& a = acts[idx];
+    WorkerState::Message m;
+    m.action = static_cast<int64_t>(idx);
+    const float* src = nullptr;
+    size_t count = 0;
+    if (a.op == Op::send_act) {
+      src = stage_.output(slots_[static_cast<size_t>(slot_of_mb_.at(a.mb))]);
+      count = static_cast<size_t>(mb_size_ * stage_.out_shape().numel());
+    } else {
+      for (size_t b = 0; b < grad_out_.size(); ++b)
+        if (grad_out_mb_[b] == a.mb) src = grad_out_[b].data();
+      count = static_cast<size_t>(mb_size_ * stage_.in_shape().numel());
+    }
+    PT_CHECK(src, "no buffer holds the crossing " << op_name(a.op) << " of mb " << a.mb);
+    m.payload.resize(count);
+    be_.to_host(m.payload.data(), src, count);
+    st.crossing.push_back(std::move(m));
+  }
+  return st;
+}
+
+void Executor::restore(const Schedule& ir, const WorkerState& st) {
+  weights_.restore(st.versions, st.latest, st.epoch_start);
+  auto state = opt_.state();
+  PT_CHECK(state.size() == st.optimizer.size(), "optimizer state: checkpoint has " << st.optimizer.size() << " buffers, "
+                                                                                   << "optimizer " << state.size());
+  for (size_t i = 0; i < state.size(); ++i) {
+    PT_CHECK(st.optimizer[i].size() == state[i]->size(), "optimizer buffer size mismatch");
+    be_.from_host(state[i]->data(), st.optimizer[i].data(), st.optimizer[i].size());
+  }
+  opt_.set_updates(st.optimizer_updates);
+  for (const WorkerState::Unit& u : st.units) {
+    PT_CHECK(!free_slots_.empty(), "no free slot to restore mb " << u.mb);
+    const int s = free_slots_.front();
+    free_slots_.pop_front();
+    PT_CHECK(u.slot.size() == static_cast<size_t>(stage_.slot_floats()), "restored slot size mismatch");
+    be_.from_host(slot_mem_[static_cast<size_t>(s)].data(), u.slot.data(), u.slot.size());
+    slot_state_[static_cast<size_t>(s)].mb = u.mb;
+    slot_state_[static_cast<size_t>(s)].loss = u.loss;
+    slot_state_[static_cast<size_t>(s)].forwarded = true;
+    slot_of_mb_[u.mb] = s;
+    if (u.fwd_version >= 0) fwd_version_of_[u.mb] = u.fwd_version;
+    if (stage_.has_loss()) {
+      for (int64_t j = 0; j < mb_size_; ++j) idx_[static_cast<size_t>(j)] = (*perm_)[static_cast<size_t>(u.mb * mb_size_ + j)];
+      train_.get_labels(idx_.data(), mb_size_, host_labels_.data());
+      be_.labels_from_host(slot_labels_[static_cast<size_t>(s)], host_labels_.data(), static_cast<size_t>(mb_size_));
+    }
+  }
+  // send again what was in flight across the cut
+  const auto& acts = ir.workers[static_cast<size_t>(ctx_.rank())];
+  for (const WorkerState::Message& m : st.crossing) {
+    const Action& a = acts[static_cast<size_t>(m.action)];
+    if (a.op == Op::send_act) {
+      const int s = slot_of_mb_.at(a.mb);
+      tr_->isend(stage_.output(slots_[static_cast<size_t>(s)]), m.payload.size(), a.peer, tag(kTagAct, a.mb), ctx_.p2p(),
+                 &slot_state_[static_cast<size_t>(s)].send);
+    } else {
+      const int b = grad_out_next_;
+      grad_out_next_ = (grad_out_next_ + 1) % static_cast<int>(grad_out_.size());
+      be_.from_host(grad_out_[static_cast<size_t>(b)].data(), m.payload.data(), m.payload.size());
+      grad_out_mb_[static_cast<size_t>(b)] = a.mb;
+      tr_->isend(grad_out_[static_cast<size_t>(b)].data(), m.payload.size(), a.peer, tag(kTagGrad, a.mb), ctx_.p2p(),
+                 &grad_out_req_[static_cast<size_t>(b)]);
+    }
+  }
+}
+
+void Executor::quiesce(const Schedule& ir, const Cut& cut) {
+  // Receive every message that crossed the cut toward this rank (into the buffer already
+  // posted for it, or a scratch buffer), so every send completes; cancel the rest.
+  const int me = ctx_.rank();
+  std::vector<std::pair<int, const Action*>> incoming;  // (sender, its send action)
+  for (size_t w = 0; w < ir.workers.size(); ++w)
+    for (size_t idx : cut.crossing[w]) {
+      const Action& a = ir.workers[w][idx];
+      if (a.peer == me) incoming.emplace_back(static_cast<int>(w), &a);
+    }
+  std::vector<Buffer> scratch;
+  std::vector<MPI_Request> reqs;
+  for (auto& [src, a] : incoming) {
+    const bool grad = a->op == Op::send_grad;
+    auto posted = grad ? grad_of_mb_.find(a->mb) : slot_of_mb_.find(a->mb);
+    const bool already = grad ? posted != grad_of_mb_.end() : (posted != slot_of_mb_.end() &&
+                                                                slot_state_[static_cast<size_t>(posted->second)].recv != MPI_REQUEST_NULL);
+    if (already) {
+      MPI_Request* r = grad ? &grad_in_req_[static_cast<size_t>(posted->second)] : &slot_state_[static_cast<size_t>(posted->second)].recv;
+      ctx_.wait(r, [&] { return std::string("a message crossing the checkpoint cut"); });
+      continue;
+    }
+    const size_t n = static_cast<size_t>(mb_size_ * (grad ? stage_.out_shape().numel() : stage_.in_shape().numel()));
+    scratch.emplace_back(be_, n);
+    reqs.push_back(MPI_REQUEST_NULL);
+    tr_->irecv(scratch.back().data(), n, src, tag(grad ? kTagGrad : kTagAct, a->mb), ctx_.p2p(), &reqs.back());
+  }
+  for (auto& r : reqs) ctx_.wait(&r, [&] { return std::string("a message crossing the checkpoint cut"); });
+  // our own crossing sends complete now that every peer drained them
+  for (auto& r : grad_out_req_) ctx_.wait(&r, [&] { return std::string("SEND_GRAD completion at the checkpoint cut"); });
+  for (auto& st : slot_state_) ctx_.wait(&st.send, [&] { return std::string("SEND_ACT completion at the checkpoint cut"); });
+  // receives posted ahead for actions after the cut will never be matched: cancel them
+  auto cancel = [](MPI_Request* r) {
+    if (*r == MPI_REQUEST_NULL) return;
+    MPI_Cancel(r);
+    MPI_Wait(r, MPI_STATUS_IGNORE);
+  };
+  for (auto& st : slot_state_) cancel(&st.recv);
+  for (auto& r : grad_in_req_) cancel(&r);
 }
 
 Executor::EvalResult Executor::evaluate(const Schedule& ir) {

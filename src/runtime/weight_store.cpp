@@ -10,17 +10,41 @@ WeightStore::WeightStore(Backend& be, size_t n) : be_(be), n_(n) {
   id_.push_back(0);
 }
 
-void WeightStore::prepare(const Schedule& ir, int rank) {
-  base_ = latest_id_;
-  PT_CHECK(held() == 1, "an IR must start with one live version, have " << held());
+void WeightStore::prepare(const Schedule& ir, int rank, size_t from) {
+  if (from == 0) {
+    base_ = latest_id_;
+    PT_CHECK(held() == 1, "an IR must start with one live version, have " << held());
+  }
   const size_t need = static_cast<size_t>(max_versions_held(ir, rank));
   while (pool_.size() < need) {  // allocated once, before the first step of the IR
     pool_.emplace_back(be_, n_);
     id_.push_back(-1);
   }
   uses_.clear();
-  for (const Action& a : ir.workers[static_cast<size_t>(rank)])
-    if (is_compute(a.op)) ++uses_[a.version];
+  const auto& acts = ir.workers[static_cast<size_t>(rank)];
+  for (size_t i = from; i < acts.size(); ++i)
+    if (is_compute(acts[i].op)) ++uses_[acts[i].version];
+}
+
+void WeightStore::restore(const std::vector<std::pair<int64_t, std::vector<float>>>& versions, int64_t latest,
+                          int64_t base) {
+  while (pool_.size() < versions.size()) {
+    pool_.emplace_back(be_, n_);
+    id_.push_back(-1);
+  }
+  for (auto& v : id_) v = -1;
+  bool have_latest = false;
+  for (size_t i = 0; i < versions.size(); ++i) {
+    PT_CHECK(versions[i].second.size() == n_, "restored version " << versions[i].first << " has " << versions[i].second.size()
+                                                                   << " floats, stage has " << n_);
+    be_.from_host(pool_[i].data(), versions[i].second.data(), n_);
+    id_[i] = versions[i].first;
+    if (versions[i].first == latest) latest_slot_ = static_cast<int>(i), have_latest = true;
+  }
+  PT_CHECK(have_latest, "restored versions lack the latest " << latest);
+  latest_id_ = latest;
+  base_ = base;
+  max_held_ = std::max(max_held_, held());
 }
 
 int WeightStore::slot_of(int32_t rel) const {

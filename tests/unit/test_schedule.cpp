@@ -201,3 +201,50 @@ TEST(Schedule, LayoutErrorsNameTheNumbers) {
 }
 
 }  // namespace pt
+
+namespace pt {
+
+// Every update boundary of every schedule has a consistent cut: no orphan message, and the
+// two halves (with crossing messages re-sent at the start of the second) both replay.
+TEST(Schedule, ConsistentCutsAtEveryBoundary) {
+  int cuts = 0, crossing = 0;
+  for (int K = 1; K <= 6; ++K)
+    for (const auto& reps : patterns(K))
+      for (ScheduleKind kind : kAll) {
+        const bool per_minibatch = kind == ScheduleKind::pipedream || kind == ScheduleKind::pipedream_vsync ||
+                                   kind == ScheduleKind::pipedream_nostash;
+        const int M = per_minibatch ? 1 : std::max(K, 3);
+        const int64_t L = per_minibatch ? lcm_of(reps) : 1;
+        Schedule s = make_schedule(kind, straight(K, reps), 4 * L, M);
+        for (int64_t v = 0; v <= 4 * L; v += L) {
+          Cut cut;
+          try {
+            cut = consistent_cut(s, v);
+          } catch (const Error& e) {
+            FAIL() << schedule_name(kind) << " K=" << K << " reps " << straight(K, reps).replication() << " v=" << v
+                   << ": " << e.what();
+          }
+          Schedule before = s, after = s;
+          for (size_t w = 0; w < s.workers.size(); ++w) {
+            const size_t p = cut.position[w];
+            before.workers[w].clear();
+            for (size_t i = 0; i < p; ++i)  // crossing sends are not received before the cut
+              if (std::find(cut.crossing[w].begin(), cut.crossing[w].end(), i) == cut.crossing[w].end())
+                before.workers[w].push_back(s.workers[w][i]);
+            after.workers[w].assign(s.workers[w].begin() + static_cast<long>(p), s.workers[w].end());
+            std::vector<Action> resend;
+            for (size_t i : cut.crossing[w]) resend.push_back(s.workers[w][i]);
+            after.workers[w].insert(after.workers[w].begin(), resend.begin(), resend.end());
+            crossing += static_cast<int>(resend.size());
+          }
+          Replay rb = replay(before, unit_costs()), ra = replay(after, unit_costs());
+          ASSERT_TRUE(rb.ok) << schedule_name(kind) << " K=" << K << " v=" << v << ": " << rb.error;
+          ASSERT_TRUE(ra.ok) << schedule_name(kind) << " K=" << K << " v=" << v << ": " << ra.error;
+          ++cuts;
+        }
+      }
+  EXPECT_GT(cuts, 500);
+  EXPECT_GT(crossing, 0);  // asynchronous schedules do have messages in flight at a cut
+}
+
+}  // namespace pt

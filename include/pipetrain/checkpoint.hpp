@@ -1,0 +1,83 @@
+// Checkpoints in HDF5 (docs/CHECKPOINT.md): one file per rank plus a manifest per step,
+// written with a commit protocol that never leaves a selectable partial checkpoint, and
+// read back with every checksum verified, falling back to the previous committed one.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipetrain/deck.hpp"
+#include "pipetrain/parallel.hpp"
+#include "pipetrain/runtime.hpp"
+
+namespace pt {
+
+// What identifies the run a checkpoint belongs to; stored in every file and the manifest.
+struct CheckpointMeta {
+  int64_t step = 0;  // minibatches applied (the version id at the cut)
+  int64_t epoch = 0, epoch_steps = 0, epoch_start = 0;
+  bool epoch_complete = false;  // taken after the epoch's evaluation: resume starts the next epoch
+  std::string schedule;
+  std::vector<int> split, replicas;  // the layout (split: first layer of stages 2..K)
+  int microbatches = 1;
+  int64_t batch_size = 0;
+  int64_t seed = 0;
+  std::string optimizer;
+  std::string model_hash, model_text;
+  int ranks = 1;
+};
+
+// Per rank: where this rank's stage lives in the model (for re-slicing on another layout).
+struct StageInfo {
+  int stage = 0, replica = 0, first_layer = 0, end_layer = 0;
+  std::vector<int64_t> layer_offsets;  // param offset of each layer of the stage
+  std::vector<int64_t> layer_counts;
+  std::vector<std::string> optimizer_names;
+};
+
+class CheckpointWriter {
+ public:
+  CheckpointWriter(const ParallelContext& ctx, std::string dir, int keep);
+  const std::string& dir() const { return dir_; }
+  // Collective: create the directory, prove it writable, clean stale *.tmp and uncommitted
+  // step folders. Throws Exit::io (collectively) before step 1 if it cannot be written.
+  void prepare();
+  // Collective commit of one checkpoint: write rank file (tmp, checked, fsync, rename),
+  // agree that every rank succeeded, then rank 0 writes the manifest (tmp, fsync, rename,
+  // directory fsync) and prunes checkpoints beyond `keep`. Returns the step directory.
+  std::string commit(const WorkerState& st, const CheckpointMeta& meta, const StageInfo& info);
+
+ private:
+  const ParallelContext& ctx_;
+  std::string dir_;
+  int keep_;
+};
+
+// A committed checkpoint on disk.
+struct CheckpointRef {
+  std::string step_dir;  // .../step_000000123
+  int64_t step = 0;
+};
+// Committed checkpoints (those with a manifest), newest first. `path` may be a run
+// directory, a checkpoint directory, a step directory or a manifest.json.
+std::vector<CheckpointRef> list_checkpoints(const std::string& path);
+std::string checkpoint_dir_of_run(const std::string& run_dir);
+
+// Verify one committed checkpoint fully: manifest, every file's size, HDF5 structure and
+// Fletcher32-protected data, CRC32. Returns "" if valid, else the reasons (file, dataset, rank).
+std::string verify_checkpoint(const std::string& step_dir, int only_rank = -1);
+
+CheckpointMeta read_meta(const std::string& step_dir);
+// This rank's state on the same layout (versions, optimizer, in-flight units, crossing messages).
+WorkerState load_worker_state(const std::string& step_dir, int rank);
+// Re-slice for another layout: the parameters and optimizer state of layers [first, end)
+// gathered from the old stages' files. Only for checkpoints without in-flight state.
+WorkerState load_resliced_state(const std::string& step_dir, const CheckpointMeta& meta, int first, int end,
+                                size_t nparams, size_t optimizer_buffers);
+// Field-level differences between a checkpoint's model and the deck's ("" when equal).
+std::string model_difference(const std::string& checkpoint_model_text, const std::string& deck_model_text);
+
+// `pipetrain inspect`: manifest, plan, step, versions per stage, verification.
+int cmd_inspect(const std::string& path);
+
+}  // namespace pt

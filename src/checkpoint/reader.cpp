@@ -1,0 +1,323 @@
+// Reading checkpoints: committed ones (with a manifest) newest first, full verification
+// (sizes against the manifest, HDF5 metadata and Fletcher32 data, CRC32), this rank's
+// state on the same layout, or parameters re-sliced for another layout.
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "../util/h5.hpp"
+#include "checkpoint_files.hpp"
+#include "pipetrain/error.hpp"
+#include "pipetrain/report.hpp"
+
+namespace pt {
+namespace {
+
+bool is_dir(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+nlohmann::json read_manifest(const std::string& step_dir) {
+  const std::string path = step_dir + "/manifest.json";
+  std::ifstream in(path);
+  if (!in) fail(Exit::bad_input, path + ": missing");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (ss.str().empty()) fail(Exit::bad_input, path + ": empty");
+  nlohmann::json m;
+  try {
+    m = nlohmann::json::parse(ss.str());
+  } catch (const std::exception& e) {
+    fail(Exit::bad_input, path + ": corrupt (not valid JSON: " + std::string(e.what()) + ")");
+  }
+  if (!m.is_object() || m.value("format", "") != "pipetrain-checkpoint-manifest")
+    fail(Exit::bad_input, path + ": not a pipetrain checkpoint manifest");
+  if (m.value("format_version", 0) != kCheckpointFormatVersion)
+    fail(Exit::bad_input, path + ": format version " + std::to_string(m.value("format_version", 0)) + ", this build reads " +
+                              std::to_string(kCheckpointFormatVersion));
+  if (!m.contains("files") || !m["files"].is_array() || !m.contains("step"))
+    fail(Exit::bad_input, path + ": corrupt (no files or step)");
+  return m;
+}
+
+// Read every dataset of a file (Fletcher32 verifies chunked data); "" or the failure.
+std::string read_all_datasets(const std::string& path) {
+  h5::quiet();
+  if (H5Fis_hdf5(path.c_str()) <= 0) return path + ": not an HDF5 file (signature damaged)";
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) return path + ": HDF5 metadata corrupt (cannot open)";
+  h5::Handle fh(f, H5Fclose);
+  struct Ctx {
+    std::string path, error;
+  } ctx{path, ""};
+  auto visit = [](hid_t obj, const char* name, const H5O_info_t* info, void* data) -> herr_t {
+    auto* c = static_cast<Ctx*>(data);
+    if (info->type != H5O_TYPE_DATASET) return 0;
+    hid_t ds = H5Dopen2(obj, name, H5P_DEFAULT);
+    if (ds < 0) {
+      c->error = c->path + ": dataset /" + std::string(name) + " cannot be opened (corrupt metadata)";
+      return 1;
+    }
+    h5::Handle dh(ds, H5Dclose);
+    h5::Handle sp(H5Dget_space(ds), H5Sclose);
+    hssize_t n = H5Sget_simple_extent_npoints(sp.id());
+    if (n < 0 || n > (hssize_t(1) << 33)) {
+      c->error = c->path + ": dataset /" + std::string(name) + " has malformed dimensions";
+      return 1;
+    }
+    h5::Handle t(H5Dget_type(ds), H5Tclose);
+    const size_t esz = H5Tget_size(t.id());
+    std::vector<char> buf(static_cast<size_t>(n) * std::max<size_t>(esz, 1));
+    if (n > 0 && H5Dread(ds, t.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) < 0) {
+      c->error = c->path + ": dataset /" + std::string(name) + " fails its Fletcher32 checksum or is truncated";
+      return 1;
+    }
+    return 0;
+  };
+  if (H5Ovisit(f, H5_INDEX_NAME, H5_ITER_NATIVE, visit, &ctx) < 0 && ctx.error.empty())
+    ctx.error = path + ": HDF5 structure corrupt (cannot walk its objects)";
+  return ctx.error;
+}
+
+}  // namespace
+
+std::string checkpoint_dir_of_run(const std::string& run_dir) { return run_dir + "/checkpoints"; }
+
+std::vector<CheckpointRef> list_checkpoints(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  if (p.size() >= 13 && p.compare(p.size() - 13, 13, "manifest.json") == 0) p = p.substr(0, p.size() - 14);
+  if (file_exists(p + "/manifest.json")) {  // a step directory
+    CheckpointRef r;
+    r.step_dir = p;
+    try {
+      r.step = read_manifest(p).value("step", int64_t(0));
+    } catch (const Error&) {
+      r.step = -1;
+    }
+    return {r};
+  }
+  std::string dir = is_dir(p + "/checkpoints") ? p + "/checkpoints" : p;
+  std::vector<CheckpointRef> out;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("step_", 0) != 0 || name.find(".tmp") != std::string::npos) continue;
+    const std::string full = dir + "/" + name;
+    if (!file_exists(full + "/manifest.json")) continue;  // never committed
+    CheckpointRef r;
+    r.step_dir = full;
+    r.step = std::atoll(name.c_str() + 5);
+    out.push_back(r);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end(), [](const CheckpointRef& a, const CheckpointRef& b) { return a.step > b.step; });
+  return out;
+}
+
+std::string verify_checkpoint(const std::string& step_dir, int only_rank) {
+  nlohmann::json m;
+  try {
+    m = read_manifest(step_dir);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  std::string errors;
+  for (auto& f : m["files"]) {
+    const int r = f.value("rank", -1);
+    if (only_rank >= 0 && r != only_rank) continue;
+    const std::string path = step_dir + "/" + f.value("file", std::string("?"));
+    const std::string who = " (rank " + std::to_string(r) + ")";
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+      errors += path + who + ": missing\n";
+      continue;
+    }
+    const int64_t want = f.value("bytes", int64_t(-1));
+    if (st.st_size != want) {
+      errors += path + who + ": size " + std::to_string(st.st_size) + " bytes differs from the manifest's " +
+                std::to_string(want) + " (truncated or rewritten)\n";
+      continue;
+    }
+    std::string e = read_all_datasets(path);
+    if (!e.empty()) {
+      errors += e + who + "\n";
+      continue;
+    }
+    int64_t size = 0;
+    const uint32_t crc = file_crc32(path, &size);
+    if (crc != f.value("crc32", uint32_t(0)))
+      errors += path + who + ": CRC32 " + std::to_string(crc) + " differs from the manifest's " +
+                std::to_string(f.value("crc32", uint32_t(0))) + "\n";
+  }
+  return errors;
+}
+
+CheckpointMeta read_meta(const std::string& step_dir) {
+  nlohmann::json m = read_manifest(step_dir);
+  CheckpointMeta c;
+  try {
+    c.step = m.at("step");
+    c.epoch = m.at("epoch");
+    c.epoch_steps = m.at("epoch_steps");
+    c.epoch_start = m.at("epoch_start");
+    c.epoch_complete = m.at("epoch_complete");
+    c.schedule = m.at("schedule");
+    c.split = m.at("split").get<std::vector<int>>();
+    c.replicas = m.at("replicas").get<std::vector<int>>();
+    c.microbatches = m.at("microbatches");
+    c.batch_size = m.at("batch_size");
+    c.seed = m.at("seed");
+    c.optimizer = m.at("optimizer");
+    c.model_hash = m.at("model_hash");
+    c.model_text = m.at("model_text");
+    c.ranks = m.at("ranks");
+  } catch (const std::exception& e) {
+    fail(Exit::bad_input, step_dir + "/manifest.json: corrupt: " + e.what());
+  }
+  return c;
+}
+
+static std::string rank_path(const std::string& step_dir, int rank) { return step_dir + "/" + rank_file_name(rank); }
+
+static int replica0_rank(const CheckpointMeta& meta, int stage) {
+  int r = 0;
+  for (int s = 0; s < stage; ++s) r += meta.replicas[static_cast<size_t>(s)];
+  return r;
+}
+
+WorkerState load_worker_state(const std::string& step_dir, int rank) {
+  const CheckpointMeta meta = read_meta(step_dir);
+  WorkerState st;
+  const std::string own = rank_path(step_dir, rank);
+  h5::Handle f = h5::open_file(own);
+  const int stage = static_cast<int>(h5::read_attr_int(f.id(), "stage", own));
+  st.epoch = h5::read_attr_int(f.id(), "epoch", own);
+  st.epoch_steps = h5::read_attr_int(f.id(), "epoch_steps", own);
+  st.epoch_start = h5::read_attr_int(f.id(), "epoch_start", own);
+  st.position = h5::read_attr_int(f.id(), "position", own);
+  st.latest = h5::read_attr_int(f.id(), "latest_version", own);
+  st.optimizer_updates = h5::read_attr_int(f.id(), "optimizer_updates", own);
+  st.elapsed_train_s = h5::read_attr_double(f.id(), "elapsed_train_s", own);
+  for (int64_t mb : h5::read_int64s(f.id(), "/inflight_units", own)) {
+    WorkerState::Unit u;
+    u.mb = static_cast<int32_t>(mb);
+    const std::string g = "/inflight/" + std::to_string(mb);
+    u.slot = h5::read_floats(f.id(), g + "/slot", {}, own);
+    h5::Handle grp(H5Gopen2(f.id(), g.c_str(), H5P_DEFAULT), H5Gclose);
+    if (!grp) fail(Exit::bad_input, own + ": group " + g + " is missing");
+    u.loss = h5::read_attr_double(grp.id(), "loss", own);
+    u.fwd_version = h5::read_attr_int(grp.id(), "fwd_version", own);
+    st.units.push_back(std::move(u));
+  }
+  const auto actions = h5::read_int64s(f.id(), "/crossing_actions", own);
+  for (size_t k = 0; k < actions.size(); ++k)
+    st.crossing.push_back({actions[k], h5::read_floats(f.id(), "/crossing/" + std::to_string(k), {}, own)});
+  // parameters, versions and optimizer state from this stage's replica 0
+  const std::string shared = rank_path(step_dir, replica0_rank(meta, stage));
+  h5::Handle g = h5::open_file(shared);
+  for (int64_t id : h5::read_int64s(g.id(), "/versions_held", shared))
+    st.versions.emplace_back(id, h5::read_floats(g.id(), "/versions/" + std::to_string(id), {}, shared));
+  const auto names = nlohmann::json::parse(h5::read_attr_string(g.id(), "optimizer_state", shared)).get<std::vector<std::string>>();
+  for (auto& n : names) st.optimizer.push_back(h5::read_floats(g.id(), "/optimizer/" + n, {}, shared));
+  return st;
+}
+
+WorkerState load_resliced_state(const std::string& step_dir, const CheckpointMeta& meta, int first, int end,
+                                size_t nparams, size_t optimizer_buffers) {
+  WorkerState st;
+  st.epoch = meta.epoch;
+  st.epoch_steps = meta.epoch_steps;
+  st.epoch_start = meta.epoch_start;
+  st.latest = meta.step;
+  std::vector<float> params(nparams, 0.0f);
+  std::vector<std::vector<float>> opt(optimizer_buffers, std::vector<float>(nparams, 0.0f));
+  int64_t filled = 0, updates = -1;
+  size_t at = 0;  // write position in the new stage's flat buffer
+  const int old_stages = static_cast<int>(meta.replicas.size());
+  for (int s = 0; s < old_stages && at < nparams + 1; ++s) {
+    const std::string path = rank_path(step_dir, replica0_rank(meta, s));
+    h5::Handle f = h5::open_file(path);
+    if (h5::read_int64s(f.id(), "/inflight_units", path).size() > 0 || h5::read_int64s(f.id(), "/crossing_actions", path).size() > 0)
+      fail(Exit::bad_input, step_dir + ": the checkpoint holds microbatches in flight (" + meta.schedule +
+                                " without a flush); it can only resume on its own layout (split " +
+                                nlohmann::json(meta.split).dump() + ", replicas " + nlohmann::json(meta.replicas).dump() + ")",
+           true);
+    const auto held = h5::read_int64s(f.id(), "/versions_held", path);
+    if (held.size() != 1)
+      fail(Exit::bad_input, step_dir + ": stage " + std::to_string(s) + " holds " + std::to_string(held.size()) +
+                                " weight versions (stashed for " + meta.schedule + "); re-slicing needs one consistent version: "
+                                "resume on the checkpoint's own layout (split " + nlohmann::json(meta.split).dump() +
+                                ", replicas " + nlohmann::json(meta.replicas).dump() + ")", true);
+    const auto layers = h5::read_int64s(f.id(), "/layout/layers", path);
+    const auto w = h5::read_floats(f.id(), "/versions/" + std::to_string(held[0]), {}, path);
+    const auto names = nlohmann::json::parse(h5::read_attr_string(f.id(), "optimizer_state", path)).get<std::vector<std::string>>();
+    if (names.size() != optimizer_buffers)
+      fail(Exit::bad_input, path + ": optimizer state has " + std::to_string(names.size()) + " buffers, this run's optimizer " +
+                                std::to_string(optimizer_buffers), true);
+    std::vector<std::vector<float>> o;
+    for (auto& n : names) o.push_back(h5::read_floats(f.id(), "/optimizer/" + n, {}, path));
+    const int64_t u = h5::read_attr_int(f.id(), "optimizer_updates", path);
+    for (size_t i = 0; i + 2 < layers.size(); i += 3) {
+      const int64_t layer = layers[i], off = layers[i + 1], cnt = layers[i + 2];
+      if (layer < first || layer >= end) continue;
+      if (off < 0 || cnt < 0 || static_cast<size_t>(off + cnt) > w.size())
+        fail(Exit::bad_input, path + ": /layout/layers entry for layer " + std::to_string(layer) + " is out of range");
+      if (at + static_cast<size_t>(cnt) > nparams)
+        fail(Exit::bad_input, path + ": layer " + std::to_string(layer) + " has " + std::to_string(cnt) +
+                                  " parameters, more than the new stage expects", true);
+      std::copy(w.begin() + off, w.begin() + off + cnt, params.begin() + static_cast<long>(at));
+      for (size_t b = 0; b < o.size(); ++b) std::copy(o[b].begin() + off, o[b].begin() + off + cnt, opt[b].begin() + static_cast<long>(at));
+      at += static_cast<size_t>(cnt);
+      filled += cnt;
+      updates = std::max(updates, u);
+    }
+  }
+  if (static_cast<size_t>(filled) != nparams)
+    fail(Exit::bad_input, step_dir + ": found " + std::to_string(filled) + " of the " + std::to_string(nparams) +
+                              " parameters of layers " + std::to_string(first) + ".." + std::to_string(end - 1), true);
+  st.versions.emplace_back(meta.step, std::move(params));
+  st.optimizer = std::move(opt);
+  st.optimizer_updates = std::max<int64_t>(updates, 0);
+  return st;
+}
+
+std::string model_difference(const std::string& a, const std::string& b) {
+  // canonical text: "data.source = ...\n" then "[[model.layers]]" blocks of "key = value" lines
+  auto blocks = [](const std::string& t) {
+    std::vector<std::map<std::string, std::string>> out(1);
+    std::stringstream ss(t);
+    for (std::string line; std::getline(ss, line);) {
+      if (line == "[[model.layers]]") {
+        out.emplace_back();
+        continue;
+      }
+      auto eq = line.find(" = ");
+      if (eq != std::string::npos) out.back()[line.substr(0, eq)] = line.substr(eq + 3);
+    }
+    return out;
+  };
+  auto A = blocks(a), B = blocks(b);
+  std::string diff;
+  for (auto& [k, v] : A[0])
+    if (B[0].count(k) && B[0][k] != v) diff += "  " + k + ": " + v + " in the checkpoint, " + B[0][k] + " in the deck\n";
+  if (A.size() != B.size())
+    diff += "  the checkpoint's model has " + std::to_string(A.size() - 1) + " layers, the deck's " + std::to_string(B.size() - 1) + "\n";
+  for (size_t i = 1; i < std::min(A.size(), B.size()); ++i)
+    for (auto& [k, v] : A[i]) {
+      auto it = B[i].find(k);
+      const std::string other = it == B[i].end() ? "(absent)" : it->second;
+      if (other != v)
+        diff += "  layer " + std::to_string(i - 1) + " " + k + ": " + v + " in the checkpoint, " + other + " in the deck\n";
+    }
+  return diff;
+}
+
+}  // namespace pt

@@ -1,0 +1,23 @@
+// Choosing where a resumed run starts (internal to runtime).
+#pragma once
+#include <string>
+
+#include "pipetrain/checkpoint.hpp"
+#include "pipetrain/train.hpp"
+
+namespace pt {
+
+struct ResumePoint {
+  bool valid = false;
+  bool resliced = false;  // parameters gathered for a different layout
+  std::string step_dir;
+  CheckpointMeta meta;
+  WorkerState state;      // this rank's starting state
+};
+
+// Collective: the newest committed checkpoint under `path` that every rank verifies, checked
+// against the deck (model, seed, batch size) and loaded for this rank's place in the layout.
+ResumePoint choose_resume(const std::string& path, const Deck& deck, const TrainSetup& setup, const ParallelContext& ctx,
+                          const Stage& stage, size_t optimizer_buffers, int64_t steps_per_epoch);
+
+}  // namespace pt

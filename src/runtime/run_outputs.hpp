@@ -1,0 +1,31 @@
+// What the end of a run writes, and the collective gathers behind it (internal to runtime).
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "pipetrain/runtime.hpp"
+#include "pipetrain/train.hpp"
+
+namespace pt {
+
+struct RunOutputs {
+  const ParallelContext& ctx;
+  const TrainSetup& setup;
+  const Deck& deck;
+  const Stage& stage;
+  const WeightStore& weights;
+  const Executor& ex;
+  std::string run_dir, status;
+  double t_origin = 0;
+  int64_t epochs = 0, last_step = 0, steps_run = 0, resumed_from = -1;
+  double train_time = 0, train_time_this_run = 0, time_to_target = -1;
+  double final_train_loss = 0, final_test_loss = 0, final_accuracy = 0;
+  std::string last_checkpoint;
+  nlohmann::json extra = nlohmann::json::object();  // more summary fields (e.g. the plan)
+};
+
+// Collective: every rank calls it; the reporter writes the files.
+void write_run_outputs(const RunOutputs& o);
+std::vector<double> gather_doubles(const ParallelContext& ctx, const std::vector<double>& mine, int root, const char* what);
+
+}  // namespace pt

@@ -1,0 +1,77 @@
+// TrainSetup: what a deck and a rank count determine (model, layout, schedule, units),
+// the epoch arithmetic, and the formulas summary.json sets beside measured values.
+#include <algorithm>
+#include <numeric>
+
+#include "pipetrain/data.hpp"
+#include "pipetrain/error.hpp"
+#include "pipetrain/train.hpp"
+
+namespace pt {
+
+TrainSetup TrainSetup::from_deck(const Deck& deck, int world_size) {
+  TrainSetup t;
+  DataInfo info = data_info(deck);
+  t.model = std::make_unique<Model>(deck, info.shape, info.classes);
+  t.layout = Layout::from_deck(deck, t.model->size(), world_size);
+  t.kind = schedule_kind(deck.parallel.schedule);
+  t.microbatches = t.per_minibatch_units() ? 1 : static_cast<int>(deck.parallel.microbatches);
+  if (t.kind == ScheduleKind::two_bw && t.microbatches < t.layout.stages())
+    fail(Exit::bad_input,
+         deck.where("parallel.microbatches") + ": key 'parallel.microbatches': 2bw needs at least one microbatch per stage (M >= K), got M = " +
+             std::to_string(t.microbatches) + " for " + std::to_string(t.layout.stages()) + " stages",
+         true);
+  t.mb_size = deck.train.batch_size / t.microbatches;
+  return t;
+}
+
+int64_t TrainSetup::version_stride(int stage) const {
+  return per_minibatch_units() ? layout.replicas[static_cast<size_t>(stage)] : 1;
+}
+
+int64_t TrainSetup::boundary_stride() const {
+  int64_t l = 1;
+  for (int s = 0; s < layout.stages(); ++s) l = std::lcm(l, version_stride(s));
+  return l;
+}
+
+int64_t TrainSetup::steps_per_epoch(const Deck& deck, int64_t N) const {
+  const int64_t B = deck.train.batch_size;
+  const int64_t lcm = boundary_stride();
+  int64_t spe = N / B;
+  spe -= spe % lcm;
+  if (spe <= 0)
+    fail(Exit::bad_input, deck.where("train.batch_size") + ": key 'train.batch_size': " + std::to_string(B) +
+                              " leaves no full minibatch" + (lcm > 1 ? " group (replicas " + layout.replication() + ")" : std::string()) +
+                              " in the " + std::to_string(N) + " training samples", true);
+  return spe;
+}
+
+int64_t TrainSetup::total_steps(const Deck& deck, int64_t N) const {
+  int64_t t = deck.train.epochs * steps_per_epoch(deck, N);
+  if (deck.train.max_steps > 0) t = std::min(t, deck.train.max_steps);
+  return t - t % boundary_stride();
+}
+
+int TrainSetup::versions_formula(int stage) const {
+  switch (kind) {
+    case ScheduleKind::pipedream:
+    case ScheduleKind::pipedream_vsync: return layout.in_flight_depth(stage);
+    case ScheduleKind::two_bw: return 2;
+    default: return 1;
+  }
+}
+
+int TrainSetup::in_flight_formula(int stage) const {
+  const int r = layout.replicas[static_cast<size_t>(stage)];
+  const int per_replica = (microbatches + r - 1) / r;
+  switch (kind) {
+    case ScheduleKind::gpipe: return per_replica;
+    case ScheduleKind::model_parallel: return 1;
+    case ScheduleKind::one_f_one_b:
+    case ScheduleKind::bsp: return std::min(per_replica, layout.in_flight_depth(stage));
+    default: return layout.in_flight_depth(stage);
+  }
+}
+
+}  // namespace pt
