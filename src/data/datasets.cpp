@@ -1,5 +1,8 @@
 // In-memory datasets (byte or float samples), the synthetic source, the deck -> data
 // mapping, and the epoch permutation.
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 
@@ -81,16 +84,17 @@ class SyntheticDataset final : public Dataset {
 
 std::unique_ptr<Dataset> open_fashion(const std::string& dir, const std::string& prefix, bool normalize,
                                       std::pair<float, float>* stats) {
-  IdxArray img = read_idx(dir + "/" + prefix + "-images-idx3-ubyte.gz", 3);
-  IdxArray lab = read_idx(dir + "/" + prefix + "-labels-idx1-ubyte.gz", 1);
   const std::string ipath = dir + "/" + prefix + "-images-idx3-ubyte.gz";
+  const std::string lpath = dir + "/" + prefix + "-labels-idx1-ubyte.gz";
+  IdxArray img = read_idx(ipath, 3);
+  IdxArray lab = read_idx(lpath, 1);
   if (img.dims[0] != lab.dims[0])
-    fail(Exit::bad_input, ipath + ": " + std::to_string(img.dims[0]) + " images but " + std::to_string(lab.dims[0]) +
-                              " labels in " + prefix + "-labels-idx1-ubyte.gz");
+    fail(Exit::bad_input, ipath + ": " + std::to_string(img.dims[0]) + " images, but " + lpath + " has " +
+                              std::to_string(lab.dims[0]) + " labels; expected one label per image");
   std::vector<int32_t> labels(lab.bytes.begin(), lab.bytes.end());
   for (size_t i = 0; i < labels.size(); ++i)
     if (labels[i] > 9)
-      fail(Exit::bad_input, dir + "/" + prefix + "-labels-idx1-ubyte.gz: label " + std::to_string(labels[i]) +
+      fail(Exit::bad_input, lpath + ": label " + std::to_string(labels[i]) +
                                 " of sample " + std::to_string(i) + " is outside 0..9");
   if (stats->second == 0.0f) *stats = normalize ? byte_stats(img.bytes) : std::make_pair(0.0f, 1.0f);
   return std::make_unique<MemoryDataset>("Fashion-MNIST " + prefix + " (" + std::to_string(img.dims[0]) + " x 1x" +
@@ -109,16 +113,37 @@ Shape synthetic_shape(const Deck& d) {
 DataSplit open_data(const Deck& d) {
   DataSplit s;
   if (d.data.source == "fashion-mnist") {
+    // A missing folder is an input error located at the deck key (exit code 2, as a missing deck).
+    struct stat st;
+    const bool found = stat(d.data.path.c_str(), &st) == 0;
+    const int err = found ? 0 : errno;
+    if (!found || !S_ISDIR(st.st_mode))
+      fail(Exit::bad_input, d.where("data.path") + ": key 'data.path': '" + d.data.path +
+                                "' is not a folder (" + (err ? std::strerror(err) : "not a directory") +
+                                "); expected the Fashion-MNIST files train-images-idx3-ubyte.gz, "
+                                "train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz there");
     std::pair<float, float> stats{0.0f, 0.0f};
     s.train = open_fashion(d.data.path, "train", d.data.normalize, &stats);
     s.test = open_fashion(d.data.path, "t10k", d.data.normalize, &stats);
   } else if (d.data.source == "hdf5") {
     std::pair<float, float> stats{0.0f, 0.0f};
     s.train = open_hdf5_dataset(d.data.train, d.data.normalize, "train", &stats);
+    const bool train_bytes = static_cast<const MemoryDataset&>(*s.train).holds_bytes();
+    // The test split is standardised with the training split's statistics, so a uint8
+    // test file needs a uint8 training file (and a float32 one a float32 one).
     s.test = open_hdf5_dataset(d.data.test, d.data.normalize, "test", &stats);
+    const bool test_bytes = static_cast<const MemoryDataset&>(*s.test).holds_bytes();
+    if (train_bytes != test_bytes)
+      fail(Exit::bad_input, d.data.test + ": dataset /images is " + (test_bytes ? "uint8" : "float32") +
+                                ", but the training file " + d.data.train + " holds " + (train_bytes ? "uint8" : "float32") +
+                                "; both splits must have the same type");
     if (s.train->sample_shape() != s.test->sample_shape())
       fail(Exit::bad_input, d.data.test + ": sample shape " + s.test->sample_shape().str() + " differs from the training file " +
                                 d.data.train + " " + s.train->sample_shape().str());
+    if (s.test->classes() > s.train->classes())
+      fail(Exit::bad_input, d.data.test + ": labels reach class " + std::to_string(s.test->classes() - 1) +
+                                ", but the training file " + d.data.train + " has " + std::to_string(s.train->classes()) +
+                                " classes (0.." + std::to_string(s.train->classes() - 1) + ")");
   } else {
     s.train = std::make_unique<SyntheticDataset>(synthetic_shape(d), d.data.classes, d.data.train_samples,
                                                  static_cast<uint64_t>(d.run.seed), 0);

@@ -17,6 +17,7 @@ class MemoryDataset final : public Dataset {
   std::string describe() const override { return desc_; }
   void get(const int64_t* idx, int64_t n, float* x, int32_t* labels) const override;
   void get_labels(const int64_t* idx, int64_t n, int32_t* labels) const override;
+  bool holds_bytes() const { return !bytes_.empty(); }  // uint8 samples (standardised on read)
 
  private:
   std::string desc_;

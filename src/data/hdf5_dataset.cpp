@@ -81,7 +81,11 @@ std::unique_ptr<Dataset> open_hdf5_dataset(const std::string& path, bool normali
       fail(Exit::bad_input, path + ": attribute /labels@classes must be an integer >= 2");
     classes = c;
   } else {
-    classes = 1 + *std::max_element(labels.begin(), labels.end());
+    classes = 1 + static_cast<int64_t>(*std::max_element(labels.begin(), labels.end()));
+    // The class count comes from the training split; a test split may lack some classes.
+    if (classes < 2 && role == "train")
+      fail(Exit::bad_input, path + ": dataset /labels: the largest label is " + std::to_string(classes - 1) +
+                                "; expected labels 0..C-1 with C >= 2 classes (or set the attribute /labels@classes)");
   }
   for (size_t i = 0; i < labels.size(); ++i)
     if (labels[i] < 0 || labels[i] >= classes)

@@ -3,9 +3,11 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "pipetrain/data.hpp"
 #include "pipetrain/error.hpp"
@@ -18,32 +20,36 @@ struct GzFile {
   ~GzFile() { if (f) gzclose(f); }
 };
 
-// ISIZE of a gzip file: the uncompressed size mod 2^32, from its last four bytes; -1 if not gzip.
-int64_t gzip_isize(const std::string& path, int64_t file_size) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return -1;
-  unsigned char head[2] = {0, 0}, tail[4];
-  int64_t out = -1;
-  if (std::fread(head, 1, 2, f) == 2 && head[0] == 0x1f && head[1] == 0x8b && file_size >= 18 &&
-      std::fseek(f, -4, SEEK_END) == 0 && std::fread(tail, 1, 4, f) == 4)
-    out = int64_t(tail[0]) | int64_t(tail[1]) << 8 | int64_t(tail[2]) << 16 | int64_t(tail[3]) << 24;
-  std::fclose(f);
-  return out;
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::string s;
+  for (auto d : dims) s += (s.empty() ? "" : " x ") + std::to_string(d);
+  return s;
 }
+
+// Largest ratio of uncompressed to compressed size deflate can reach (about 1032:1), with
+// slack for the gzip header: a gzip file of S bytes cannot hold more than this.
+int64_t gzip_max_output(int64_t compressed) { return 1032 * compressed + 4096; }
 
 }  // namespace
 
 IdxArray read_idx(const std::string& path, int expected_rank) {
   struct stat st;
-  if (stat(path.c_str(), &st) != 0)
-    fail(Exit::io, path + ": cannot open data file: " + std::strerror(errno));
+  if (stat(path.c_str(), &st) != 0) {
+    // A path that does not exist is an input error (like a missing deck); other failures are I/O.
+    const int e = errno;
+    fail(e == ENOENT || e == ENOTDIR ? Exit::bad_input : Exit::io,
+         path + ": cannot open data file: " + std::strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) fail(Exit::bad_input, path + ": data file is not a regular file");
   GzFile gz;
   gz.f = gzopen(path.c_str(), "rb");
   if (!gz.f) fail(Exit::io, path + ": cannot open data file: " + std::strerror(errno));
+  const int64_t header = 4 + 4 * int64_t(expected_rank);
   unsigned char magic[4];
   int got = gzread(gz.f, magic, 4);
   if (got != 4)
-    fail(Exit::bad_input, path + ": truncated IDX file: expected a 4-byte header, got " + std::to_string(std::max(got, 0)) + " bytes");
+    fail(Exit::bad_input, path + ": truncated IDX file: expected a " + std::to_string(header) + "-byte header, got " +
+                              std::to_string(std::max(got, 0)) + " bytes");
   if (magic[0] != 0 || magic[1] != 0 || magic[2] != 0x08) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%02x %02x %02x %02x", magic[0], magic[1], magic[2], magic[3]);
@@ -57,41 +63,63 @@ IdxArray read_idx(const std::string& path, int expected_rank) {
   int64_t count = 1;
   for (int i = 0; i < expected_rank; ++i) {
     unsigned char d[4];
-    if (gzread(gz.f, d, 4) != 4)
-      fail(Exit::bad_input, path + ": truncated IDX header: dimension " + std::to_string(i) + " missing");
+    const int r = gzread(gz.f, d, 4);
+    if (r != 4)
+      fail(Exit::bad_input, path + ": truncated IDX header: expected " + std::to_string(header) + " bytes, got " +
+                                std::to_string(4 + 4 * i + std::max(r, 0)) + " (dimension " + std::to_string(i) + " missing)");
     int64_t v = int64_t(d[0]) << 24 | int64_t(d[1]) << 16 | int64_t(d[2]) << 8 | int64_t(d[3]);
-    if (v <= 0 || v > (int64_t(1) << 31))
-      fail(Exit::bad_input, path + ": IDX dimension " + std::to_string(i) + " = " + std::to_string(v) + " is out of range");
+    if (v <= 0)
+      fail(Exit::bad_input, path + ": IDX dimension " + std::to_string(i) + " = " + std::to_string(v) + " is out of range (must be > 0)");
     a.dims.push_back(v);
+    // Divide rather than multiply: the product of absurd dimensions must not overflow.
+    if (v > kMaxDataBytes / count) {
+      for (int j = i + 1; j < expected_rank; ++j) {  // name every dimension in the message when present
+        unsigned char e[4];
+        if (gzread(gz.f, e, 4) != 4) break;
+        a.dims.push_back(int64_t(e[0]) << 24 | int64_t(e[1]) << 16 | int64_t(e[2]) << 8 | int64_t(e[3]));
+      }
+      fail(Exit::bad_input, path + ": IDX header declares dims " + dims_text(a.dims) + ", more than " +
+                                std::to_string(kMaxDataBytes) + " bytes of data; refusing to allocate");
+    }
     count *= v;
-    if (count > kMaxDataBytes)
-      fail(Exit::bad_input, path + ": IDX header declares more than " + std::to_string(kMaxDataBytes) + " bytes of data; refusing to allocate");
   }
-  const int64_t header = 4 + 4 * expected_rank;
+  const bool plain = gzdirect(gz.f) == 1;
+  const int64_t file_size = static_cast<int64_t>(st.st_size);
   // Cross-check the declared size against the file before allocating.
-  int64_t isize = gzip_isize(path, st.st_size);
-  int64_t actual = -1;
-  if (isize < 0) actual = static_cast<int64_t>(st.st_size) - header;  // plain file
-  else if (header + count < (int64_t(1) << 32) && isize != header + count)
-    actual = isize - header;  // gzip trailer says otherwise
-  if (actual >= 0 && actual != count)
-    fail(Exit::bad_input, path + ": IDX header declares " + std::to_string(count) + " bytes of data (dims " +
-                              [&] { std::string s; for (auto d : a.dims) s += (s.empty() ? "" : "x") + std::to_string(d); return s; }() +
-                              "), but the file holds " + std::to_string(std::max<int64_t>(actual, 0)));
-  a.bytes.resize(static_cast<size_t>(count));
+  if (plain && file_size - header != count)
+    fail(Exit::bad_input, path + ": IDX header declares " + std::to_string(count) + " bytes of data (dims " + dims_text(a.dims) +
+                              "), but the file holds " + std::to_string(file_size - header) + " bytes after the " +
+                              std::to_string(header) + "-byte header");
+  if (!plain && count > gzip_max_output(file_size))
+    fail(Exit::bad_input, path + ": IDX header declares " + std::to_string(count) + " bytes of data (dims " + dims_text(a.dims) +
+                              "), but a gzip file of " + std::to_string(file_size) + " bytes holds at most " +
+                              std::to_string(gzip_max_output(file_size)) + "; refusing to allocate");
+  // Read in geometrically growing pieces, so memory follows the data actually present
+  // (a gzip file's true size is only known once it is decompressed).
   int64_t done = 0;
   while (done < count) {
-    unsigned chunk = static_cast<unsigned>(std::min<int64_t>(count - done, 1 << 30));
-    int r = gzread(gz.f, a.bytes.data() + done, chunk);
-    if (r <= 0) {
-      int errnum = 0;
-      const char* msg = gzerror(gz.f, &errnum);
-      fail(Exit::bad_input, path + ": truncated or corrupt IDX data: expected " + std::to_string(count) +
-                                " bytes after the header, got " + std::to_string(done) +
-                                (errnum ? std::string(" (zlib: ") + msg + ")" : std::string()));
+    const int64_t target = std::min<int64_t>(count, std::max<int64_t>(int64_t(1) << 24, 2 * done));
+    a.bytes.resize(static_cast<size_t>(target));
+    while (done < target) {
+      const unsigned chunk = static_cast<unsigned>(std::min<int64_t>(target - done, 1 << 30));
+      const int r = gzread(gz.f, a.bytes.data() + done, chunk);
+      if (r <= 0) {
+        int errnum = 0;
+        const char* msg = gzerror(gz.f, &errnum);
+        fail(Exit::bad_input, path + ": truncated or corrupt IDX data: the header (dims " + dims_text(a.dims) + ") declares " +
+                                  std::to_string(count) + " bytes after the header, but the file holds " +
+                                  std::to_string(done) + (errnum ? std::string(" (zlib: ") + msg + ")" : std::string()));
+      }
+      done += r;
     }
-    done += r;
   }
+  // Data past the declared size means the header and the file disagree.
+  unsigned char extra[4096];
+  int64_t more = 0;
+  for (int r; (r = gzread(gz.f, extra, sizeof extra)) > 0;) more += r;
+  if (more > 0)
+    fail(Exit::bad_input, path + ": IDX header declares " + std::to_string(count) + " bytes of data (dims " + dims_text(a.dims) +
+                              "), but the file holds " + std::to_string(count + more) + " bytes after the header");
   return a;
 }
 

@@ -101,7 +101,7 @@ const std::vector<KeySpec>& schema() {
       {"train.nonfinite", Kind::Enum, "\"abort\"", false, {}, {"abort", "skip"}, "on a non-finite loss or gradient: abort the job, or drop that update deterministically", F(d.train.nonfinite)},
 
       {"parallel.split", Kind::SplitOrAuto, "[]", false, gt(0), {}, "first layer index of stages 2..K (e.g. [2, 4, 5]), or \"auto\" to profile and plan", F(d.parallel)},
-      {"parallel.replicas", Kind::IntList, "[]", false, gt(0), {}, "replicas per stage, stage-major rank order (default: 1 each; one stage on N ranks: [N])", F(d.parallel.replicas)},
+      {"parallel.replicas", Kind::IntList, "[]", false, between(1, 1e6), {}, "replicas per stage, stage-major rank order (default: 1 each; one stage on N ranks: [N])", F(d.parallel.replicas)},
       {"parallel.schedule", Kind::Enum, "\"1f1b\"", false, {}, {"1f1b", "gpipe", "model-parallel", "bsp", "pipedream", "pipedream-vsync", "pipedream-nostash", "2bw"}, "pipeline schedule", F(d.parallel.schedule)},
       {"parallel.microbatches", Kind::Int, "1", false, between(1, 1e6), {}, "microbatches per minibatch (flush schedules and 2bw); must divide train.batch_size", F(d.parallel.microbatches)},
       {"parallel.profile", Kind::String, "\"\"", false, {}, {}, "split = \"auto\": read this profile.json instead of profiling", F(d.parallel.profile)},
@@ -110,6 +110,7 @@ const std::vector<KeySpec>& schema() {
       {"checkpoint.dir", Kind::String, "\"\"", false, {}, {}, "checkpoint folder (\"\" = <run dir>/checkpoints)", F(d.checkpoint.dir)},
       {"checkpoint.every_steps", Kind::Int, "0", false, ge(0), {}, "checkpoint every this many steps (0 = off)", F(d.checkpoint.every_steps)},
       {"checkpoint.every_seconds", Kind::Float, "0.0", false, ge(0), {}, "checkpoint when this much wall time passed since the last one (0 = off)", F(d.checkpoint.every_seconds)},
+      {"checkpoint.at_end", Kind::Bool, "true", false, {}, {}, "checkpoint after the last step (for --resume with more epochs)", F(d.checkpoint.at_end)},
       {"checkpoint.keep", Kind::Int, "2", false, ge(1), {}, "committed checkpoints kept; older ones are pruned after a commit", F(d.checkpoint.keep)},
 
       {"cluster.memory", Kind::Float, "0.0", false, ge(0), {}, "planner: memory cap per rank in bytes (0 = none)", F(d.cluster.memory)},
@@ -230,7 +231,7 @@ std::string toml_string(const std::string& s) {
       case '\n': o += "\\n"; break;
       case '\t': o += "\\t"; break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) {
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {  // TOML forbids raw control characters
           char b[8];
           std::snprintf(b, sizeof b, "\\u%04x", c);
           o += b;
@@ -253,19 +254,32 @@ std::string toml_int_list(const std::vector<int64_t>& v) {
 
 class Parser {
  public:
-  Parser(std::string path, std::map<std::string, std::string> set_where)
-      : path_(std::move(path)), set_where_(std::move(set_where)) {}
+  Parser(std::string path, std::map<std::string, std::string> set_where, std::map<std::string, std::string> set_raw)
+      : path_(std::move(path)), set_where_(std::move(set_where)), set_raw_(std::move(set_raw)) {}
 
   [[noreturn]] void bad(const std::string& where, const std::string& key, const std::string& msg) const {
     fail(Exit::bad_input, where + ": key '" + key + "': " + msg, true);
   }
 
-  std::string where(const toml::node& n, const std::string& key) const {
-    auto it = set_where_.find(key);
-    if (it != set_where_.end()) return it->second;
-    const auto& src = n.source();
+  // Where `key` was set: its --set argument, else the --set that created an enclosing
+  // table (--set foo.bar=1 creates [foo]; --set 'train={lr=1}' replaces [train]), else
+  // the node's line and column in the deck.
+  std::string where(const toml::source_region& src, const std::string& key) const {
+    for (std::string k = key;;) {
+      auto it = set_where_.find(k);
+      if (it != set_where_.end()) return it->second;
+      auto dot = k.rfind('.');
+      if (dot == std::string::npos) break;
+      k.erase(dot);
+    }
+    if (src.path && *src.path != path_) return "command line";  // parsed from a --set value
     if (src.begin.line == 0) return path_;
     return path_ + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column);
+  }
+  std::string where(const toml::node& n, const std::string& key) const { return where(n.source(), key); }
+  // Unknown keys are reported at the key itself, not at its value.
+  std::string where(const toml::key& k, const toml::node& n, const std::string& key) const {
+    return k.source().begin.line ? where(k.source(), key) : where(n, key);
   }
 
   // Convert one value to its kind and store it through `dst`.
@@ -291,7 +305,8 @@ class Parser {
         if (auto f = n.as_floating_point()) x = f->get();
         else if (auto i = n.as_integer()) x = static_cast<double>(i->get());
         else wrong_type();
-        if (!std::isfinite(x) || !in_range(range, x)) bad(at, key, range_message(range) + ", got " + node_text(n));
+        if (!std::isfinite(x)) bad(at, key, "must be a finite number, got " + node_text(n));
+        if (!in_range(range, x)) bad(at, key, range_message(range) + ", got " + node_text(n));
         *static_cast<double*>(dst) = x;
         break;
       }
@@ -303,15 +318,19 @@ class Parser {
       }
       case Kind::String:
       case Kind::Enum: {
+        // A --set value that parsed as another TOML scalar (run.name=2024, a layer name=7)
+        // is kept as typed: a string key takes the command-line text.
+        auto raw = set_raw_.find(key);
+        const bool from_set = raw != set_raw_.end() && !n.is_array() && !n.is_table();
         auto s = n.as_string();
-        if (!s) wrong_type();
-        const std::string v = s->get();
+        if (!s && !from_set) wrong_type();
+        const std::string v = s ? std::string(s->get()) : raw->second;
         if (kind == Kind::Enum && std::find(choices.begin(), choices.end(), v) == choices.end()) {
           std::string known;
           for (auto& c : choices) known += (known.empty() ? "" : ", ") + c;
           std::string dym = did_you_mean(v, choices);
           bad(at, key, "unknown value '" + v + "'" + (dym.empty() ? "" : "; did you mean '" + dym + "'?") +
-                           "; known: " + known);
+                           " (known: " + known + ")");
         }
         *static_cast<std::string*>(dst) = v;
         break;
@@ -357,9 +376,9 @@ class Parser {
       std::string key(k.str());
       if (std::find(kSections.begin(), kSections.end(), key) == kSections.end()) {
         std::string dym = did_you_mean(key, kSections);
-        bad(where(v, key), key,
+        bad(where(k, v, key), key,
             "unknown section" + (dym.empty() ? std::string() : "; did you mean [" + dym + "]?") +
-                " known sections: run, data, model, train, parallel, checkpoint, cluster");
+                " (known sections: run, data, model, train, parallel, checkpoint, cluster)");
       }
       if (!v.is_table()) bad(where(v, key), key, "must be a table ([" + key + "]), got " + node_type_name(v));
     }
@@ -384,9 +403,9 @@ class Parser {
           std::string dym = did_you_mean(key, names);
           std::string list;
           for (auto& nm : names) list += (list.empty() ? "" : ", ") + nm;
-          bad(where(v, section + "." + key), section + "." + key,
+          bad(where(k, v, section + "." + key), section + "." + key,
               "unknown key" + (dym.empty() ? std::string() : "; did you mean '" + section + "." + dym + "'?") +
-                  " known keys of [" + section + "]: " + list);
+                  " (known keys of [" + section + "]: " + list + ")");
         }
       }
     }
@@ -415,9 +434,9 @@ class Parser {
     const toml::node* ln = model.get("layers");
     if (!ln) fail(Exit::bad_input, path_ + ": section [model] has no layers: add [[model.layers]] tables", true);
     auto arr = ln->as_array();
+    if (arr && arr->empty()) bad(where(*ln, "model.layers"), "model.layers", "must hold at least one layer");
     if (!arr || !arr->is_array_of_tables())
       bad(where(*ln, "model.layers"), "model.layers", "must be an array of tables ([[model.layers]]), got " + node_type_name(*ln));
-    if (arr->empty()) bad(where(*ln, "model.layers"), "model.layers", "must hold at least one layer");
     const auto& ls = layer_schema();
     std::vector<std::string> types = known_layer_types();
     std::string type_list;
@@ -429,7 +448,7 @@ class Parser {
       spec.index = static_cast<int>(i);
       spec.where = where(t, "model.layers." + std::to_string(i));
       const toml::node* tn = t.get("type");
-      if (!tn) fail(Exit::bad_input, spec.where + ": layer " + std::to_string(i) + " has no 'type'; known: " + type_list, true);
+      if (!tn) bad(spec.where, base + ".type", "required: layer " + std::to_string(i) + " has no type (known: " + type_list + ")");
       const std::string tkey = "model.layers." + std::to_string(i) + ".type";
       if (!tn->as_string()) bad(where(*tn, tkey), base + ".type", "must be a string, got " + node_text(*tn) + " (" + node_type_name(*tn) + ")");
       spec.type = tn->as_string()->get();
@@ -438,7 +457,7 @@ class Parser {
         std::string dym = did_you_mean(spec.type, types);
         bad(where(*tn, tkey), base + ".type",
             "unknown layer type '" + spec.type + "'" + (dym.empty() ? "" : "; did you mean '" + dym + "'?") +
-                "; known: " + type_list);
+                " (known: " + type_list + ")");
       }
       std::vector<std::string> allowed = {"type", "name"};
       for (auto& k : it->second) allowed.push_back(k.key);
@@ -448,14 +467,17 @@ class Parser {
           std::string dym = did_you_mean(key, allowed);
           std::string list;
           for (auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-          bad(where(v, "model.layers." + std::to_string(i) + "." + key), base + "." + key,
+          bad(where(k, v, "model.layers." + std::to_string(i) + "." + key), base + "." + key,
               "unknown key for a " + spec.type + " layer" + (dym.empty() ? "" : "; did you mean '" + dym + "'?") +
-                  " known: " + list);
+                  " (known: " + list + ")");
         }
       }
       if (auto nn = t.get("name")) {
-        if (!nn->as_string()) bad(where(*nn, base + ".name"), base + ".name", "must be a string, got " + node_text(*nn));
-        spec.name = nn->as_string()->get();
+        const std::string nkey = "model.layers." + std::to_string(i) + ".name";
+        auto raw = set_raw_.find(nkey);
+        if (nn->as_string()) spec.name = nn->as_string()->get();
+        else if (raw != set_raw_.end() && !nn->is_array() && !nn->is_table()) spec.name = raw->second;  // --set name=7
+        else bad(where(*nn, nkey), base + ".name", "must be a string, got " + node_text(*nn) + " (" + node_type_name(*nn) + ")");
       } else {
         spec.name = spec.type + std::to_string(i);
       }
@@ -472,7 +494,9 @@ class Parser {
       if (spec.type == "conv2d" && spec.stride == 0) spec.stride = 1;
       if ((spec.type == "maxpool2d" || spec.type == "avgpool2d") && spec.stride == 0) spec.stride = spec.kernel;
       if ((spec.type == "maxpool2d" || spec.type == "avgpool2d") && spec.padding * 2 > spec.kernel)
-        bad(spec.where, base + ".padding", "must be at most half the kernel (" + std::to_string(spec.kernel) + "), got " + std::to_string(spec.padding));
+        bad(where(*t.get("padding"), "model.layers." + std::to_string(i) + ".padding"), base + ".padding",
+            "must be at most half the kernel, kernel / 2 = " + std::to_string(spec.kernel / 2) + " (kernel = " +
+                std::to_string(spec.kernel) + "), got " + std::to_string(spec.padding));
       if (spec.type == "softmax_cross_entropy" && i + 1 != arr->size())
         bad(spec.where, base + ".type", "softmax_cross_entropy must be the last layer, but it is layer " +
                                             std::to_string(i) + " of " + std::to_string(arr->size()));
@@ -489,7 +513,7 @@ class Parser {
     Deck scratch;
     const std::string at = where(n, lookup_key);
     // the scalar conversion, reporting the key as model.layers[i].key
-    Parser p(path_, set_where_);
+    Parser p(path_, set_where_, {});
     p.set_where_[shown_key] = at;
     p.store(n, shown_key, k.kind, k.range, {}, dst, scratch);
   }
@@ -509,11 +533,12 @@ class Parser {
         std::vector<std::string> allowed = {"ranks", "bandwidth", "latency"};
         if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
           std::string dym = did_you_mean(key, allowed);
-          bad(where(v, base + "." + key), base + "." + key,
-              "unknown key" + (dym.empty() ? "" : "; did you mean '" + dym + "'?") + " known: ranks, bandwidth, latency");
+          bad(where(k, v, "cluster.levels." + std::to_string(i) + "." + key), base + "." + key,
+              "unknown key" + (dym.empty() ? "" : "; did you mean '" + dym + "'?") + " (known: ranks, bandwidth, latency)");
         }
         Deck scratch;
-        Parser p(path_, set_where_);
+        Parser p(path_, set_where_, set_raw_);
+        p.set_where_[base + "." + key] = where(v, "cluster.levels." + std::to_string(i) + "." + key);
         if (key == "ranks") p.store(v, base + ".ranks", Kind::Int, gt(0), {}, &lv.ranks, scratch);
         if (key == "bandwidth") p.store(v, base + ".bandwidth", Kind::Float, gt(0), {}, &lv.bandwidth, scratch);
         if (key == "latency") p.store(v, base + ".latency", Kind::Float, ge(0), {}, &lv.latency, scratch);
@@ -526,7 +551,8 @@ class Parser {
 
  private:
   std::string path_;
-  std::map<std::string, std::string> set_where_;
+  std::map<std::string, std::string> set_where_;  // key -> "command line '--set k=v'"
+  std::map<std::string, std::string> set_raw_;    // key -> the --set value text as typed
 };
 
 // Cross-field rules: each message names both keys and their values.
@@ -568,12 +594,25 @@ void check_consistency(const Deck& d) {
   if (d.data.source == "synthetic" && d.data.shape.size() != 1 && d.data.shape.size() != 3)
     fail(Exit::bad_input, d.where("data.shape") + ": key 'data.shape': must have 1 (features) or 3 (C, H, W) entries, got " +
                               toml_int_list(d.data.shape), true);
+  if (d.data.source == "synthetic") {
+    // The per-sample element count must be a sane size (and not overflow): at most 2^31 floats.
+    double n = 1;
+    for (auto v : d.data.shape) n *= static_cast<double>(v);
+    if (n > 2147483648.0)
+      fail(Exit::bad_input, d.where("data.shape") + ": key 'data.shape': " + toml_int_list(d.data.shape) + " is " +
+                                fmt_num(n) + " values per sample; at most 2^31 = 2147483648 are supported", true);
+  }
   if (d.parallel.allreduce == "nccl" && d.run.device != "cuda")
     both("parallel.allreduce", "run.device", "\"nccl\" needs run.device = \"cuda\", got \"" + d.run.device + "\"");
 }
 
-std::map<std::string, std::string> apply_sets(toml::table& root, const std::vector<std::string>& sets) {
-  std::map<std::string, std::string> where;
+struct SetResult {
+  std::map<std::string, std::string> where;  // key (and tables it created) -> "command line '--set k=v'"
+  std::map<std::string, std::string> raw;    // key -> value text as typed
+};
+
+SetResult apply_sets(toml::table& root, const std::vector<std::string>& sets) {
+  SetResult out;
   for (size_t i = 0; i < sets.size(); ++i) {
     const std::string& s = sets[i];
     const std::string arg = "--set " + s;
@@ -592,35 +631,46 @@ std::map<std::string, std::string> apply_sets(toml::table& root, const std::vect
     }
     // Walk/create the path; numeric components index arrays (model.layers.2.out).
     std::vector<std::string> parts;
-    std::stringstream ss(key);
-    for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+    for (size_t p = 0;;) {
+      size_t dot = key.find('.', p);
+      parts.push_back(key.substr(p, dot == std::string::npos ? std::string::npos : dot - p));
+      if (dot == std::string::npos) break;
+      p = dot + 1;
+    }
+    for (auto& p : parts)
+      if (p.empty() || p.find_first_of(" \t\"'[]") != std::string::npos)
+        fail(Exit::bad_input, "command line: '" + arg + "': '" + key +
+                                  "' is not a key path (dotted names such as train.lr or model.layers.1.out)", true);
+    const std::string here = "command line '" + arg + "'";
     toml::node* cur = &root;
+    std::string prefix;
     for (size_t j = 0; j + 1 < parts.size(); ++j) {
+      prefix += (j ? "." : "") + parts[j];
       if (auto t = cur->as_table()) {
-        if (!t->contains(parts[j])) t->insert(parts[j], toml::table{});
+        if (!t->contains(parts[j])) {
+          t->insert(parts[j], toml::table{});
+          out.where.emplace(prefix, here);  // a table only this --set made: errors in it point here
+        }
         cur = t->get(parts[j]);
       } else if (auto a = cur->as_array()) {
         char* end = nullptr;
         long idx = std::strtol(parts[j].c_str(), &end, 10);
         if (*end || idx < 0 || static_cast<size_t>(idx) >= a->size())
-          fail(Exit::bad_input, "command line: '" + arg + "': no element '" + parts[j] + "' in an array of " + std::to_string(a->size()), true);
+          fail(Exit::bad_input, "command line: '" + arg + "': no element '" + parts[j] + "' in the array " + prefix.substr(0, prefix.rfind('.')) +
+                                    " of " + std::to_string(a->size()) + " (indices count from 0)", true);
         cur = a->get(static_cast<size_t>(idx));
       } else {
-        fail(Exit::bad_input, "command line: '" + arg + "': '" + parts[j] + "' is not a table", true);
+        fail(Exit::bad_input, "command line: '" + arg + "': '" + prefix + "' is not a table", true);
       }
     }
     auto t = cur->as_table();
-    if (!t) fail(Exit::bad_input, "command line: '" + arg + "': cannot set a key inside a non-table", true);
-    if (is_toml) {
-      // A quoted-free word such as run.name=2024 parses as a number; keep strings as typed when
-      // the key is a string key (decided later): store the TOML node, remember the raw text.
-      t->insert_or_assign(parts.back(), *parsed.get("v"));
-    } else {
-      t->insert_or_assign(parts.back(), text);
-    }
-    where[key] = "command line '" + arg + "'";
+    if (!t) fail(Exit::bad_input, "command line: '" + arg + "': '" + prefix + "' is not a table", true);
+    if (is_toml) t->insert_or_assign(parts.back(), *parsed.get("v"));
+    else t->insert_or_assign(parts.back(), text);
+    out.where[key] = here;
+    out.raw[key] = text;
   }
-  return where;
+  return out;
 }
 
 }  // namespace
@@ -671,22 +721,10 @@ Deck parse_deck_text(const std::string& text, const std::string& path, const std
              ": TOML syntax error: " + std::string(e.description()),
          true);
   }
-  auto set_where = apply_sets(root, sets);
-  // A --set of a string key with a value that parsed as a number keeps the typed text.
-  for (auto& s : schema()) {
-    if ((s.kind == Kind::String || s.kind == Kind::Enum) && set_where.count(s.key)) {
-      if (auto n = root.at_path(s.key).node(); n && !n->is_string() && !n->is_array() && !n->is_table()) {
-        for (auto& raw : sets)
-          if (raw.rfind(s.key + "=", 0) == 0) {
-            auto dot = s.key.find('.');
-            root[s.key.substr(0, dot)].as_table()->insert_or_assign(s.key.substr(dot + 1), raw.substr(s.key.size() + 1));
-          }
-      }
-    }
-  }
+  SetResult set = apply_sets(root, sets);
   Deck d;
   d.path = path;
-  Parser(path, set_where).parse(root, d);
+  Parser(path, set.where, set.raw).parse(root, d);
   check_consistency(d);
   return d;
 }
