@@ -35,6 +35,10 @@ struct TrainSetup {
   // pipeline; 2bw: 2; else 1) and microbatches in flight (gpipe M, model-parallel 1, else
   // the 1F1B depth, bounded by one update group's units for flush schedules).
   int versions_formula(int stage) const;
+  // The schedule runs in segments that drain at their end: an epoch, or the steps up to
+  // the next evaluation (train.eval_every). Returns the length of the segment starting
+  // at global step `done` (0 when training is over).
+  static int64_t segment_steps(int64_t done, int64_t steps_per_epoch, int64_t total, int64_t eval_every);
   int in_flight_formula(int stage) const;
 };
 

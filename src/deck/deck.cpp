@@ -97,6 +97,7 @@ const std::vector<KeySpec>& schema() {
       {"train.min_lr", Kind::Float, "0.0", false, ge(0), {}, "cosine schedule: final learning rate", F(d.train.min_lr)},
       {"train.target_accuracy", Kind::Float, "0.0", false, between(0, 1), {}, "record the wall time at which test accuracy first reaches this (0 = off)", F(d.train.target_accuracy)},
       {"train.log_every", Kind::Int, "50", false, gt(0), {}, "steps between progress lines and metrics.jsonl records", F(d.train.log_every)},
+      {"train.eval_every", Kind::Int, "0", false, ge(0), {}, "also evaluate every this many steps (0 = at epoch ends only); the pipeline drains there", F(d.train.eval_every)},
       {"train.eval_batch_size", Kind::Int, "500", false, between(1, 1e7), {}, "samples per microbatch when evaluating the test set", F(d.train.eval_batch_size)},
       {"train.nonfinite", Kind::Enum, "\"abort\"", false, {}, {"abort", "skip"}, "on a non-finite loss or gradient: abort the job, or drop that update deterministically", F(d.train.nonfinite)},
 

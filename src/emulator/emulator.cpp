@@ -11,6 +11,8 @@
 //   pipedream-nostash forward as pipedream; backward = the latest, r_s * floor(m / r_s)
 //   2bw               batch t = floor(m / M): forward = backward = max(0, t - 1)  (W(t-1))
 //   flush schedules   forward = backward = floor(m / M)
+// with m counted from the start of the segment (an epoch, or up to the next evaluation with
+// train.eval_every): the pipeline drains at segment ends.
 // A stage's update applies the gradients of its group (r_s minibatches for the pipedream
 // family, averaged; the M microbatches of a batch otherwise, summed with loss scale 1/B).
 #include <cstdio>
@@ -79,10 +81,13 @@ int cmd_emulate(const EmulateArgs& a) {
   std::vector<int32_t> host_labels(static_cast<size_t>(mb));
   std::vector<int64_t> idx(static_cast<size_t>(mb));
   int64_t done = 0;
-  for (int64_t epoch = 0; done < total; ++epoch) {
-    const int64_t steps = std::min(spe, total - done);
+  // the same segments as a run: up to each epoch end or evaluation, where the pipeline drains
+  while (done < total) {
+    const int64_t epoch = done / spe, in_epoch = done - epoch * spe;
+    const int64_t steps = TrainSetup::segment_steps(done, spe, total, deck.train.eval_every);
     const int64_t U = steps * M;
-    const std::vector<int64_t> perm = epoch_permutation(N, seed, epoch);
+    const std::vector<int64_t> full = epoch_permutation(N, seed, epoch);
+    const std::vector<int64_t> perm(full.begin() + in_epoch * B, full.end());
     std::vector<int64_t> base(static_cast<size_t>(K));
     for (int s = 0; s < K; ++s) base[static_cast<size_t>(s)] = st[static_cast<size_t>(s)].latest;
     double loss_acc = 0;
@@ -105,7 +110,7 @@ int cmd_emulate(const EmulateArgs& a) {
       }
       for (int64_t j = 0; j < mb; ++j) idx[static_cast<size_t>(j)] = perm[static_cast<size_t>(m * mb + j)];
       data.train->get(idx.data(), mb, host_x.data(), host_labels.data());
-      const int64_t sample0 = epoch * spe * B + m * mb;
+      const int64_t sample0 = done * B + m * mb;
       // forward through every stage
       for (int s = 0; s < K; ++s) {
         StageState& x = st[static_cast<size_t>(s)];
@@ -154,7 +159,7 @@ int cmd_emulate(const EmulateArgs& a) {
         loss_acc = 0;
       }
     }
-    // the epoch's IR drains: only the latest versions survive
+    // the segment's IR drains: only the latest versions survive
     for (auto& x : st)
       for (auto it = x.versions.begin(); it != x.versions.end();)
         it = it->first != x.latest ? x.versions.erase(it) : std::next(it);

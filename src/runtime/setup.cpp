@@ -22,6 +22,11 @@ TrainSetup TrainSetup::from_deck(const Deck& deck, int world_size) {
              std::to_string(t.microbatches) + " for " + std::to_string(t.layout.stages()) + " stages",
          true);
   t.mb_size = deck.train.batch_size / t.microbatches;
+  if (deck.train.eval_every % t.boundary_stride() != 0)
+    fail(Exit::bad_input, deck.where("train.eval_every") + ": key 'train.eval_every': " + std::to_string(deck.train.eval_every) +
+                              " must be a multiple of " + std::to_string(t.boundary_stride()) + " (replicas " +
+                              t.layout.replication() + " of " + deck.parallel.schedule + " update together every that many steps)",
+         true);
   return t;
 }
 
@@ -51,6 +56,14 @@ int64_t TrainSetup::total_steps(const Deck& deck, int64_t N) const {
   int64_t t = deck.train.epochs * steps_per_epoch(deck, N);
   if (deck.train.max_steps > 0) t = std::min(t, deck.train.max_steps);
   return t - t % boundary_stride();
+}
+
+int64_t TrainSetup::segment_steps(int64_t done, int64_t spe, int64_t total, int64_t eval_every) {
+  if (done >= total) return 0;
+  const int64_t in_epoch = done % spe;
+  int64_t n = std::min(spe - in_epoch, total - done);
+  if (eval_every > 0) n = std::min(n, eval_every - in_epoch % eval_every);
+  return n;
 }
 
 int TrainSetup::versions_formula(int stage) const {

@@ -80,7 +80,7 @@ class Trainer final : public TrainControl {
 
  private:
   void commit(WorkerState& st, bool epoch_complete);
-  void log_epoch(int64_t steps, double t_epoch, const Executor::EvalResult& res);
+  void log_eval(int64_t step, bool epoch_end, double seconds, int64_t steps, const Executor::EvalResult& res);
   bool checkpoint_at_epoch_end(int64_t step, bool last);
   CheckpointMeta meta(int64_t step, bool epoch_complete) const;
   StageInfo stage_info() const;
@@ -274,26 +274,34 @@ bool Trainer::checkpoint_at_epoch_end(int64_t step, bool last) {
   return stop && !last;
 }
 
-void Trainer::log_epoch(int64_t steps, double t_epoch, const Executor::EvalResult& res) {
+void Trainer::log_eval(int64_t step, bool epoch_end, double seconds, int64_t steps, const Executor::EvalResult& res) {
   if (!ctx_->is_reporter()) return;
   final_acc_ = static_cast<double>(res.correct) / static_cast<double>(std::max<int64_t>(1, res.samples));
   final_test_loss_ = res.loss_sum / static_cast<double>(std::max<int64_t>(1, res.samples));
   const double train_loss = epoch_loss_ / std::max(1.0, epoch_samples_);
-  last_train_loss_ = train_loss;
   bool reached = false;
   if (deck_.train.target_accuracy > 0 && time_to_target_ < 0 && final_acc_ >= deck_.train.target_accuracy)
     time_to_target_ = train_time_, reached = true;
-  std::printf("epoch %lld: train loss %.4f  test loss %.4f  test accuracy %.4f  (%s samples/s, epoch %s)%s\n",
-              static_cast<long long>(epoch_ + 1), train_loss, final_test_loss_, final_acc_,
-              human_rate(static_cast<double>(steps * deck_.train.batch_size) / t_epoch).c_str(), human_time(t_epoch).c_str(),
-              reached ? "  target reached" : "");
+  const double sps = static_cast<double>(steps * deck_.train.batch_size) / std::max(1e-9, seconds);
+  if (epoch_end) {
+    last_train_loss_ = train_loss;
+    std::printf("epoch %lld: train loss %.4f  test loss %.4f  test accuracy %.4f  (%s samples/s, epoch %s)%s\n",
+                static_cast<long long>(epoch_ + 1), train_loss, final_test_loss_, final_acc_, human_rate(sps).c_str(),
+                human_time(seconds).c_str(), reached ? "  target reached" : "");
+  } else {
+    std::printf("step %lld: test loss %.4f  test accuracy %.4f%s\n", static_cast<long long>(step), final_test_loss_,
+                final_acc_, reached ? "  target reached" : "");
+  }
   std::fflush(stdout);
-  metrics_->append(nlohmann::json({{"type", "epoch"}, {"epoch", epoch_}, {"step", epoch_start_ + epoch_steps_},
-                                   {"loss", train_loss}, {"train_loss", train_loss}, {"test_loss", final_test_loss_},
-                                   {"test_accuracy", final_acc_},
-                                   {"samples_per_s", static_cast<double>(steps * deck_.train.batch_size) / t_epoch},
-                                   {"elapsed_s", train_time_}, {"lr", opt_->current_lr()}})
-                       .dump());
+  nlohmann::json j = {{"type", epoch_end ? "epoch" : "eval"}, {"epoch", epoch_}, {"step", step},
+                      {"test_loss", final_test_loss_}, {"test_accuracy", final_acc_}, {"elapsed_s", train_time_},
+                      {"lr", opt_->current_lr()}};
+  if (epoch_end) {
+    j["loss"] = train_loss;
+    j["train_loss"] = train_loss;
+    j["samples_per_s"] = sps;
+  }
+  metrics_->append(j.dump());
 }
 
 int Trainer::run() {
@@ -380,10 +388,8 @@ int Trainer::run() {
   int64_t steps_done = 0;
   const WorkerState* resume_state = nullptr;
   if (resume.valid) {
-    epoch_ = resume.state.epoch;
-    steps_done = resume.state.epoch_start;
+    steps_done = resume.meta.epoch_complete ? resume.meta.step : resume.state.epoch_start;
     train_time_ = resume.state.elapsed_train_s;
-    if (resume.meta.epoch_complete) steps_done = resume.meta.step;
     resume_state = &resume.state;
   }
   next_log_ = (steps_done / deck_.train.log_every + 1) * deck_.train.log_every;
@@ -391,41 +397,50 @@ int Trainer::run() {
   const double t_origin = now_s();
   last_ckpt_time_ = t_origin;
   const int64_t first_step = steps_done;
-  double time_this_run = 0;
+  double time_this_run = 0, epoch_time = 0;
   bool stopped = false;
+  std::vector<int64_t> perm;
+  int64_t perm_epoch = -1;
+  // Segments: the schedule runs up to the next epoch end or evaluation, then drains.
   while (steps_done < total_steps_ && !stopped) {
+    epoch_ = steps_done / spe_;
+    const int64_t in_epoch = steps_done - epoch_ * spe_;
     epoch_start_ = steps_done;
-    epoch_steps_ = std::min(spe_, total_steps_ - steps_done);
+    epoch_steps_ = TrainSetup::segment_steps(steps_done, spe_, total_steps_, deck_.train.eval_every);
     if (resume_state && resume_state->position > 0) epoch_steps_ = resume_state->epoch_steps;
+    if (in_epoch == 0) epoch_loss_ = epoch_samples_ = epoch_time = 0;
     Schedule ir = make_schedule(setup_.kind, layout, epoch_steps_, setup_.microbatches);
     if (std::string err = validate(ir); !err.empty()) fail(Exit::internal, "schedule invalid: " + err);
-    const std::vector<int64_t> perm = epoch_permutation(N, static_cast<uint64_t>(deck_.run.seed), epoch_);
+    if (perm_epoch != epoch_) perm = epoch_permutation(N, static_cast<uint64_t>(deck_.run.seed), epoch_), perm_epoch = epoch_;
+    const std::vector<int64_t> segment(perm.begin() + in_epoch * B, perm.end());
     t_epoch0_ = interval_start_ = now_s();
-    epoch_loss_ = epoch_samples_ = 0;
-    const bool finished = ex_->train(ir, perm, epoch_ * spe_ * B, *this, resume_state);
+    const bool finished = ex_->train(ir, segment, steps_done * B, *this, resume_state);
     resume_state = nullptr;
-    const double t_epoch = now_s() - t_epoch0_;
-    train_time_ += t_epoch;
-    time_this_run += t_epoch;
+    const double t_seg = now_s() - t_epoch0_;
+    train_time_ += t_seg;
+    time_this_run += t_seg;
+    epoch_time += t_seg;
     if (versions_) {
       for (auto& v : ex_->version_log())
         versions_->append(nlohmann::json({{"stage", ctx_->stage()}, {"replica", ctx_->replica()}, {"epoch", epoch_},
-                                          {"mb", v.epoch_unit}, {"fwd", v.fwd}, {"bwd", v.bwd}})
+                                          {"segment_start", epoch_start_}, {"mb", v.epoch_unit}, {"fwd", v.fwd},
+                                          {"bwd", v.bwd}})
                               .dump());
       ex_->clear_version_log();
     }
-    if (!finished) {  // stopped at a checkpoint cut inside the epoch
+    if (!finished) {  // stopped at a checkpoint cut inside the segment
       stopped = true;
       steps_done = weights_->latest_id();
       break;
     }
     steps_done = epoch_start_ + epoch_steps_;
+    const bool epoch_end = steps_done % spe_ == 0 || steps_done >= total_steps_;
     const Executor::EvalResult res = ex_->evaluate(eval_ir);
-    log_epoch(epoch_steps_, t_epoch, res);
+    log_eval(steps_done, epoch_end, epoch_end ? epoch_time : t_seg, epoch_end ? (steps_done - epoch_ * spe_) : epoch_steps_, res);
     const bool last = steps_done >= total_steps_;
     stopped = checkpoint_at_epoch_end(steps_done, last);
-    ++epoch_;
   }
+  epoch_ = (steps_done + spe_ - 1) / spe_;
   while (!pending_.empty()) {
     ctx_->wait(&pending_.front()->req, [] { return std::string("agreement on checkpoint/stop flags"); });
     pending_.pop_front();

@@ -47,6 +47,15 @@ for l in "${layouts[@]}"; do
   done
 done
 
+# evaluation every 10 steps drains the pipeline there; the emulator drains at the same steps
+seg=(--set train.eval_every=10 --set 'parallel.split=[2,4,5]' --set parallel.schedule=pipedream)
+"$PT_BIN" emulate $deck --ranks 4 "${common[@]}" "${seg[@]}" --set run.name=emu_4x1_segments >/dev/null ||
+  { echo "FAIL emulator with eval_every"; failures=$((failures + 1)); }
+train "$out" 4x1_segments 4 $deck "${common[@]}" "${seg[@]}"
+compare "$out/emu_4x1_segments" "$out/4x1_segments" 1e-5
+expect "three evaluations logged (steps 10, 20 and the epoch end at 30)" \
+  test "$(grep -c '"test_accuracy"' "$out/4x1_segments/metrics.jsonl")" = 3
+
 # bitwise repeatability
 for sched in pipedream pipedream-vsync 2bw; do
   train "$out" "4x1_${sched}_again" 4 $deck "${common[@]}" --set 'parallel.split=[2,4,5]' --set "parallel.schedule=$sched"
