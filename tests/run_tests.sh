@@ -31,6 +31,9 @@ run() {  # name, timeout seconds, command...
 if [ "$what" = unit ] || [ "$what" = all ]; then
   run "unit tests (np 1)" 900 $MPIRUN $MPIRUN_FLAGS -np 1 $BUILD/pt_tests --gtest_brief=1
 fi
+if [ "$what" = unit ] || [ "$what" = all ]; then
+  run "docs/DECK.md matches the deck schema" 60 bash -c "$BUILD/pipetrain keys --markdown | diff -u docs/DECK.md - >/dev/null || { echo 'docs/DECK.md is stale: run make docs'; exit 1; }"
+fi
 if [ "$what" = mpi ] || [ "$what" = all ]; then
   for np in 2 3 4; do
     run "MPI unit tests (np $np)" 300 $MPIRUN $MPIRUN_FLAGS -np $np $BUILD/pt_tests --gtest_filter='Mpi*' --gtest_brief=1
