@@ -25,17 +25,30 @@ CXXFLAGS := -std=c++17 $(OPT) $(ARCH) -g -Wall -Wextra -Wno-unused-parameter -MM
 LDLIBS   := -ltrilinos_kokkoskernels -ltrilinos_kokkoscore -lopenblas $(HDF5_LIBS) -ltomlplusplus -lz -ldl
 
 SRC := $(shell find src -name '*.cpp' ! -name main.cpp ! -name cuda_stub.cpp | sort)
+TEST_SRC := $(shell find tests/unit -name '*.cpp' | sort)
 ifeq ($(CUDA),1)
+  # The CUDA toolkit ships cuBLAS, cuDNN (cudnn.h) and NCCL (nccl.h) under one prefix here;
+  # CUDNN_HOME / NCCL_HOME point elsewhere where they are installed separately.
+  CUDA_HOME  ?= /usr/local/cuda
+  CUDNN_HOME ?= $(CUDA_HOME)
+  NCCL_HOME  ?= $(CUDA_HOME)
+  CUDA_INC   := $(sort -I$(CUDA_HOME)/include -I$(CUDNN_HOME)/include -I$(NCCL_HOME)/include)
+  CUDA_LIBDIRS := $(sort $(CUDA_HOME)/lib64 $(CUDNN_HOME)/lib64 $(NCCL_HOME)/lib64)
   CUDA_SRC := $(shell find src/kernels/cuda -name '*.cu' | sort)
-  CPPFLAGS += -DPT_CUDA -I/usr/local/cuda/include
-  LDLIBS   += -L/usr/local/cuda/lib64 -lcudnn -lcublas -lcudart -lnccl
+  CPPFLAGS += -DPT_CUDA $(CUDA_INC)
+  LDLIBS   += $(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl,-rpath,$(d)) -lcudnn -lcublas -lcudart -lnccl
   CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
+  # nvcc sees only what the .cu files need: our headers, CUDA's, and MPI's (the transport)
+  MPI_INC  := $(filter -I%,$(shell $(CXX) --showme:compile 2>/dev/null))
+  NVCCFLAGS ?= -std=c++17 -O3 -arch=$(CUDA_ARCH) -g -lineinfo --expt-relaxed-constexpr \
+               -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -MMD -MP
+  NVCC_CPPFLAGS := -DOMPI_SKIP_MPICXX -DPT_CUDA -Iinclude $(CUDA_INC) $(MPI_INC)
 else
   SRC += src/kernels/cuda_stub.cpp
   CUDA_OBJ :=
+  TEST_SRC := $(filter-out tests/unit/test_cuda.cpp,$(TEST_SRC))  # GPU tests need CUDA=1
 endif
 OBJ  := $(SRC:%.cpp=$(BUILD)/obj/%.o)
-TEST_SRC := $(shell find tests/unit -name '*.cpp' | sort)
 TEST_OBJ := $(TEST_SRC:%.cpp=$(BUILD)/obj/%.o)
 
 .PHONY: all deps deps-dev deps-check run test test-unit test-mpi test-faults test-slurm bench clean docs help
@@ -76,9 +89,9 @@ $(BUILD)/obj/%.o: %.cpp | $(BUILD)/deps.ok
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.cu
+$(BUILD)/obj/%.o: %.cu | $(BUILD)/deps.ok
 	@mkdir -p $(dir $@)
-	$(NVCC) -std=c++17 -O3 -arch=$(CUDA_ARCH) $(CPPFLAGS) -Xcompiler -Wall -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(NVCC_CPPFLAGS) -c $< -o $@
 
 $(BUILD)/pt_tests: $(TEST_OBJ) $(BUILD)/libpipetrain.a
 	$(CXX) $(CXXFLAGS) -o $@ $^ -lgtest $(LDLIBS) -lpthread
@@ -110,7 +123,7 @@ docs: all
 clean:
 	rm -rf $(BUILD)
 
--include $(OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/obj/src/main.d
+-include $(OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(CUDA_OBJ:.o=.d) $(BUILD)/obj/src/main.d
 
 # Feature fragments (one file per area, e.g. mk/slurm.mk) add their own targets.
 -include mk/*.mk

@@ -3,6 +3,7 @@
 // KokkosBlas; the CUDA backend with cuBLAS, cuDNN and CUDA kernels. Layers never see
 // which one runs them.
 #pragma once
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -34,6 +35,18 @@ class Backend {
   virtual void fill(float* x, float v, size_t n) = 0;
   virtual void synchronize() {}  // wait for queued work (CUDA); no-op on the host
 
+  // Timing a region of queued work (the profiler times each layer with it): timer_start()
+  // marks the start, timer_stop() waits for the work queued since and returns its seconds.
+  // Host: a steady clock; CUDA: events on the compute stream.
+  virtual void timer_start() {
+    synchronize();
+    timer_t0_ = std::chrono::steady_clock::now();
+  }
+  virtual double timer_stop() {
+    synchronize();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - timer_t0_).count();
+  }
+
   // C[M,N] = alpha * op(A) * op(B) + beta * C, row-major, op(X) = X or X^T.
   virtual void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) = 0;
@@ -55,7 +68,10 @@ class Backend {
   virtual void maxpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y, int32_t* argmax) = 0;
   virtual void maxpool_backward(const WindowGeom& g, int64_t n, const float* dy, const int32_t* argmax, float* dx) = 0;
   virtual void avgpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y) = 0;
-  virtual void avgpool_backward(const WindowGeom& g, int64_t n, const float* dy, float* dx) = 0;
+  // x and y (the forward's input and output) are for cuDNN's pooling backward, whose API
+  // takes them; the host kernel does not read them.
+  virtual void avgpool_backward(const WindowGeom& g, int64_t n, const float* x, const float* y, const float* dy,
+                                float* dx) = 0;
 
   // Elementwise activations over n values.
   virtual void relu_forward(size_t n, const float* x, float* y) = 0;
@@ -99,6 +115,9 @@ class Backend {
   virtual int32_t* alloc_int(size_t n) = 0;
   virtual void release_int(int32_t* p) = 0;
   virtual void labels_from_host(int32_t* dst, const int32_t* host, size_t n) = 0;
+
+ private:
+  std::chrono::steady_clock::time_point timer_t0_{};
 };
 
 // The host backend (Kokkos Serial + OpenBLAS through KokkosBlas).

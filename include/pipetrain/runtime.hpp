@@ -118,6 +118,7 @@ struct ExecutorConfig {
   int64_t eval_mb = 0;
   bool debug_versions = false;
   bool skip_nonfinite = false;
+  bool nccl_allreduce = false;  // parallel.allreduce = "nccl" (CUDA backend)
   int64_t trace_limit = 0;  // timeline events kept for trace.json
 };
 

@@ -26,9 +26,10 @@ class Transport {
   virtual void finish_allreduce(float* buf) { (void)buf; }
 };
 
-// Direct for host memory; for a CUDA backend: CUDA-aware when MPI reports it, else staged.
-std::unique_ptr<Transport> make_transport(Backend& be);
+// Direct for host memory; for a CUDA backend: CUDA-aware when MPI reports it, else staged;
+// with nccl_allreduce (parallel.allreduce = "nccl") replica reductions go through NCCL.
+std::unique_ptr<Transport> make_transport(Backend& be, bool nccl_allreduce = false);
 // Implemented by the CUDA backend (a stub throws in builds without CUDA=1).
-std::unique_ptr<Transport> make_cuda_transport(Backend& be);
+std::unique_ptr<Transport> make_cuda_transport(Backend& be, bool nccl_allreduce);
 
 }  // namespace pt

@@ -11,7 +11,7 @@ std::unique_ptr<Backend> make_cuda_backend(int) {
   fail(Exit::bad_input, "run.device = \"cuda\" needs a build with CUDA support: make CUDA=1", true);
 }
 
-std::unique_ptr<Transport> make_cuda_transport(Backend&) {
+std::unique_ptr<Transport> make_cuda_transport(Backend&, bool) {
   fail(Exit::internal, "CUDA transport requested in a build without CUDA=1");
 }
 

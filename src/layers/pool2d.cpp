@@ -23,11 +23,11 @@ void Pool2d::forward(const LayerCtx& c, const float*, const float* x, float* y, 
   else c.be.avgpool_forward(g_, n, x, y);
 }
 
-void Pool2d::backward(const LayerCtx& c, const float*, const float*, const float*, const float* dy, float* dx,
+void Pool2d::backward(const LayerCtx& c, const float*, const float* x, const float* y, const float* dy, float* dx,
                       float*, const float* aux, int64_t n) const {
   if (!dx) return;
   if (max_) c.be.maxpool_backward(g_, n, dy, reinterpret_cast<const int32_t*>(aux), dx);
-  else c.be.avgpool_backward(g_, n, dy, dx);
+  else c.be.avgpool_backward(g_, n, x, y, dy, dx);
 }
 
 double Pool2d::flops_forward() const { return static_cast<double>(out_.numel()) * g_.kernel * g_.kernel; }

@@ -54,18 +54,16 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
   const int warmup = 2;
   for (int rep = 0; rep < warmup + reps; ++rep) {
     for (int l = 0; l < L; ++l) {
-      be.synchronize();
-      const double t0 = now_s();
+      be.timer_start();
       st.forward_layer(l, slot, params.data(), ctx, mb);
-      be.synchronize();
-      if (rep >= warmup) tf[static_cast<size_t>(l)].push_back(now_s() - t0);
+      const double t = be.timer_stop();  // CUDA events on a GPU, a steady clock on the host
+      if (rep >= warmup) tf[static_cast<size_t>(l)].push_back(t);
     }
     for (int l = L - 1; l >= 0; --l) {
-      be.synchronize();
-      const double t0 = now_s();
+      be.timer_start();
       st.backward_layer(l, slot, params.data(), grads.data(), dy.data(), l == 0 ? nullptr : dx.data(), ctx, mb);
-      be.synchronize();
-      if (rep >= warmup) tb[static_cast<size_t>(l)].push_back(now_s() - t0);
+      const double t = be.timer_stop();
+      if (rep >= warmup) tb[static_cast<size_t>(l)].push_back(t);
     }
   }
   std::vector<LayerProfile> out;

@@ -25,7 +25,7 @@ struct Executor::SlotState {
 Executor::Executor(ParallelContext& ctx, Stage& stage, WeightStore& weights, Optimizer& opt, const Dataset& train,
                    const Dataset& test, const ExecutorConfig& cfg)
     : ctx_(ctx), stage_(stage), weights_(weights), opt_(opt), train_(train), test_(test), cfg_(cfg),
-      be_(stage.backend()), tr_(make_transport(stage.backend())) {
+      be_(stage.backend()), tr_(make_transport(stage.backend(), cfg.nccl_allreduce)) {
   grads_ = Buffer(be_, static_cast<size_t>(stage.num_params() + 1));
   const int64_t mb = std::max(stage.train_mb(), stage.eval_mb());
   host_x_.resize(static_cast<size_t>(mb * stage.in_shape().numel()));

@@ -9,6 +9,9 @@
 namespace pt {
 
 struct RunOutputs {
+  RunOutputs(const ParallelContext& c, const TrainSetup& s, const Deck& d, const Stage& st, const WeightStore& w,
+             const Executor& e)
+      : ctx(c), setup(s), deck(d), stage(st), weights(w), ex(e) {}
   const ParallelContext& ctx;
   const TrainSetup& setup;
   const Deck& deck;

@@ -341,6 +341,7 @@ int Trainer::run() {
   cfg.eval_mb = stage_->eval_mb();
   cfg.debug_versions = deck_.run.debug_versions;
   cfg.skip_nonfinite = deck_.train.nonfinite == "skip";
+  cfg.nccl_allreduce = deck_.parallel.allreduce == "nccl";
   cfg.trace_limit = 200000;
   ex_ = std::make_unique<Executor>(*ctx_, *stage_, *weights_, *opt_, *data_.train, *data_.test, cfg);
 

@@ -24,9 +24,9 @@ class DirectTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_transport(Backend& be) {
+std::unique_ptr<Transport> make_transport(Backend& be, bool nccl_allreduce) {
   if (be.device() == Device::cpu) return std::make_unique<DirectTransport>();
-  return make_cuda_transport(be);
+  return make_cuda_transport(be, nccl_allreduce);
 }
 
 }  // namespace pt

@@ -238,7 +238,8 @@ void HostBackend::avgpool_forward(const WindowGeom& g, int64_t n, const float* x
   });
 }
 
-void HostBackend::avgpool_backward(const WindowGeom& g, int64_t n, const float* dy, float* dx) {
+void HostBackend::avgpool_backward(const WindowGeom& g, int64_t n, const float*, const float*, const float* dy,
+                                   float* dx) {
   const int64_t k = g.kernel, st = g.stride, pad = g.padding;
   const int64_t in_plane = g.h_in * g.w_in, out_plane = g.h_out * g.w_out;
   const float inv = 1.0f / static_cast<float>(k * k);

@@ -33,7 +33,8 @@ class HostBackend final : public Backend {
   void maxpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y, int32_t* argmax) override;
   void maxpool_backward(const WindowGeom& g, int64_t n, const float* dy, const int32_t* argmax, float* dx) override;
   void avgpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y) override;
-  void avgpool_backward(const WindowGeom& g, int64_t n, const float* dy, float* dx) override;
+  void avgpool_backward(const WindowGeom& g, int64_t n, const float* x, const float* y, const float* dy,
+                        float* dx) override;
 
   void relu_forward(size_t n, const float* x, float* y) override;
   void relu_backward(size_t n, const float* y, const float* dy, float* dx) override;

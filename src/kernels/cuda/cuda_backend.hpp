@@ -1,0 +1,167 @@
+// The CUDA backend's class declaration, shared by its translation units (backend, kernels,
+// cuDNN, transport). One device per process, chosen from the node-local rank; every op is
+// queued on the rank's compute stream; the copy stream carries the transport's staging
+// copies. Only host code sees this header (nvcc compiles it as host C++).
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "pipetrain/backend.hpp"
+
+namespace pt::cuda {
+
+// A pinned host buffer that grows on demand (cudaMallocHost), for staging copies.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer();
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  PinnedBuffer(PinnedBuffer&& o) noexcept : p_(o.p_), cap_(o.cap_) { o.p_ = nullptr; o.cap_ = 0; }
+  void* reserve(size_t bytes);  // contents are not kept when it grows
+  void* data() const { return p_; }
+  size_t capacity() const { return cap_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t cap_ = 0;
+};
+
+// Geometry + batch size: the key of a cached cuDNN convolution or pooling plan.
+struct GeomKey {
+  std::array<int64_t, 9> v;
+  bool operator<(const GeomKey& o) const { return v < o.v; }
+};
+
+struct ConvPlan;  // cuda_dnn.cu
+struct PoolPlan;  // cuda_dnn.cu
+
+class CudaBackend final : public Backend {
+ public:
+  // device: the CUDA device ordinal this process uses; local_rank/local_size: its place
+  // among the ranks of its node (for describe()).
+  CudaBackend(int device, int local_rank, int local_size);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  Device device() const override { return Device::cuda; }
+  std::string describe() const override;
+
+  float* alloc(size_t n) override;
+  void release(float* p) override;
+  void copy(float* dst, const float* src, size_t n) override;
+  void to_host(float* host, const float* src, size_t n) override;
+  void from_host(float* dst, const float* host, size_t n) override;
+  void fill(float* x, float v, size_t n) override;
+  void synchronize() override;
+  void timer_start() override;
+  double timer_stop() override;
+
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) override;
+  void axpy(size_t n, float a, const float* x, float* y) override;
+  void scale(size_t n, float a, float* x) override;
+  void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) override;
+  void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) override;
+
+  void conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
+                      float* y) override;
+  void conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy, float* dx,
+                       float* dw, float* db) override;
+  void maxpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y, int32_t* argmax) override;
+  void maxpool_backward(const WindowGeom& g, int64_t n, const float* dy, const int32_t* argmax, float* dx) override;
+  void avgpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y) override;
+  void avgpool_backward(const WindowGeom& g, int64_t n, const float* x, const float* y, const float* dy,
+                        float* dx) override;
+
+  void relu_forward(size_t n, const float* x, float* y) override;
+  void relu_backward(size_t n, const float* y, const float* dy, float* dx) override;
+  void gelu_forward(size_t n, const float* x, float* y) override;
+  void gelu_backward(size_t n, const float* x, const float* dy, float* dx) override;
+  void layernorm_forward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
+                         const float* beta, float* y, float* stats) override;
+  void layernorm_backward(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* stats,
+                          const float* dy, float* dx, float* dgamma, float* dbeta) override;
+  void dropout_forward(int64_t n, int64_t features, float p, uint64_t key, int64_t sample0, const float* x,
+                       float* y) override;
+  void dropout_backward(int64_t n, int64_t features, float p, uint64_t key, int64_t sample0, const float* dy,
+                        float* dx) override;
+  void softmax_xent_forward(int64_t n, int64_t classes, const float* logits, const int32_t* labels, float* loss,
+                            float* probs) override;
+  void softmax_xent_backward(int64_t n, int64_t classes, const float* probs, const int32_t* labels, float scale,
+                             float* dlogits) override;
+  int64_t count_correct(int64_t n, int64_t classes, const float* logits, const int32_t* labels) override;
+  double sum(size_t n, const float* x) override;
+  bool all_finite(size_t n, const float* x) override;
+  void sgd_update(size_t n, float* w, const float* g, float* buf, float lr, float momentum, float weight_decay,
+                  bool nesterov, float grad_scale) override;
+  void adamw_update(size_t n, float* w, const float* g, float* m, float* v, float lr, float beta1, float beta2,
+                    float eps, float weight_decay, int64_t step, float grad_scale) override;
+  int32_t* alloc_int(size_t n) override;
+  void release_int(int32_t* p) override;
+  void labels_from_host(int32_t* dst, const int32_t* host, size_t n) override;
+
+  // For the transport and the tests.
+  int ordinal() const { return device_; }
+  cudaStream_t compute_stream() const { return compute_; }
+  cudaStream_t copy_stream() const { return copy_; }
+  bool tf32() const { return tf32_; }
+  void make_current() const;  // cudaSetDevice(ordinal())
+
+ private:
+  void upload(void* dst, const void* host, size_t bytes);  // async, through the pinned ring
+  void* dnn_workspace(size_t bytes);
+  void release_dnn_plans();
+  ConvPlan& conv_plan(const WindowGeom& g, int64_t n);
+  PoolPlan& pool_plan(const WindowGeom& g, int64_t n);  // average pooling
+
+  int device_ = 0, local_rank_ = 0, local_size_ = 1;
+  std::string name_;
+  int cc_major_ = 0, cc_minor_ = 0;
+  size_t total_mem_ = 0;
+  bool tf32_ = false;          // PT_CUDA_TF32=1: cuBLAS/cuDNN may use TF32 tensor cores
+  size_t ws_limit_ = 0;        // cuDNN workspace cap for algorithm choice (bytes)
+  cudaStream_t compute_ = nullptr, copy_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  cudnnHandle_t dnn_ = nullptr;
+  cudaEvent_t timer_[2] = {nullptr, nullptr};
+  // reductions: device partials and result, pinned host result
+  double* red_dev_ = nullptr;             // [kRedBlocks + 1] doubles
+  unsigned long long* cnt_dev_ = nullptr;  // one counter
+  PinnedBuffer red_host_;
+  // upload ring: pinned buffers reused once their copy (event) completed
+  struct Upload {
+    PinnedBuffer buf;
+    cudaEvent_t done = nullptr;
+    bool pending = false;
+  };
+  std::vector<Upload> uploads_;
+  size_t next_upload_ = 0;
+  // cuDNN
+  void* ws_ = nullptr;
+  size_t ws_size_ = 0;
+  std::map<GeomKey, ConvPlan*> conv_plans_;
+  std::map<GeomKey, PoolPlan*> pool_plans_;
+
+ public:
+  static constexpr int kRedBlocks = 1024;
+  static constexpr size_t kMaxStagedUpload = size_t{32} << 20;  // larger uploads copy synchronously
+};
+
+// The device this process uses: (device_index + node-local rank) modulo the visible GPU
+// count. The node-local rank comes from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) on
+// MPI_COMM_WORLD (collective on the first call, cached); 0 without MPI.
+struct DeviceChoice {
+  int device = 0, count = 0, local_rank = 0, local_size = 1;
+};
+DeviceChoice choose_device(int device_index);
+
+}  // namespace pt::cuda

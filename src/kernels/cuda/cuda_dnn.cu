@@ -1,0 +1,233 @@
+// cuDNN behind conv2d (forward, backward data, backward filter, bias) and average pooling.
+// Plans (descriptors and chosen algorithms) are cached per geometry and batch size.
+// Algorithms come from cuDNN's heuristics (no benchmarking, so every rank with the same
+// shapes makes the same choice), deterministic ones preferred, FP32 FMA math unless
+// PT_CUDA_TF32=1 (so a GPU run tracks the CPU run), workspace at most
+// PT_CUDNN_WORKSPACE_MB (default 512). Max pooling is a CUDA kernel (cuda_kernels.cu):
+// the ops interface keeps an argmax with PyTorch's first-maximum tie rule, which cuDNN's
+// max pooling does not expose.
+//
+// This uses cuDNN's legacy convolution and pooling API, deprecated (not removed) in
+// cuDNN 9; the graph API is the migration path when it goes.
+#include <vector>
+
+#include "cuda_backend.hpp"
+#include "cuda_common.hpp"
+
+namespace pt::cuda {
+
+struct ConvPlan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t fwd = nullptr, bwd_data = nullptr, bwd_filter = nullptr;  // one per math type choice
+  cudnnConvolutionFwdAlgo_t fwd_algo{};
+  cudnnConvolutionBwdDataAlgo_t data_algo{};
+  cudnnConvolutionBwdFilterAlgo_t filter_algo{};
+  size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
+};
+
+struct PoolPlan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnPoolingDescriptor_t pool = nullptr;
+};
+
+namespace {
+
+GeomKey key_of(const WindowGeom& g, int64_t n, int64_t extra) {
+  return {{g.c_in, g.h_in, g.w_in, g.c_out, g.kernel, g.stride, g.padding, n, extra}};
+}
+
+int to_int(int64_t v, const char* what) {
+  PT_CHECK(v >= 0 && v <= INT32_MAX, what << " " << v << " exceeds cuDNN's int");
+  return static_cast<int>(v);
+}
+
+cudnnTensorDescriptor_t nchw(int64_t n, int64_t c, int64_t h, int64_t w) {
+  cudnnTensorDescriptor_t d;
+  PT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
+  PT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, to_int(n, "batch"),
+                                            to_int(c, "channels"), to_int(h, "height"), to_int(w, "width")));
+  return d;
+}
+
+cudnnConvolutionDescriptor_t conv_desc(const WindowGeom& g, cudnnMathType_t math) {
+  cudnnConvolutionDescriptor_t d;
+  PT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d));
+  const int p = to_int(g.padding, "padding"), s = to_int(g.stride, "stride");
+  // cross-correlation, as PyTorch's conv2d and the host kernel
+  PT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(d, p, p, s, s, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  PT_CUDNN_CHECK(cudnnSetConvolutionMathType(d, math));
+  return d;
+}
+
+// Pick from heuristic results (best first): status ok, within the workspace cap, FMA math
+// unless TF32 is allowed, deterministic preferred. Returns the index or -1.
+template <class Perf>
+int pick(const std::vector<Perf>& perf, int count, size_t ws_limit, bool tf32) {
+  int any = -1;
+  for (int i = 0; i < count; ++i) {
+    const Perf& p = perf[static_cast<size_t>(i)];
+    if (p.status != CUDNN_STATUS_SUCCESS || p.memory > ws_limit) continue;
+    if (!tf32 && p.mathType != CUDNN_FMA_MATH) continue;
+    if (p.determinism == CUDNN_DETERMINISTIC) return i;
+    if (any < 0) any = i;
+  }
+  return any;
+}
+
+}  // namespace
+
+void* CudaBackend::dnn_workspace(size_t bytes) {
+  if (bytes > ws_size_) {
+    if (ws_) PT_CU_CHECK(cudaFree(ws_));  // waits for kernels that used the old one
+    ws_ = nullptr;
+    ws_size_ = 0;
+    PT_CU_CHECK(cudaMalloc(&ws_, bytes));
+    ws_size_ = bytes;
+  }
+  return ws_;
+}
+
+ConvPlan& CudaBackend::conv_plan(const WindowGeom& g, int64_t n) {
+  const GeomKey key = key_of(g, n, 0);
+  auto it = conv_plans_.find(key);
+  if (it != conv_plans_.end()) return *it->second;
+  auto* p = new ConvPlan;
+  conv_plans_[key] = p;
+  p->x = nchw(n, g.c_in, g.h_in, g.w_in);
+  p->y = nchw(n, g.c_out, g.h_out, g.w_out);
+  p->bias = nchw(1, g.c_out, 1, 1);
+  PT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
+  PT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, to_int(g.c_out, "channels"),
+                                            to_int(g.c_in, "channels"), to_int(g.kernel, "kernel"),
+                                            to_int(g.kernel, "kernel")));
+  const cudnnMathType_t math = tf32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  p->fwd = conv_desc(g, math);
+  p->bwd_data = conv_desc(g, math);
+  p->bwd_filter = conv_desc(g, math);
+  {  // the output shape cuDNN derives must be the layer's
+    int on = 0, oc = 0, oh = 0, ow = 0;
+    PT_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p->fwd, p->x, p->w, &on, &oc, &oh, &ow));
+    PT_CHECK(on == n && oc == g.c_out && oh == g.h_out && ow == g.w_out,
+             "cuDNN convolution output " << on << "x" << oc << "x" << oh << "x" << ow << " != layer's " << n << "x"
+                                         << g.c_out << "x" << g.h_out << "x" << g.w_out);
+  }
+  int max_count = 0, count = 0;
+  // forward
+  PT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(dnn_, &max_count));
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> fperf(static_cast<size_t>(std::max(1, max_count)));
+  PT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(dnn_, p->x, p->w, p->fwd, p->y, max_count, &count, fperf.data()));
+  int i = pick(fperf, count, ws_limit_, tf32_);
+  p->fwd_algo = i >= 0 ? fperf[static_cast<size_t>(i)].algo : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  PT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->fwd, i >= 0 ? fperf[static_cast<size_t>(i)].mathType : math));
+  PT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(dnn_, p->x, p->w, p->fwd, p->y, p->fwd_algo, &p->fwd_ws));
+  // backward data
+  PT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(dnn_, &max_count));
+  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> dperf(static_cast<size_t>(std::max(1, max_count)));
+  PT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn_, p->w, p->y, p->bwd_data, p->x, max_count, &count,
+                                                             dperf.data()));
+  i = pick(dperf, count, ws_limit_, tf32_);
+  p->data_algo = i >= 0 ? dperf[static_cast<size_t>(i)].algo : CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+  PT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->bwd_data, i >= 0 ? dperf[static_cast<size_t>(i)].mathType : math));
+  PT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(dnn_, p->w, p->y, p->bwd_data, p->x, p->data_algo,
+                                                              &p->data_ws));
+  // backward filter
+  PT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(dnn_, &max_count));
+  std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> wperf(static_cast<size_t>(std::max(1, max_count)));
+  PT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(dnn_, p->x, p->y, p->bwd_filter, p->w, max_count, &count,
+                                                               wperf.data()));
+  i = pick(wperf, count, ws_limit_, tf32_);
+  p->filter_algo = i >= 0 ? wperf[static_cast<size_t>(i)].algo : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+  PT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->bwd_filter, i >= 0 ? wperf[static_cast<size_t>(i)].mathType : math));
+  PT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn_, p->x, p->y, p->bwd_filter, p->w, p->filter_algo,
+                                                                &p->filter_ws));
+  return *p;
+}
+
+PoolPlan& CudaBackend::pool_plan(const WindowGeom& g, int64_t n) {
+  const GeomKey key = key_of(g, n, 1);
+  auto it = pool_plans_.find(key);
+  if (it != pool_plans_.end()) return *it->second;
+  auto* p = new PoolPlan;
+  pool_plans_[key] = p;
+  p->x = nchw(n, g.c_in, g.h_in, g.w_in);
+  p->y = nchw(n, g.c_out, g.h_out, g.w_out);
+  PT_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&p->pool));
+  const int k = to_int(g.kernel, "kernel"), pad = to_int(g.padding, "padding"), s = to_int(g.stride, "stride");
+  // average over the whole window, padding included (PyTorch's count_include_pad, the host's rule)
+  PT_CUDNN_CHECK(cudnnSetPooling2dDescriptor(p->pool, CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, CUDNN_PROPAGATE_NAN,
+                                             k, k, pad, pad, s, s));
+  int on = 0, oc = 0, oh = 0, ow = 0;
+  PT_CUDNN_CHECK(cudnnGetPooling2dForwardOutputDim(p->pool, p->x, &on, &oc, &oh, &ow));
+  PT_CHECK(on == n && oc == g.c_out && oh == g.h_out && ow == g.w_out,
+           "cuDNN pooling output " << on << "x" << oc << "x" << oh << "x" << ow << " != layer's " << n << "x" << g.c_out
+                                   << "x" << g.h_out << "x" << g.w_out);
+  return *p;
+}
+
+void CudaBackend::release_dnn_plans() {
+  for (auto& kv : conv_plans_) {
+    ConvPlan* p = kv.second;
+    cudnnDestroyTensorDescriptor(p->x);
+    cudnnDestroyTensorDescriptor(p->y);
+    cudnnDestroyTensorDescriptor(p->bias);
+    cudnnDestroyFilterDescriptor(p->w);
+    cudnnDestroyConvolutionDescriptor(p->fwd);
+    cudnnDestroyConvolutionDescriptor(p->bwd_data);
+    cudnnDestroyConvolutionDescriptor(p->bwd_filter);
+    delete p;
+  }
+  conv_plans_.clear();
+  for (auto& kv : pool_plans_) {
+    PoolPlan* p = kv.second;
+    cudnnDestroyTensorDescriptor(p->x);
+    cudnnDestroyTensorDescriptor(p->y);
+    cudnnDestroyPoolingDescriptor(p->pool);
+    delete p;
+  }
+  pool_plans_.clear();
+}
+
+void CudaBackend::conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
+                                 float* y) {
+  if (n == 0) return;
+  ConvPlan& p = conv_plan(g, n);
+  const float one = 1.0f, zero = 0.0f;
+  void* ws = p.fwd_ws ? dnn_workspace(p.fwd_ws) : nullptr;
+  PT_CUDNN_CHECK(cudnnConvolutionForward(dnn_, &one, p.x, x, p.w, w, p.fwd, p.fwd_algo, ws, p.fwd_ws, &zero, p.y, y));
+  if (b) PT_CUDNN_CHECK(cudnnAddTensor(dnn_, &one, p.bias, b, &one, p.y, y));
+}
+
+// dx overwritten (beta 0), dw and db accumulate (beta 1), as the interface says.
+void CudaBackend::conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
+                                  float* dx, float* dw, float* db) {
+  if (n == 0) return;
+  ConvPlan& p = conv_plan(g, n);
+  const float one = 1.0f, zero = 0.0f;
+  if (db) PT_CUDNN_CHECK(cudnnConvolutionBackwardBias(dnn_, &one, p.y, dy, &one, p.bias, db));
+  void* ws = p.filter_ws ? dnn_workspace(p.filter_ws) : nullptr;
+  PT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(dnn_, &one, p.x, x, p.y, dy, p.bwd_filter, p.filter_algo, ws,
+                                                p.filter_ws, &one, p.w, dw));
+  if (dx) {
+    ws = p.data_ws ? dnn_workspace(p.data_ws) : nullptr;
+    PT_CUDNN_CHECK(cudnnConvolutionBackwardData(dnn_, &one, p.w, w, p.y, dy, p.bwd_data, p.data_algo, ws, p.data_ws,
+                                                &zero, p.x, dx));
+  }
+}
+
+void CudaBackend::avgpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y) {
+  if (n == 0) return;
+  PoolPlan& p = pool_plan(g, n);
+  const float one = 1.0f, zero = 0.0f;
+  PT_CUDNN_CHECK(cudnnPoolingForward(dnn_, p.pool, &one, p.x, x, &zero, p.y, y));
+}
+
+void CudaBackend::avgpool_backward(const WindowGeom& g, int64_t n, const float* x, const float* y, const float* dy,
+                                   float* dx) {
+  if (n == 0) return;
+  PoolPlan& p = pool_plan(g, n);
+  const float one = 1.0f, zero = 0.0f;
+  PT_CUDNN_CHECK(cudnnPoolingBackward(dnn_, p.pool, &one, p.y, y, p.y, dy, p.x, x, &zero, p.x, dx));
+}
+
+}  // namespace pt::cuda
