@@ -392,12 +392,19 @@ int Trainer::run() {
     steps_done = resume.meta.epoch_complete ? resume.meta.step : resume.state.epoch_start;
     train_time_ = resume.state.elapsed_train_s;
     resume_state = &resume.state;
+    const int64_t segment_end = resume.meta.epoch_start + resume.meta.epoch_steps;
+    if (!resume.meta.epoch_complete && segment_end > total_steps_)
+      fail(Exit::bad_input,
+           resume.step_dir + ": the checkpoint is inside a pipeline segment that runs to step " + std::to_string(segment_end) +
+               " (it drains only there), past this run's last step " + std::to_string(total_steps_) +
+               " (train.max_steps / train.epochs); resume with at least " + std::to_string(segment_end) + " steps",
+           true);
   }
   next_log_ = (steps_done / deck_.train.log_every + 1) * deck_.train.log_every;
   ctx_->barrier("start of training");
   const double t_origin = now_s();
   last_ckpt_time_ = t_origin;
-  const int64_t first_step = steps_done;
+  const int64_t first_step = resume.valid ? resume.meta.step : steps_done;
   double time_this_run = 0, epoch_time = 0;
   bool stopped = false;
   std::vector<int64_t> perm;
