@@ -108,8 +108,10 @@ class Backend {
   // Optimizer updates on flat buffers (PyTorch semantics, see src/optim/optimizer.cpp).
   virtual void sgd_update(size_t n, float* w, const float* g, float* momentum_buf, float lr, float momentum,
                           float weight_decay, bool nesterov, float grad_scale) = 0;
-  virtual void adamw_update(size_t n, float* w, const float* g, float* m, float* v, float lr, float beta1,
-                            float beta2, float eps, float weight_decay, int64_t step, float grad_scale) = 0;
+  // AdamW scalars are doubles: 1 - beta, 1 - lr*wd and the bias corrections are formed in double
+  // (as PyTorch does with Python floats) and rounded once.
+  virtual void adamw_update(size_t n, float* w, const float* g, float* m, float* v, double lr, double beta1,
+                            double beta2, double eps, double weight_decay, int64_t step, float grad_scale) = 0;
 
   // Integer label buffers live in the backend too (copied from the data loader).
   virtual int32_t* alloc_int(size_t n) = 0;

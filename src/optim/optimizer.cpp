@@ -32,16 +32,16 @@ Optimizer::Optimizer(const Deck::Train& cfg, Backend& be, size_t n, int64_t tota
 }
 
 void Optimizer::step(float* w, const float* g, float grad_scale) {
-  const float lr = static_cast<float>(current_lr());
+  const double lr_d = current_lr();
+  const float lr = static_cast<float>(lr_d);
   ++updates_;
   if (n_ == 0) return;
   if (cfg_.optimizer == "sgd") {
     be_.sgd_update(n_, w, g, s1_.data(), lr, static_cast<float>(cfg_.momentum), static_cast<float>(cfg_.weight_decay),
                    cfg_.nesterov, grad_scale);
   } else {
-    be_.adamw_update(n_, w, g, s1_.data(), s2_.data(), lr, static_cast<float>(cfg_.beta1),
-                     static_cast<float>(cfg_.beta2), static_cast<float>(cfg_.eps),
-                     static_cast<float>(cfg_.weight_decay), updates_, grad_scale);
+    be_.adamw_update(n_, w, g, s1_.data(), s2_.data(), lr_d, cfg_.beta1, cfg_.beta2, cfg_.eps,
+                     cfg_.weight_decay, updates_, grad_scale);
   }
 }
 

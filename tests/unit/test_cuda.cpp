@@ -468,8 +468,8 @@ TEST_F(CudaOps, OptimizerUpdates) {
   Pair w(H(), G(), r.vec(n)), m(H(), G(), n), v(H(), G(), n);
   for (int64_t step = 1; step <= 3; ++step) {
     Pair g(H(), G(), r.vec(n));
-    H().adamw_update(n, w.h(), g.h(), m.h(), v.h(), 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, step, 0.5f);
-    G().adamw_update(n, w.g(), g.g(), m.g(), v.g(), 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, step, 0.5f);
+    H().adamw_update(n, w.h(), g.h(), m.h(), v.h(), 1e-3, 0.9, 0.999, 1e-8, 1e-2, step, 0.5f);
+    G().adamw_update(n, w.g(), g.g(), m.g(), v.g(), 1e-3, 0.9, 0.999, 1e-8, 1e-2, step, 0.5f);
   }
   check("adamw weights after 3 steps", w, {1e-7, 1e-6});
   check("adamw first moment", m, {1e-8, 1e-6});

@@ -103,8 +103,8 @@ class CudaBackend final : public Backend {
   bool all_finite(size_t n, const float* x) override;
   void sgd_update(size_t n, float* w, const float* g, float* buf, float lr, float momentum, float weight_decay,
                   bool nesterov, float grad_scale) override;
-  void adamw_update(size_t n, float* w, const float* g, float* m, float* v, float lr, float beta1, float beta2,
-                    float eps, float weight_decay, int64_t step, float grad_scale) override;
+  void adamw_update(size_t n, float* w, const float* g, float* m, float* v, double lr, double beta1, double beta2,
+                    double eps, double weight_decay, int64_t step, float grad_scale) override;
   int32_t* alloc_int(size_t n) override;
   void release_int(int32_t* p) override;
   void labels_from_host(int32_t* dst, const int32_t* host, size_t n) override;

@@ -213,13 +213,13 @@ __global__ void k_sgd(size_t n, float* w, const float* g, float* buf, float lr, 
   }
 }
 
-__global__ void k_adamw(size_t n, float* w, const float* g, float* m, float* v, float beta1, float beta2, float eps,
-                        float decay, float step_size, float bc2_sqrt, float grad_scale) {
+__global__ void k_adamw(size_t n, float* w, const float* g, float* m, float* v, float beta1, float beta2, float c1,
+                        float c2, float eps, float decay, float step_size, float bc2_sqrt, float grad_scale) {
   GRID_STRIDE(i, n) {
     const float gi = g[i] * grad_scale;
     w[i] *= decay;
-    m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
-    v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = beta1 * m[i] + c1 * gi;
+    v[i] = beta2 * v[i] + c2 * gi * gi;
     const float denom = sqrtf(v[i]) / bc2_sqrt + eps;
     w[i] -= step_size * (m[i] / denom);
   }
@@ -437,17 +437,18 @@ void CudaBackend::sgd_update(size_t n, float* w, const float* g, float* buf, flo
   PT_CU_LAUNCHED();
 }
 
-void CudaBackend::adamw_update(size_t n, float* w, const float* g, float* m, float* v, float lr, float beta1,
-                               float beta2, float eps, float weight_decay, int64_t step, float grad_scale) {
+void CudaBackend::adamw_update(size_t n, float* w, const float* g, float* m, float* v, double lr, double beta1,
+                               double beta2, double eps, double weight_decay, int64_t step, float grad_scale) {
   if (n == 0) return;
   // the scalars exactly as the host backend computes them
-  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
+  const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(step));
   const float step_size = static_cast<float>(lr / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float decay = 1.0f - lr * weight_decay;
-  k_adamw<<<blocks_for(n), kThreads, 0, compute_>>>(n, w, g, m, v, beta1, beta2, eps, decay, step_size, bc2_sqrt,
-                                                     grad_scale);
+  const float decay = static_cast<float>(1.0 - lr * weight_decay);
+  k_adamw<<<blocks_for(n), kThreads, 0, compute_>>>(n, w, g, m, v, static_cast<float>(beta1), static_cast<float>(beta2),
+                                                     static_cast<float>(1.0 - beta1), static_cast<float>(1.0 - beta2),
+                                                     static_cast<float>(eps), decay, step_size, bc2_sqrt, grad_scale);
   PT_CU_LAUNCHED();
 }
 

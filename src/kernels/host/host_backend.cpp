@@ -253,19 +253,21 @@ void HostBackend::sgd_update(size_t n, float* w, const float* g, float* buf, flo
   });
 }
 
-void HostBackend::adamw_update(size_t n, float* w, const float* g, float* m, float* v, float lr, float beta1,
-                               float beta2, float eps, float weight_decay, int64_t step, float grad_scale) {
-  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
+void HostBackend::adamw_update(size_t n, float* w, const float* g, float* m, float* v, double lr, double beta1,
+                               double beta2, double eps, double weight_decay, int64_t step, float grad_scale) {
+  const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(step));
   const float step_size = static_cast<float>(lr / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float decay = 1.0f - lr * weight_decay;
+  const float decay = static_cast<float>(1.0 - lr * weight_decay);
+  const float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2);
+  const float c1 = static_cast<float>(1.0 - beta1), c2 = static_cast<float>(1.0 - beta2), e = static_cast<float>(eps);
   Kokkos::parallel_for("pt::adamw_update", Range(0, n), [=](size_t i) {
     const float gi = g[i] * grad_scale;
     w[i] *= decay;
-    m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
-    v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-    const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+    m[i] = b1 * m[i] + c1 * gi;
+    v[i] = b2 * v[i] + c2 * gi * gi;
+    const float denom = std::sqrt(v[i]) / bc2_sqrt + e;
     w[i] -= step_size * (m[i] / denom);
   });
 }
