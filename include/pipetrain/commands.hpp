@@ -33,6 +33,30 @@ struct ProfileArgs : DeckArgs {
   long long microbatch = 0;  // 0 = the deck's microbatch size
 };
 
+// `plan` and `simulate` (src/plan/command.cpp, src/sim/command.cpp; docs/PLANNER.md).
+struct PlannerArgs : DeckArgs {
+  int ranks = 0;
+  std::string profile;                  // profile.json or graph.txt
+  std::vector<std::string> bandwidths;  // --bandwidth B[:RANKS], one per level, innermost first
+  double latency = 0;                   // --latency seconds per message, every --bandwidth level
+  double memory = -1;                   // --memory bytes per rank (-1: the deck's cluster.memory)
+  long long batch = 0;                  // --batch: minibatch size (0: the deck's, else the profile's)
+  long long profile_batch = 0;          // --profile-batch: samples per profiled unit (graph.txt)
+};
+
+struct PlanArgs : PlannerArgs {
+  std::string out;                      // plan.json
+  std::vector<std::string> schedules;   // --schedules a,b,...
+  std::vector<int> microbatches;        // --microbatches 1,2,4
+  std::string replicas = "auto";        // --replicas auto|all|pow2
+  long long bsp_batch = 0;              // --bsp-batch: minibatch of the bsp baseline
+  int synthetic_chain = 0;              // --synthetic-chain L (benchmarks, tests)
+};
+
+struct SimulateArgs : PlannerArgs {
+  std::string plan, compare, trace;     // --plan plan.json, --compare RUN_DIR, --trace FILE
+};
+
 struct CompareArgs {
   std::string a, b;
   double rtol = 0;  // 0: demand bitwise identity
@@ -50,6 +74,8 @@ int cmd_profile(const ProfileArgs& a);
 int cmd_check(const CheckArgs& a);
 int cmd_schedule(const ScheduleArgs& a);
 int cmd_keys(bool markdown);
+int cmd_plan(const PlanArgs& a);
+int cmd_simulate(const SimulateArgs& a);
 
 // Choose OpenBLAS's kernel before it initialises: when the CPU supports a better core
 // type than OpenBLAS detected, re-exec with OPENBLAS_CORETYPE set (never overriding the

@@ -1,0 +1,227 @@
+// The planner: PipeDream's dynamic program over the layer chain (stage split, replication,
+// hierarchical levels, a per-rank memory cap from the schedule's in-flight depth), then the
+// simulator over candidate schedules and microbatch counts; plus the graph.txt converter.
+// docs/PLANNER.md describes the model, the DP and its complexity.
+//
+// For `parallel.split = "auto"` (the trainer):
+//
+//   Profile prof = ...;                                   // measured, or Profile::load(deck.parallel.profile)
+//   ClusterModel net = ClusterModel::from_deck(deck, prof);
+//   PlanOptions o;  o.memory_cap = deck.cluster.memory;
+//   Plan plan = choose_plan(prof, net, world_size, deck.train.batch_size, o);
+//   if (!plan.ok) fail(..., plan.error);
+//   plan.split()      -> first layer of stages 2..K (deck parallel.split)
+//   plan.replicas()   -> replicas per stage, stage-major (deck parallel.replicas)
+//   plan.schedule     -> deck parallel.schedule name ("1f1b", "pipedream", "2bw", "gpipe", "bsp")
+//   plan.microbatches -> deck parallel.microbatches (divides the batch size; 1 for pipedream)
+//   plan.sim.time_per_sample, plan.sim.bubble, plan.to_json() -> the prediction to log and
+//                        store beside the measured time per sample.
+// choose_plan is deterministic (no randomness, no timing), so every rank that calls it
+// with the same profile gets the same plan; still, broadcast rank 0's profile first
+// (profile measurements differ per rank).
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pipetrain/profile.hpp"
+#include "pipetrain/schedule.hpp"
+#include "pipetrain/sim.hpp"
+
+namespace pt {
+
+// ---- the dynamic program's cost model ---------------------------------------------------
+
+// How a stage's in-flight units and weight versions follow from its depth
+// d = Layout::in_flight_depth (ranks from this stage to the end / its replicas), for r
+// replicas and U units per minibatch. These are the generators' values (checked against
+// max_in_flight / max_versions_held in tests/unit/test_planner.cpp):
+//   1f1b, bsp:  in flight min(d, ceil(U/r)), 1 version
+//   gpipe:      in flight ceil(U/r), 1 version
+//   pipedream:  in flight d, d versions (weight stashing)
+//   2bw:        in flight <= d (d used: an upper bound), 2 versions
+enum class MemoryRule { one_f_one_b, gpipe, pipedream, two_bw };
+
+// A layer chain for one schedule kind, microbatch count and minibatch size.
+struct ChainCosts {
+  std::vector<double> compute;    // per layer: forward + backward seconds per minibatch
+  std::vector<double> params;     // per layer: parameter bytes
+  std::vector<double> opt_state;  // per layer: optimizer-state bytes
+  std::vector<double> stash;      // per layer: bytes kept for backward, per unit
+  std::vector<double> out;        // per layer: output bytes per unit (crosses the cut after it)
+  double input_bytes = 0;         // model input per unit
+  double optimizer_s_per_byte = 0;
+  int units = 1;           // units per minibatch: M for flush kinds and 2bw, 1 for pipedream
+  bool amortized = false;  // pipedream family: one allreduce and step per `replicas` minibatches
+  bool serial_allreduce = false;  // T = compute + allreduce instead of max (no overlap, as this runtime)
+  MemoryRule rule = MemoryRule::one_f_one_b;
+
+  int layers() const { return static_cast<int>(compute.size()); }
+  double in_bytes(int i) const { return i == 0 ? input_bytes : out[static_cast<size_t>(i) - 1]; }
+  static ChainCosts from_profile(const Profile& p, ScheduleKind kind, int microbatches, int64_t batch_size);
+};
+
+int rule_in_flight(const ChainCosts& c, int depth, int replicas);
+int rule_versions(const ChainCosts& c, int depth);
+
+// The DP's model of one layout (stages = contiguous layer ranges on contiguous rank ranges,
+// stage-major), per minibatch:
+//   stage s (layers i..j-1, r replicas on ranks o..o+r-1, level l_s = level_of(o, o+r-1)):
+//     C = sum of compute, P = sum of params, AR = allreduce_seconds(l_s, r, P), OPT = opt/byte x P
+//     T_s = max(C ceil(U/r)/U + OPT, AR)        (flush kinds, 2bw: one allreduce per minibatch)
+//     T_s = max((C + OPT)/r, AR/r)               (pipedream: one per r minibatches)
+//     (with serial_allreduce the max is a sum: the allreduce does not overlap compute)
+//   cut at layer j between stage s and s+1: each side's ranks carry its share,
+//     out-term = 2U p2p_seconds(level_of(o_s, o_{s+1}), out[j-1]) / r_s
+//     in-term  = 2U p2p_seconds(level_of(o_{s+1} - 1, o_{s+1} + r_{s+1} - 1), out[j-1]) / r_{s+1}
+//   objective = the largest T_s and cut term (the slowest pipeline stage, PipeDream's
+//   objective); memory of stage s with n in flight and v versions (rules above):
+//     n (in_bytes(i) + sum stash + (j < L ? out[j-1] : 0) + (i > 0 ? in_bytes(i) : 0)) + (1 + v) P + opt_state
+//   must not exceed the cap (0 = no cap) on every stage.
+double stage_memory(const ChainCosts& c, int i, int j, int r, int depth);
+
+struct LayoutCost {
+  double objective = 0;  // +inf when a stage exceeds the memory cap
+  bool fits = true;
+  double max_memory = 0;
+  std::vector<double> stage_time, stage_memory, cut_time;  // cut_time[s]: max of the two terms of cut s|s+1
+};
+LayoutCost evaluate_layout(const ChainCosts& c, const ClusterModel& net, const Layout& layout, double memory_cap);
+
+// Replica counts the DP tries for a stage when m ranks remain (the stage starts at rank
+// offset o = N - m):
+//   all: 1..m (exact over every layout);  one: 1 (the straight pipeline);
+//   powers_of_two: 1, 2, 4, ... <= m that divide o, i.e. power-of-two groups aligned to
+//     their size (buddy placement): such a group lies inside the smallest power-of-two
+//     block that holds it, so with power-of-two level sizes no stage straddles a server
+//     it does not fill; lcm(replicas) = the largest count (the pipedream schedules need
+//     the minibatch count to be a multiple of it); about 2 choices per state on average.
+//   automatic: all when the job has at most exact_ranks_limit ranks, else powers_of_two.
+enum class ReplicaSet { automatic, all, powers_of_two, one };
+
+struct DpOptions {
+  double memory_cap = 0;  // bytes per rank; 0 = none
+  ReplicaSet replicas = ReplicaSet::automatic;
+  int exact_ranks_limit = 64;
+};
+
+struct DpResult {
+  bool ok = false;
+  double objective = std::numeric_limits<double>::infinity();
+  std::vector<int> first;     // first layer of each stage (first[0] = 0)
+  std::vector<int> replicas;  // per stage
+  int64_t states = 0, evaluations = 0;  // work done
+  Layout layout(int layers) const { return Layout::make(first, layers, replicas); }
+};
+
+// Minimise the objective over every split and replica assignment using all `ranks` ranks.
+// Suffix DP: B[i][m] = best for layers i..L-1 on the last m ranks; a stage knows its ranks
+// (offset N - m) and its depth ceil(m / r), so levels and the memory cap are exact.
+DpResult plan_dp(const ChainCosts& c, const ClusterModel& net, int ranks, const DpOptions& o);
+
+// ---- choosing a plan: DP per candidate schedule, then the simulator ---------------------
+
+struct PlanOptions {
+  std::vector<std::string> schedules = {"1f1b", "pipedream", "2bw", "gpipe"};
+  std::vector<int> microbatches;  // candidates for flush kinds and 2bw; empty = divisors of the batch (up to 4N, <= 8 of them)
+  double memory_cap = 0;          // bytes per rank; 0 = none
+  ReplicaSet replicas = ReplicaSet::automatic;
+  bool baselines = true;          // also evaluate bsp and the straight pipeline (1 replica per stage)
+  int64_t bsp_batch = 0;          // minibatch of the bsp baseline; 0 = the plan's. PipeDream's data-parallel
+                                  // baseline runs the profiled minibatch on every rank: ranks x batch.
+  bool serial_variant = true;     // small jobs: also run the DP with serial_allreduce (the simulator arbitrates)
+  int64_t sim_budget = 2000000;   // most IR actions one candidate's replay may have (SimConfig::max_actions)
+  int refine_steps = 150;         // small jobs: simulations spent refining each schedule's best layout (0 = off)
+};
+
+struct PlanCandidate {
+  std::string label;     // "plan", "bsp", "straight"
+  std::string schedule;  // deck name
+  int microbatches = 1;
+  int64_t batch_size = 0;
+  Layout layout;
+  double dp_objective = 0;  // the DP's slowest-stage time per minibatch (0 for bsp)
+  SimResult sim;            // without the IR
+  bool fits = true;
+  std::string note;         // why it was skipped, if it was
+};
+
+struct Plan {
+  bool ok = false;
+  std::string error;
+  int ranks = 0;
+  int layers = 0;
+  int64_t batch_size = 0;
+  double memory_cap = 0;
+  std::string profile_source, cluster;
+  // the choice
+  std::string schedule;
+  int microbatches = 1;
+  Layout layout;
+  double dp_objective = 0;
+  SimResult sim;
+  bool fits = true;
+  // baselines and everything evaluated
+  bool has_bsp = false, has_straight = false;
+  PlanCandidate bsp, straight;
+  std::vector<PlanCandidate> candidates;
+  double plan_seconds = 0;  // wall time of choose_plan
+  int64_t dp_evaluations = 0;
+
+  std::vector<int> split() const;     // first layer of stages 2..K
+  std::vector<int> replicas() const { return layout.replicas; }
+  double speedup_vs_bsp() const;       // bsp time per sample / plan time per sample
+  double comm_reduction_vs_bsp() const;  // 1 - network bytes per sample / bsp's
+  std::string to_json() const;
+  std::string table() const;  // chosen plan vs bsp vs straight, then every candidate
+};
+
+Plan choose_plan(const Profile& p, const ClusterModel& net, int ranks, int64_t batch_size, const PlanOptions& o);
+
+// plan.json read back (simulate --plan, train with a stored plan).
+struct PlanFile {
+  std::string schedule;
+  int microbatches = 1;
+  int64_t batch_size = 0;
+  int layers = 0;
+  std::vector<int> split, replicas;
+  Layout layout() const;
+  static PlanFile load(const std::string& path);
+};
+
+// A synthetic layer chain for planner benchmarks and tests (deterministic in seed):
+// conv-like front layers with large activations and few parameters, dense back layers
+// with the reverse; forward 0.2-2 ms, backward 2x forward, at microbatch 32.
+Profile synthetic_chain(int layers, uint64_t seed);
+
+// ---- PipeDream graph.txt profiles -------------------------------------------------------
+
+struct GraphTxt {
+  struct Node {
+    std::string id, desc;
+    double forward_ms = 0, backward_ms = 0, activation_bytes = 0, parameter_bytes = 0;
+    bool input = false;  // desc starts with "Input"
+  };
+  std::vector<Node> nodes;                  // in file order
+  std::vector<std::pair<int, int>> edges;   // indices into nodes, from -> to
+};
+GraphTxt read_graph_txt(const std::string& text, const std::string& path);
+
+// Linearisation by topological frontiers: the Input nodes are dropped (their bytes become
+// the profile's input_bytes), the other nodes are ordered topologically (greedy: among the
+// ready nodes, the one that leaves the smallest frontier, ties by file order), layer k =
+// the k-th node, and layer k's output_bytes = the frontier after it: the summed
+// activations of nodes in the prefix 0..k that feed a node after k. A cut after layer k
+// then carries exactly the tensors that cross it. For a chain the order is the chain and
+// the frontier is the node's own output.
+struct Linearised {
+  Profile profile;
+  std::vector<int> order;  // node index per layer
+  int inputs = 0;          // Input nodes dropped
+  bool chain = false;      // every layer feeds the next (the topological order is unique)
+};
+Linearised linearise_graph(const GraphTxt& g, const std::string& path);
+
+}  // namespace pt

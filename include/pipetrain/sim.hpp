@@ -1,0 +1,136 @@
+// The simulator: the schedule IR replayed (pt::replay, the one walk over the IR) with a
+// cost model built from a Profile and a cluster model. It predicts time per minibatch,
+// bubble fraction, peak memory per worker and bytes per sample, and draws the same Chrome
+// trace as a real run. docs/PLANNER.md defines every quantity.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipetrain/deck.hpp"
+#include "pipetrain/profile.hpp"
+#include "pipetrain/schedule.hpp"
+
+namespace pt {
+
+// The network: levels innermost first. Level k groups ranks into aligned blocks of
+// `ranks` consecutive ranks (cumulative: a level-1 component of 16 ranks holds two level-0
+// components of 8); two ranks talk at the innermost level whose block holds both, at that
+// level's bandwidth and latency. The outermost level covers every rank whatever its size.
+// A measured network model (pipetrain profile under mpirun) is one level with the fitted
+// bandwidth/latency whose allreduce times come from the measured table.
+struct ClusterModel {
+  struct Level {
+    int64_t ranks = 1;       // ranks in one component of this level
+    double bandwidth = 0;    // bytes/s between the level-(k-1) components inside it
+    double latency = 0;      // s per message
+  };
+  std::vector<Level> levels;
+  bool measured = false;
+  NetworkModel network;  // when measured: the allreduce table
+
+  // Innermost level whose component holds ranks a..b (a <= b); -1 when a == b.
+  int level_of(int a, int b) const;
+  // One message of `bytes` at `level` (level < 0: same rank, free).
+  double p2p_seconds(int level, double bytes) const;
+  // Ring allreduce of `bytes` among r ranks whose span crosses `level`:
+  // 2(r-1)/r * bytes / bandwidth + 2(r-1) * latency, or the measured table scaled by the
+  // ring factor when the network was measured. 0 for r <= 1.
+  double allreduce_seconds(int level, int r, double bytes) const;
+  std::string describe() const;
+
+  static ClusterModel single(double bandwidth, double latency = 0);
+  static ClusterModel from_levels(const std::vector<ClusterLevel>& levels);
+  static ClusterModel from_network(const NetworkModel& net);
+  // [[cluster.levels]] when the deck has them, else the profile's measured network;
+  // throws Exit::bad_input when neither exists.
+  static ClusterModel from_deck(const Deck& deck, const Profile& profile);
+};
+
+// What to simulate: a layout, a schedule kind and its microbatch count, the minibatch size.
+struct SimConfig {
+  ScheduleKind kind = ScheduleKind::one_f_one_b;
+  Layout layout;
+  int microbatches = 1;     // units per minibatch (forced to 1 for the pipedream family)
+  int64_t batch_size = 0;   // samples per minibatch; 0 = the profile's microbatch
+  double batch_samples() const { return static_cast<double>(batch_size); }
+  int64_t minibatches = 0;  // minibatches to replay; 0 = automatic (warm-up + window + drain)
+  bool keep_schedule = true;  // keep the IR and the replay (for traces); off saves memory
+  // Refuse (ok = false) when the IR would exceed this many actions even with the fewest
+  // minibatches that still give a steady-state window; 0 = no limit.
+  int64_t max_actions = 0;
+};
+
+// Per-worker peak memory, bytes, with the runtime's layout of buffers (executor.cpp):
+// activation slots = max_in_flight x (stage input + stashed outputs), message buffers =
+// max_in_flight x (incoming gradient + outgoing gradient), one gradient buffer, weight
+// versions = max_versions_held x parameters, optimizer state.
+struct MemoryBreakdown {
+  double activations = 0, buffers = 0, gradients = 0, weights = 0, optimizer = 0;
+  int in_flight = 0, versions = 0;
+  double total() const { return activations + buffers + gradients + weights + optimizer; }
+};
+
+struct StagePrediction {
+  int first = 0, last = 0;  // layers first..last
+  int replicas = 1;
+  double samples_per_unit = 0;
+  double forward_s = 0, backward_s = 0, optimizer_s = 0;  // per unit / per step
+  double allreduce_s = 0;   // one allreduce among the replicas
+  double busy_fraction = 0;  // compute / window, mean over replicas
+  MemoryBreakdown memory;   // the largest replica
+};
+
+struct SimResult {
+  bool ok = true;
+  std::string error;
+  ScheduleKind kind = ScheduleKind::one_f_one_b;
+  Layout layout;
+  int microbatches = 1;
+  int64_t batch_size = 0;
+  int64_t minibatches = 0;        // replayed
+  int64_t warmup = 0, window = 0;  // minibatches before the window, in it
+  double window_start = 0, window_end = 0;
+  double time_per_minibatch = 0;  // steady state: window length / window minibatches
+  double time_per_sample = 0;
+  double samples_per_s = 0;
+  double bubble = 0;              // mean over workers of the idle share of the window
+  double makespan = 0;            // whole replay, warm-up and drain included
+  std::vector<MemoryBreakdown> memory;  // per rank
+  double max_memory = 0;
+  double bytes_p2p_per_sample = 0;        // activations + gradients sent (as summary.json counts)
+  double bytes_allreduce_per_sample = 0;  // allreduce payload, summed over replicas (as summary.json)
+  double network_bytes_per_sample = 0;    // p2p + ring allreduce traffic 2(r-1)/r x payload per replica
+  std::vector<StagePrediction> stages;
+  Schedule schedule;  // when keep_schedule
+  Replay replay;
+};
+
+// The replay's cost model for a layout: compute = the stage's layers' forward/backward at
+// the profile's microbatch scaled linearly to the unit's samples, optimizer =
+// optimizer_s_per_byte x stage parameter bytes, transfer = latency + bytes/bandwidth at the
+// level the two ranks' communication crosses, allreduce = the cluster's ring/measured cost.
+CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConfig& cfg);
+// Peak memory of rank `rank` under a built schedule (real max_in_flight/max_versions_held).
+MemoryBreakdown worker_memory(const Profile& p, const Schedule& s, int rank, double samples_per_unit);
+// Samples per unit (one microbatch, or one minibatch for the pipedream family).
+double unit_samples(const SimConfig& cfg, const Profile& p);
+
+SimResult simulate(const Profile& p, const ClusterModel& c, const SimConfig& cfg);
+std::string sim_trace_json(const SimResult& r, const std::string& title);
+std::string sim_report(const SimResult& r);  // human-readable summary and per-stage table
+
+// --compare: set a prediction beside a measured run directory (summary.json, trace.json).
+struct MeasuredRun {
+  std::string schedule;
+  std::vector<int> split, replicas;
+  int microbatches = 1, ranks = 1;
+  int64_t batch_size = 0, steps = 0;
+  double train_wall_s = 0, bubble = 0, bytes_p2p_per_sample = 0, bytes_allreduce_per_sample = 0;
+  std::vector<double> forward_s, backward_s;  // per stage: mean per unit from trace.json
+  std::vector<int64_t> units;                 // per stage: F events counted
+  static MeasuredRun load(const std::string& run_dir);
+};
+std::string compare_report(const SimResult& predicted, const MeasuredRun& measured);
+
+}  // namespace pt

@@ -1,0 +1,332 @@
+// choose_plan: the DP per candidate schedule and microbatch count, each result replayed by
+// the simulator; the fastest plan that fits memory wins. Baselines: bsp (one stage, every
+// rank a replica) and the straight pipeline (one replica per stage).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "pipetrain/error.hpp"
+#include "pipetrain/plan.hpp"
+
+namespace pt {
+namespace {
+
+bool per_minibatch_kind(ScheduleKind k) {
+  return k == ScheduleKind::pipedream || k == ScheduleKind::pipedream_vsync || k == ScheduleKind::pipedream_nostash;
+}
+
+// Divisors of B up to 4N (at least 8); at most 8 of them, keeping 1, the powers of two and
+// the largest. Large jobs (more than `exact` ranks) try only the three largest powers of
+// two: small M leaves most of a deep pipeline idle there.
+std::vector<int> auto_microbatches(int64_t B, int ranks, int exact) {
+  const int64_t limit = std::min<int64_t>(B, std::max<int64_t>(8, 4 * static_cast<int64_t>(ranks)));
+  std::vector<int> d;
+  for (int64_t m = 1; m <= limit; ++m)
+    if (B % m == 0) d.push_back(static_cast<int>(m));
+  if (ranks > exact) {
+    std::vector<int> p;
+    for (int m : d)
+      if ((m & (m - 1)) == 0) p.push_back(m);
+    while (p.size() > 3) p.erase(p.begin());
+    return p;
+  }
+  if (d.size() <= 8) return d;
+  std::vector<int> keep;
+  for (int m : d)
+    if ((m & (m - 1)) == 0) keep.push_back(m);
+  if (std::find(keep.begin(), keep.end(), d.back()) == keep.end()) keep.push_back(d.back());
+  while (keep.size() > 8) keep.erase(keep.begin() + 1);  // drop the small ones first (keep 1)
+  return keep;
+}
+
+PlanCandidate run_candidate(const Profile& p, const ClusterModel& net, const std::string& label, ScheduleKind kind,
+                            int M, int64_t B, const Layout& layout, double dp_obj, double cap, int64_t budget) {
+  PlanCandidate c;
+  c.label = label;
+  c.schedule = schedule_name(kind);
+  c.microbatches = per_minibatch_kind(kind) ? 1 : M;
+  c.batch_size = B;
+  c.layout = layout;
+  c.dp_objective = dp_obj;
+  SimConfig cfg;
+  cfg.kind = kind;
+  cfg.layout = layout;
+  cfg.microbatches = c.microbatches;
+  cfg.batch_size = B;
+  cfg.keep_schedule = false;
+  cfg.max_actions = budget;
+  c.sim = simulate(p, net, cfg);
+  if (!c.sim.ok) {
+    c.fits = false;
+    c.note = c.sim.error;
+  } else {
+    c.fits = cap <= 0 || c.sim.max_memory <= cap;
+    if (!c.fits) c.note = "exceeds the memory cap";
+  }
+  return c;
+}
+
+// a preferred to b: fits, and faster by more than 0.5%, or as fast (within 0.5%) with
+// clearly less traffic on the network (PipeDream's second aim)
+bool better(const PlanCandidate& a, const PlanCandidate& b) {
+  if (!a.fits || !a.sim.ok) return false;
+  if (!b.fits || !b.sim.ok) return true;
+  const double ta = a.sim.time_per_sample, tb = b.sim.time_per_sample;
+  if (ta < tb * (1 - 5e-3)) return true;
+  if (ta > tb * (1 + 5e-3)) return false;
+  return a.sim.network_bytes_per_sample < b.sim.network_bytes_per_sample * 0.99 ||
+         (a.sim.network_bytes_per_sample <= b.sim.network_bytes_per_sample * 1.01 && ta < tb * (1 - 1e-9));
+}
+
+// Local search from a simulated candidate: move one stage boundary by 1, 2, 4 or 8 layers,
+// or one replica between neighbouring stages; take the first move the simulator finds
+// faster (and that fits), until none is or o.refine_steps simulations were spent. The DP's
+// model (slowest stage) misses pipeline dynamics the replay sees: warm-up, replicas
+// waiting for each other at their allreduce, transfers on the critical path.
+PlanCandidate refine(const Profile& p, const ClusterModel& net, const PlanCandidate& start, const PlanOptions& o) {
+  PlanCandidate cur = start;
+  const ScheduleKind kind = schedule_kind(start.schedule);
+  int spent = 0;
+  for (bool improved = true; improved && spent < o.refine_steps;) {
+    improved = false;
+    const Layout& l = cur.layout;
+    const int K = l.stages(), Lyr = l.end_layer(K - 1);
+    std::vector<Layout> moves;
+    for (int s = 1; s < K; ++s)
+      for (int d : {1, -1, 2, -2, 4, -4, 8, -8}) {
+        std::vector<int> first(l.first.begin(), l.first.end() - 1);
+        first[static_cast<size_t>(s)] += d;
+        if (first[static_cast<size_t>(s)] <= first[static_cast<size_t>(s) - 1] ||
+            first[static_cast<size_t>(s)] >= (s + 1 < K ? first[static_cast<size_t>(s) + 1] : Lyr))
+          continue;
+        moves.push_back(Layout::make(first, Lyr, l.replicas));
+      }
+    for (int s = 0; s + 1 < K; ++s)
+      for (int d : {1, -1}) {
+        std::vector<int> reps = l.replicas;
+        reps[static_cast<size_t>(s)] += d;
+        reps[static_cast<size_t>(s) + 1] -= d;
+        if (reps[static_cast<size_t>(s)] < 1 || reps[static_cast<size_t>(s) + 1] < 1) continue;
+        moves.push_back(Layout::make(std::vector<int>(l.first.begin(), l.first.end() - 1), Lyr, reps));
+      }
+    for (const Layout& m : moves) {
+      if (spent >= o.refine_steps) break;
+      ++spent;
+      PlanCandidate c = run_candidate(p, net, start.label + " refined", kind, start.microbatches, start.batch_size, m,
+                                      start.dp_objective, o.memory_cap, o.sim_budget);
+      if (better(c, cur)) {
+        c.note = "local search from the DP's layout";
+        cur = c;
+        improved = true;
+        break;
+      }
+    }
+  }
+  return cur;
+}
+
+}  // namespace
+
+Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch, const PlanOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Plan plan;
+  plan.ranks = N;
+  plan.layers = static_cast<int>(p.layers.size());
+  plan.batch_size = batch > 0 ? batch : std::max<int64_t>(1, p.microbatch);
+  plan.memory_cap = o.memory_cap;
+  plan.profile_source = p.source;
+  plan.cluster = net.describe();
+  const int64_t B = plan.batch_size;
+  const int L = plan.layers;
+  if (N < 1) {
+    plan.error = "need at least one rank";
+    return plan;
+  }
+  DpOptions dpo;
+  dpo.memory_cap = o.memory_cap;
+  dpo.replicas = o.replicas;
+  const std::vector<int> Ms = o.microbatches.empty() ? auto_microbatches(B, N, dpo.exact_ranks_limit) : o.microbatches;
+  // DP results shared between kinds whose chain model is the same (without a memory cap
+  // the memory rule does not matter)
+  struct Cached {
+    bool amortized, serial;
+    int units;
+    MemoryRule rule;
+    DpResult dp;
+  };
+  std::vector<Cached> cache;
+  // A result is reused for another memory rule when its rule never needs more memory
+  // (1f1b: fewest in flight, one version) and its layout fits the other rule too: the
+  // optimum over the larger feasible set is then feasible, hence optimal, for the smaller.
+  auto run_dp = [&](const ChainCosts& cc, const DpOptions& opt) -> DpResult {
+    const bool rule_matters = opt.memory_cap > 0;
+    for (const Cached& k : cache) {
+      if (k.amortized != cc.amortized || k.serial != cc.serial_allreduce || k.units != cc.units ||
+          opt.replicas != dpo.replicas)
+        continue;
+      if (!rule_matters || k.rule == cc.rule) return k.dp;
+      if (k.rule == MemoryRule::one_f_one_b && !cc.amortized && k.dp.ok &&
+          evaluate_layout(cc, net, k.dp.layout(L), opt.memory_cap).fits)
+        return k.dp;
+    }
+    DpResult r = plan_dp(cc, net, N, opt);
+    plan.dp_evaluations += r.evaluations;
+    if (opt.replicas == dpo.replicas) cache.push_back({cc.amortized, cc.serial_allreduce, cc.units, cc.rule, r});
+    return r;
+  };
+  const bool large = N > dpo.exact_ranks_limit;
+  const bool serial_too = o.serial_variant && !large;
+
+  PlanCandidate best;
+  bool have = false;
+  std::vector<std::pair<ScheduleKind, std::vector<int>>> ms_per_kind;  // for the straight baseline: M by preference
+  for (const std::string& name : o.schedules) {
+    const ScheduleKind kind = schedule_kind(name);
+    std::vector<int> ms = per_minibatch_kind(kind) ? std::vector<int>{1} : Ms;
+    // large jobs: from the most microbatches down, stop at the first that fits (fewer
+    // microbatches only add bubble; they are tried when memory rules the larger out)
+    if (large) std::sort(ms.rbegin(), ms.rend());
+    std::vector<std::pair<double, int>> kind_ms;
+    PlanCandidate kind_best;
+    for (int M : ms) {
+      if (M < 1 || B % M != 0) continue;
+      if (large && !kind_ms.empty()) break;
+      std::vector<Layout> tried;
+      for (int variant = 0; variant < (serial_too ? 2 : 1); ++variant) {
+        ChainCosts cc = ChainCosts::from_profile(p, kind, M, B);
+        cc.serial_allreduce = variant == 1;
+        const DpResult dp = run_dp(cc, dpo);
+        PlanCandidate c;
+        c.label = variant ? "plan (serial)" : "plan";
+        c.schedule = name;
+        c.microbatches = per_minibatch_kind(kind) ? 1 : M;
+        c.batch_size = B;
+        c.fits = false;
+        if (!dp.ok) {
+          c.note = "no split fits the memory cap";
+          if (variant == 0) plan.candidates.push_back(c);
+          continue;
+        }
+        const Layout layout = dp.layout(L);
+        bool seen = false;
+        for (const Layout& t : tried) seen = seen || (t.first == layout.first && t.replicas == layout.replicas);
+        if (seen) continue;
+        tried.push_back(layout);
+        if (kind == ScheduleKind::two_bw && M < layout.stages()) {
+          c.layout = layout;
+          c.dp_objective = dp.objective;
+          c.note = "2bw needs M >= stages";
+          plan.candidates.push_back(c);
+          continue;
+        }
+        c = run_candidate(p, net, c.label, kind, M, B, layout, dp.objective, o.memory_cap, o.sim_budget);
+        plan.candidates.push_back(c);
+        if (c.fits && c.sim.ok) kind_ms.push_back({c.sim.time_per_sample, M});
+        if (c.fits && c.sim.ok && (kind_best.schedule.empty() || better(c, kind_best))) kind_best = c;
+        if (!have || better(c, best)) best = c, have = c.fits && c.sim.ok;
+      }
+    }
+    // small jobs: refine this schedule's best layout with the simulator itself
+    if (!large && o.refine_steps > 0 && !kind_best.schedule.empty()) {
+      PlanCandidate r = refine(p, net, kind_best, o);
+      if (better(r, kind_best)) {
+        plan.candidates.push_back(r);
+        if (better(r, best)) best = r;
+      }
+    }
+    std::sort(kind_ms.begin(), kind_ms.end());
+    std::vector<int> order;
+    for (auto& km : kind_ms)
+      if (std::find(order.begin(), order.end(), km.second) == order.end()) order.push_back(km.second);
+    for (int M : ms)  // then the rest
+      if (B % M == 0 && std::find(order.begin(), order.end(), M) == order.end()) order.push_back(M);
+    ms_per_kind.push_back({kind, order});
+  }
+
+  if (o.baselines) {
+    // bsp: one stage, every rank a replica, one microbatch per replica
+    const int64_t bb = o.bsp_batch > 0 ? o.bsp_batch : B;
+    Layout dpl = Layout::make({0}, L, {N});
+    plan.bsp = run_candidate(p, net, "bsp", ScheduleKind::bsp, N, bb, dpl, 0.0, o.memory_cap, o.sim_budget);
+    plan.has_bsp = plan.bsp.sim.ok;
+    // the straight pipeline: N stages of one replica, each kind at its best M that replays
+    if (L >= N && N > 1) {
+      DpOptions so = dpo;
+      so.replicas = ReplicaSet::one;
+      PlanCandidate sb;
+      bool sh = false;
+      if (large && have)  // large jobs: the chosen plan's schedule first, others only if it fails
+        std::stable_sort(ms_per_kind.begin(), ms_per_kind.end(), [&](const auto& a, const auto& b) {
+          return schedule_name(a.first) == best.schedule && schedule_name(b.first) != best.schedule;
+        });
+      for (auto& [kind, order0] : ms_per_kind) {
+        if (large && sh) break;
+        std::vector<int> order = order0;  // then smaller powers of two, for a replay within budget
+        for (int64_t M = 1; M <= B; M *= 2)
+          if (B % M == 0 && std::find(order.begin(), order.end(), M) == order.end() && !per_minibatch_kind(kind))
+            order.push_back(static_cast<int>(M));
+        std::stable_sort(order.begin() + static_cast<long>(order0.size()), order.end(), std::greater<int>());
+        for (int M : order) {
+          if (kind == ScheduleKind::two_bw && M < N) continue;  // N stages need M >= N
+          // the replay of N stages costs about (minibatches x M x N x 6) actions at least
+          const int64_t min_steps = is_async(kind) ? (per_minibatch_kind(kind) ? 2 * N + 1 : 3) : 2;
+          if (o.sim_budget > 0 && min_steps * M * static_cast<int64_t>(N) * 6 > o.sim_budget) continue;
+          const ChainCosts cc = ChainCosts::from_profile(p, kind, M, B);
+          const DpResult dp = plan_dp(cc, net, N, so);
+          plan.dp_evaluations += dp.evaluations;
+          if (!dp.ok) continue;
+          const Layout layout = dp.layout(L);
+          if (kind == ScheduleKind::two_bw && M < layout.stages()) continue;
+          PlanCandidate c = run_candidate(p, net, "straight", kind, M, B, layout, dp.objective, o.memory_cap, o.sim_budget);
+          if (!c.sim.ok) continue;  // too large to replay: try the next M
+          if (!order0.empty() && M != order0.front() && c.note.empty()) c.note = "M limited by the replay budget";
+          if (!sh || better(c, sb)) sb = c, sh = c.fits;
+          break;
+        }
+      }
+      if (!sb.schedule.empty() && sb.sim.ok) {
+        plan.straight = sb;
+        plan.has_straight = true;
+      }
+    }
+    for (const PlanCandidate* c : {&plan.bsp, &plan.straight})
+      if (c->sim.ok && c->batch_size == B && B % c->microbatches == 0 && better(*c, best)) best = *c, have = true;
+  }
+
+  plan.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!have) {
+    plan.error = "no plan fits: every candidate schedule exceeds the memory cap of " + std::to_string(o.memory_cap) +
+                 " bytes per rank or could not be simulated";
+    return plan;
+  }
+  plan.ok = true;
+  plan.schedule = best.schedule;
+  plan.microbatches = best.microbatches;
+  plan.layout = best.layout;
+  plan.dp_objective = best.dp_objective;
+  plan.sim = best.sim;
+  plan.fits = best.fits;
+  return plan;
+}
+
+std::vector<int> Plan::split() const {
+  if (layout.first.size() < 2) return {};
+  return std::vector<int>(layout.first.begin() + 1, layout.first.end() - 1);
+}
+
+double Plan::speedup_vs_bsp() const {
+  if (!has_bsp || !ok || sim.time_per_sample <= 0) return NAN;
+  return bsp.sim.time_per_sample / sim.time_per_sample;
+}
+
+double Plan::comm_reduction_vs_bsp() const {
+  if (!has_bsp || !ok || bsp.sim.network_bytes_per_sample <= 0) return NAN;
+  return 1.0 - sim.network_bytes_per_sample / bsp.sim.network_bytes_per_sample;
+}
+
+}  // namespace pt

@@ -1,0 +1,138 @@
+// `pipetrain plan`: profile (or read one), run the planner, print the comparison table and
+// write plan.json. Without a deck: --profile FILE (JSON or graph.txt) and --bandwidth.
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "cli_common.hpp"
+#include "pipetrain/error.hpp"
+#include "pipetrain/report.hpp"
+#include "pipetrain/data.hpp"
+#include "pipetrain/model.hpp"
+
+namespace pt {
+
+Profile measure_profile(const Deck& deck, const Model& model, int64_t mb, int reps, MPI_Comm comm);  // profile/command.cpp
+
+PlannerInputs planner_inputs(const PlannerArgs& a, bool need_profile) {
+  PlannerInputs in;
+  if (!a.deck.empty()) in.deck = std::make_unique<Deck>(load_deck(a.deck, a.sets));
+  // the model alone (not TrainSetup: the deck's split may not fit this command's rank count)
+  std::unique_ptr<Model> model;
+  int64_t mb_size = 0;
+  if (in.deck) {
+    const DataInfo info = data_info(*in.deck);
+    model = std::make_unique<Model>(*in.deck, info.shape, info.classes);
+    in.model_layers = model->size();
+    const bool per_mb = in.deck->parallel.schedule.rfind("pipedream", 0) == 0;
+    mb_size = in.deck->train.batch_size / (per_mb ? 1 : std::max<int64_t>(1, in.deck->parallel.microbatches));
+  }
+  std::string prof = a.profile;
+  if (prof.empty() && in.deck) prof = in.deck->parallel.profile;
+  if (!prof.empty()) {
+    in.profile = Profile::load(prof);
+  } else if (in.deck && need_profile) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) std::printf("no profile given: measuring %s (10 repetitions)\n", in.deck->path.c_str());
+    in.profile = measure_profile(*in.deck, *model, mb_size, 10, MPI_COMM_WORLD);
+  } else if (need_profile) {
+    fail(Exit::bad_input, "command line: give a deck or --profile FILE (profile.json or graph.txt)", true);
+  }
+  if (a.profile_batch > 0) in.profile.microbatch = a.profile_batch;
+  if (in.deck && in.model_layers >= 0 && !in.profile.layers.empty() &&
+      static_cast<int>(in.profile.layers.size()) != in.model_layers)
+    fail(Exit::bad_input, prof + ": the profile has " + std::to_string(in.profile.layers.size()) + " layers but " +
+                              in.deck->path + "'s model has " + std::to_string(in.model_layers), true);
+  // cluster: --bandwidth levels, else the deck's levels, else the measured network
+  if (!a.bandwidths.empty()) {
+    std::vector<ClusterLevel> lv;
+    for (size_t k = 0; k < a.bandwidths.size(); ++k) {
+      const std::string& s = a.bandwidths[k];
+      ClusterLevel l;
+      char* end = nullptr;
+      l.bandwidth = std::strtod(s.c_str(), &end);
+      if (end == s.c_str() || l.bandwidth <= 0)
+        fail(Exit::bad_input, "command line: --bandwidth expects BYTES_PER_S[:RANKS], got '" + s + "'", true);
+      if (*end == ':') {
+        char* e2 = nullptr;
+        l.ranks = std::strtoll(end + 1, &e2, 10);
+        if (*e2 || l.ranks < 1) fail(Exit::bad_input, "command line: --bandwidth " + s + ": RANKS must be an integer >= 1", true);
+      } else if (*end) {
+        fail(Exit::bad_input, "command line: --bandwidth expects BYTES_PER_S[:RANKS], got '" + s + "'", true);
+      } else if (k + 1 < a.bandwidths.size()) {
+        fail(Exit::bad_input, "command line: --bandwidth " + s + ": an inner level needs its component size (BYTES_PER_S:RANKS)", true);
+      } else {
+        l.ranks = int64_t{1} << 40;  // the outermost level covers every rank
+      }
+      l.latency = a.latency;
+      lv.push_back(l);
+    }
+    in.cluster = ClusterModel::from_levels(lv);
+  } else if (in.deck && !in.deck->cluster.levels.empty()) {
+    in.cluster = ClusterModel::from_levels(in.deck->cluster.levels);
+  } else if (in.profile.network.measured) {
+    in.cluster = ClusterModel::from_network(in.profile.network);
+  } else {
+    fail(Exit::bad_input,
+         "no network model: pass --bandwidth BYTES_PER_S (one per level, innermost first, inner ones as B:RANKS), add "
+         "[[cluster.levels]] to the deck, or use a profile measured under mpirun -np >= 2",
+         true);
+  }
+  in.batch = a.batch > 0 ? a.batch : in.deck ? in.deck->train.batch_size : 0;
+  in.memory = a.memory >= 0 ? a.memory : in.deck ? in.deck->cluster.memory : 0.0;
+  return in;
+}
+
+int cmd_plan(const PlanArgs& a) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  PlannerArgs pa = a;
+  PlannerInputs in;
+  if (a.synthetic_chain > 0) {
+    PlannerArgs none = a;
+    none.profile.clear();
+    in = planner_inputs(none, false);
+    in.profile = synthetic_chain(a.synthetic_chain, 1);
+    if (a.profile_batch > 0) in.profile.microbatch = a.profile_batch;
+  } else {
+    in = planner_inputs(pa);
+  }
+  PlanOptions o;
+  if (!a.schedules.empty()) o.schedules = a.schedules;
+  o.microbatches = a.microbatches;
+  o.memory_cap = in.memory;
+  o.bsp_batch = a.bsp_batch;
+  if (a.replicas == "all") o.replicas = ReplicaSet::all;
+  else if (a.replicas == "pow2") o.replicas = ReplicaSet::powers_of_two;
+  else if (a.replicas != "auto") fail(Exit::bad_input, "command line: --replicas expects auto, all or pow2, got '" + a.replicas + "'", true);
+  for (const std::string& s : o.schedules) (void)schedule_kind(s);  // unknown names fail here
+  Plan plan = choose_plan(in.profile, in.cluster, a.ranks, in.batch, o);
+  if (rank != 0) return plan.ok ? 0 : static_cast<int>(Exit::bad_input);
+  std::printf("profile: %s (%zu layers, microbatch %lld)\n", in.profile.source.c_str(), in.profile.layers.size(),
+              static_cast<long long>(in.profile.microbatch));
+  std::printf("%s", plan.table().c_str());
+  if (plan.ok) {
+    std::printf("\nchosen: %s, %s, %d microbatch%s; split %s\n", plan.schedule.c_str(), plan.layout.str().c_str(),
+                plan.microbatches, plan.microbatches == 1 ? "" : "es", [&] {
+                  std::string s = "[";
+                  for (size_t i = 0; i < plan.split().size(); ++i) s += (i ? ", " : "") + std::to_string(plan.split()[i]);
+                  return s + "]";
+                }().c_str());
+    std::printf("predicted: %.4f ms per minibatch, %.1f samples/s, bubble %.3f, peak memory %.3g GB per rank\n",
+                plan.sim.time_per_minibatch * 1e3, plan.sim.samples_per_s, plan.sim.bubble, plan.sim.max_memory / 1e9);
+  }
+  if (!a.out.empty()) {
+    write_file_atomic(a.out, plan.to_json());
+    std::printf("wrote %s\n", a.out.c_str());
+  }
+  std::fflush(stdout);
+  if (!plan.ok) {
+    std::fprintf(stderr, "pipetrain plan: %s\n", plan.error.c_str());
+    return static_cast<int>(Exit::bad_input);
+  }
+  return 0;
+}
+
+}  // namespace pt

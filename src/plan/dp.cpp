@@ -1,0 +1,335 @@
+// PipeDream's dynamic program over the layer chain, with replication, hierarchical levels
+// and a memory cap from the schedule's in-flight depth. Suffix formulation:
+//   B[i][m] = min over the first stage (layers i..j-1, r replicas on ranks N-m..N-m+r-1) of
+//             max(T(i, j, r), in-cut(i), out-cut(j), B[j][m - r])
+// with B[L][0] = 0. The first stage of a suffix knows its rank offset (levels of its
+// allreduce and cuts) and its depth ceil(m / r) (memory), so both are exact.
+// Pruning keeps it exact: T is bounded below by the compute share, which grows with j
+// (stop scanning j), and B[j][m'] >= C(j..L-1) / m' (perfect balance), which bounds j from
+// below by a binary search on the prefix sums. docs/PLANNER.md has the complexity.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "pipetrain/error.hpp"
+#include "pipetrain/plan.hpp"
+
+namespace pt {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+bool per_minibatch_kind(ScheduleKind k) {
+  return k == ScheduleKind::pipedream || k == ScheduleKind::pipedream_vsync || k == ScheduleKind::pipedream_nostash;
+}
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Prefix sums and the per-term formulas shared by the DP and evaluate_layout.
+struct ChainModel {
+  const ChainCosts& c;
+  const ClusterModel& net;
+  int L;
+  std::vector<double> Cp, Pp, Op, Sp;
+  ChainModel(const ChainCosts& cc, const ClusterModel& n) : c(cc), net(n), L(cc.layers()) {
+    Cp.assign(static_cast<size_t>(L) + 1, 0.0);
+    Pp = Op = Sp = Cp;
+    for (int i = 0; i < L; ++i) {
+      const size_t k = static_cast<size_t>(i);
+      Cp[k + 1] = Cp[k] + c.compute[k];
+      Pp[k + 1] = Pp[k] + c.params[k];
+      Op[k + 1] = Op[k] + c.opt_state[k];
+      Sp[k + 1] = Sp[k] + c.stash[k];
+    }
+  }
+  double C(int i, int j) const { return Cp[static_cast<size_t>(j)] - Cp[static_cast<size_t>(i)]; }
+  double P(int i, int j) const { return Pp[static_cast<size_t>(j)] - Pp[static_cast<size_t>(i)]; }
+  // share of the compute one replica does per minibatch
+  double share(int r) const {
+    return c.amortized ? 1.0 / r : static_cast<double>(ceil_div(c.units, r)) / c.units;
+  }
+  double compute_term(int i, int j, int r) const {
+    const double opt = c.optimizer_s_per_byte * P(i, j);
+    return c.amortized ? (C(i, j) + opt) / r : C(i, j) * share(r) + opt;
+  }
+  double stage_time(int i, int j, int r, int level) const {
+    const double ar = net.allreduce_seconds(level, r, P(i, j));
+    const double a = compute_term(i, j, r), b = c.amortized ? ar / r : ar;
+    return c.serial_allreduce ? a + b : std::max(a, b);
+  }
+  // one side of the cut before layer j (j in 1..L-1), that side's ranks r
+  double cut_side(int j, int level, int r) const {
+    return 2.0 * c.units * net.p2p_seconds(level, c.out[static_cast<size_t>(j) - 1]) / r;
+  }
+  double memory(int i, int j, int r, int depth) const {
+    const double n = rule_in_flight(c, depth, r), v = rule_versions(c, depth);
+    const double in = c.in_bytes(i);
+    const double slot = in + Sp[static_cast<size_t>(j)] - Sp[static_cast<size_t>(i)];
+    const double buf = (j < L ? c.out[static_cast<size_t>(j) - 1] : 0.0) + (i > 0 ? in : 0.0);
+    return n * (slot + buf) + (1.0 + v) * P(i, j) + (Op[static_cast<size_t>(j)] - Op[static_cast<size_t>(i)]);
+  }
+  // a lower bound of memory() that never decreases with j (drops the output buffer)
+  double memory_lb(int i, int j, int r, int depth) const {
+    const double n = rule_in_flight(c, depth, r), v = rule_versions(c, depth);
+    const double in = c.in_bytes(i);
+    return n * (in + Sp[static_cast<size_t>(j)] - Sp[static_cast<size_t>(i)] + (i > 0 ? in : 0.0)) +
+           (1.0 + v) * P(i, j) + (Op[static_cast<size_t>(j)] - Op[static_cast<size_t>(i)]);
+  }
+};
+
+}  // namespace
+
+ChainCosts ChainCosts::from_profile(const Profile& p, ScheduleKind kind, int microbatches, int64_t batch_size) {
+  ChainCosts c;
+  const double pmb = p.microbatch > 0 ? static_cast<double>(p.microbatch) : 1.0;
+  const double B = batch_size > 0 ? static_cast<double>(batch_size) : pmb;
+  const bool per_mb = per_minibatch_kind(kind);
+  c.units = per_mb ? 1 : std::max(1, microbatches);
+  c.amortized = per_mb;
+  const double unit = B / c.units;
+  for (const LayerProfile& l : p.layers) {
+    c.compute.push_back((l.forward_s + l.backward_s) * B / pmb);
+    c.params.push_back(l.param_bytes);
+    c.opt_state.push_back(l.optimizer_bytes);
+    c.stash.push_back(l.stash_bytes * unit / pmb);
+    c.out.push_back(l.output_bytes * unit / pmb);
+  }
+  c.input_bytes = p.input_bytes * unit / pmb;
+  c.optimizer_s_per_byte = p.optimizer_s_per_byte;
+  switch (kind) {
+    case ScheduleKind::gpipe: c.rule = MemoryRule::gpipe; break;
+    case ScheduleKind::pipedream:
+    case ScheduleKind::pipedream_vsync: c.rule = MemoryRule::pipedream; break;
+    case ScheduleKind::two_bw: c.rule = MemoryRule::two_bw; break;
+    default: c.rule = MemoryRule::one_f_one_b;
+  }
+  return c;
+}
+
+int rule_in_flight(const ChainCosts& c, int depth, int replicas) {
+  switch (c.rule) {
+    case MemoryRule::one_f_one_b: return std::min(depth, ceil_div(c.units, replicas));
+    case MemoryRule::gpipe: return ceil_div(c.units, replicas);
+    case MemoryRule::pipedream:
+    case MemoryRule::two_bw: return depth;
+  }
+  return depth;
+}
+
+int rule_versions(const ChainCosts& c, int depth) {
+  switch (c.rule) {
+    case MemoryRule::pipedream: return depth;
+    case MemoryRule::two_bw: return 2;
+    default: return 1;
+  }
+}
+
+double stage_memory(const ChainCosts& c, int i, int j, int r, int depth) {
+  static const ClusterModel none = ClusterModel::single(1.0);
+  return ChainModel(c, none).memory(i, j, r, depth);
+}
+
+LayoutCost evaluate_layout(const ChainCosts& c, const ClusterModel& net, const Layout& l, double cap) {
+  ChainModel md(c, net);
+  LayoutCost out;
+  const int K = l.stages();
+  PT_CHECK(l.end_layer(K - 1) == md.L, "layout covers " << l.end_layer(K - 1) << " layers, chain has " << md.L);
+  std::vector<int> off(static_cast<size_t>(K) + 1, 0);
+  for (int s = 0; s < K; ++s) off[static_cast<size_t>(s) + 1] = off[static_cast<size_t>(s)] + l.replicas[static_cast<size_t>(s)];
+  double obj = 0;
+  for (int s = 0; s < K; ++s) {
+    const int i = l.first_layer(s), j = l.end_layer(s), r = l.replicas[static_cast<size_t>(s)];
+    const int o = off[static_cast<size_t>(s)];
+    const double t = md.stage_time(i, j, r, net.level_of(o, o + r - 1));
+    const double mem = md.memory(i, j, r, l.in_flight_depth(s));
+    out.stage_time.push_back(t);
+    out.stage_memory.push_back(mem);
+    out.max_memory = std::max(out.max_memory, mem);
+    if (cap > 0 && mem > cap * (1 + 1e-12)) out.fits = false;
+    obj = std::max(obj, t);
+    if (s + 1 < K) {
+      const int o1 = off[static_cast<size_t>(s) + 1], r1 = l.replicas[static_cast<size_t>(s) + 1];
+      const double a = md.cut_side(j, net.level_of(o, o1), r);
+      const double b = md.cut_side(j, net.level_of(o1 - 1, o1 + r1 - 1), r1);
+      out.cut_time.push_back(std::max(a, b));
+      obj = std::max(obj, std::max(a, b));
+    }
+  }
+  out.objective = out.fits ? obj : kInf;
+  return out;
+}
+
+DpResult plan_dp(const ChainCosts& c, const ClusterModel& net, int N, const DpOptions& o) {
+  ChainModel md(c, net);
+  const int L = md.L;
+  DpResult res;
+  if (L == 0 || N <= 0) return res;
+  ReplicaSet rs = o.replicas;
+  if (rs == ReplicaSet::automatic) rs = N <= o.exact_ranks_limit ? ReplicaSet::all : ReplicaSet::powers_of_two;
+  const double cap = o.memory_cap > 0 ? o.memory_cap * (1 + 1e-12) : kInf;  // a cap met exactly fits despite rounding
+  const size_t W = static_cast<size_t>(L) + 1;  // m-major: a scan over j reads consecutive entries
+  // reused between calls (choose_plan runs several DPs): no fresh pages each time; the
+  // choices are written for every state the reconstruction can reach, so only B is reset
+  thread_local std::vector<double> best;
+  thread_local std::vector<int32_t> choice_j, choice_r;
+  const size_t cells = static_cast<size_t>(N + 1) * W;
+  best.assign(cells, kInf);
+  if (choice_j.size() < cells) choice_j.resize(cells), choice_r.resize(cells);
+  auto at = [&](int i, int m) { return static_cast<size_t>(m) * W + static_cast<size_t>(i); };
+  best[at(L, 0)] = 0.0;
+  std::vector<int> rlist;
+  rlist.reserve(static_cast<size_t>(N));
+  const double total = md.Cp[static_cast<size_t>(L)];
+  constexpr double kSlack = 1.0 + 1e-12;  // guards the balance bound against rounding
+
+  // Per-(state, r) constants of the terms, hoisted out of the scan over j.
+  struct RC {
+    int r, m2, depth;
+    double sh, inv_r, in_t;
+    double n, v1;                 // in flight, 1 + versions
+    double mem_fix;               // n (in + (i > 0 ? in : 0) - Sp[i]) - (1 + v) Pp[i] - Op[i]
+    double ar_a, ar_b;            // ring allreduce = ar_a P + ar_b (levels)
+    int lvl_s;
+    double co_a, co_b;            // out-cut = co_a out[j-1] + co_b
+  };
+  std::vector<RC> rcs;
+  rcs.reserve(static_cast<size_t>(N));
+  const bool measured_ar = net.measured && !net.network.allreduce.empty();
+  auto level_params = [&](int lvl, double* bw, double* lat) {
+    const auto& lv = net.levels[static_cast<size_t>(std::clamp<int>(lvl, 0, static_cast<int>(net.levels.size()) - 1))];
+    *bw = lv.bandwidth;
+    *lat = lv.latency;
+  };
+  const double* Cp = md.Cp.data();
+  const double* Pp = md.Pp.data();
+  const double* Op = md.Op.data();
+  const double* Sp = md.Sp.data();
+  const double* outb = c.out.data();
+  const double U2 = 2.0 * c.units;
+
+  for (int i = L - 1; i >= 0; --i) {
+    const int max_m = rs == ReplicaSet::one ? std::min(N, L - i) : N;
+    const double in = c.in_bytes(i);
+    for (int m = 1; m <= max_m; ++m) {
+      ++res.states;
+      double U = kInf;
+      int bj = -1, br = -1;
+      const int off = N - m;
+      rlist.clear();
+      if (rs == ReplicaSet::all) {
+        for (int r = 1; r <= m; ++r) rlist.push_back(r);
+      } else if (rs == ReplicaSet::powers_of_two) {
+        for (int r = 1; r <= m && off % r == 0; r *= 2) rlist.push_back(r);  // aligned to their size
+      } else {
+        rlist.push_back(1);
+      }
+      rcs.clear();
+      for (int r : rlist) {
+        RC k;
+        k.r = r;
+        k.m2 = m - r;
+        k.depth = ceil_div(m, r);
+        k.sh = md.share(r);
+        k.inv_r = 1.0 / r;
+        k.in_t = i > 0 ? md.cut_side(i, net.level_of(off - 1, off + r - 1), r) : 0.0;
+        k.n = rule_in_flight(c, k.depth, r);
+        k.v1 = 1.0 + rule_versions(c, k.depth);
+        k.mem_fix = k.n * (in + (i > 0 ? in : 0.0) - Sp[i]) - k.v1 * Pp[i] - Op[i];
+        k.lvl_s = net.level_of(off, off + r - 1);
+        double bw, lat;
+        level_params(k.lvl_s, &bw, &lat);
+        k.ar_a = r > 1 ? 2.0 * (r - 1) / r / bw : 0.0;
+        k.ar_b = r > 1 ? 2.0 * (r - 1) * lat : 0.0;
+        if (k.m2 > 0) {
+          level_params(net.level_of(off, off + r), &bw, &lat);
+          k.co_a = U2 / (r * bw);
+          k.co_b = U2 * lat / r;
+        } else {
+          k.co_a = k.co_b = 0.0;
+        }
+        // memory only grows with j: a stage of the one layer i must fit
+        if (k.mem_fix + k.n * Sp[i + 1] + k.v1 * Pp[i + 1] + Op[i + 1] > cap) continue;
+        rcs.push_back(k);
+      }
+      // the candidate (i..j-1 on k.r replicas); updates U
+      auto stage_t = [&](const RC& k, int j) {
+        const double P = Pp[j] - Pp[i], C = Cp[j] - Cp[i];
+        const double ar = k.r < 2 ? 0.0 : measured_ar ? net.allreduce_seconds(k.lvl_s, k.r, P) : k.ar_a * P + k.ar_b;
+        const double opt = c.optimizer_s_per_byte * P;
+        const double a = c.amortized ? (C + opt) * k.inv_r : C * k.sh + opt;
+        const double b = c.amortized ? ar * k.inv_r : ar;
+        return c.serial_allreduce ? a + b : std::max(a, b);
+      };
+      auto mem = [&](const RC& k, int j) {
+        return k.mem_fix + k.n * (Sp[j] + (j < L ? outb[j - 1] : 0.0)) + k.v1 * Pp[j] + Op[j];
+      };
+      auto try_j = [&](const RC& k, int j) {
+        ++res.evaluations;
+        const double sub = best[at(j, k.m2)];
+        if (sub >= U) return;
+        const double co = j < L ? k.co_a * outb[j - 1] + k.co_b : 0.0;
+        if (co >= U) return;
+        const double t = stage_t(k, j);
+        if (t >= U) return;
+        if (mem(k, j) > cap) return;
+        const double v = std::max(std::max(t, k.in_t), std::max(co, sub));
+        if (v < U) U = v, bj = j, br = k.r;
+      };
+      // pass 1: the balanced split of each r seeds a good incumbent
+      for (const RC& k : rcs) {
+        if (k.m2 == 0) {
+          try_j(k, L);
+          continue;
+        }
+        // first j with C(i, j) share >= C(j, L) / m2 (left side grows, right side shrinks)
+        int lo = i + 1, hi = L - 1;
+        const double per = c.amortized ? k.inv_r : k.sh;
+        while (lo < hi) {
+          const int mid = (lo + hi) / 2;
+          if ((Cp[mid] - Cp[i]) * per >= (total - Cp[mid]) / k.m2) hi = mid;
+          else lo = mid + 1;
+        }
+        if (lo < L) try_j(k, lo);
+        if (lo - 1 > i) try_j(k, lo - 1);
+      }
+      // pass 2: every j that can still win
+      for (const RC& k : rcs) {
+        if (k.m2 == 0 || k.in_t >= U) continue;
+        // B[j][m2] >= C(j..L-1)/m2: only j with C(j..L-1) < m2 U can win
+        int jlo = i + 1;
+        if (U < kInf) {
+          const double need = total - k.m2 * U * kSlack;  // Cp[j] > need
+          jlo = std::max(jlo, static_cast<int>(std::upper_bound(md.Cp.begin(), md.Cp.end(), need) - md.Cp.begin()));
+        }
+        const double per = c.amortized ? k.inv_r : k.sh;
+        const double lb_fix = k.mem_fix - k.n * 0.0;
+        for (int j = jlo; j < L; ++j) {
+          // compute-only lower bound of T grows with j: once it reaches U, stop
+          if ((Cp[j] - Cp[i]) * per >= U) break;
+          if (lb_fix + k.n * Sp[j] + k.v1 * Pp[j] + Op[j] > cap) break;  // memory without the out buffer
+          try_j(k, j);
+        }
+      }
+      best[at(i, m)] = U;
+      choice_j[at(i, m)] = bj;
+      choice_r[at(i, m)] = br;
+    }
+  }
+  const double v = best[at(0, N)];
+  if (!(v < kInf)) return res;
+  res.ok = true;
+  res.objective = v;
+  int i = 0, m = N;
+  while (i < L) {
+    const int j = choice_j[at(i, m)], r = choice_r[at(i, m)];
+    PT_CHECK(j > i && r >= 1, "planner DP: broken choice at layer " << i << ", " << m << " ranks");
+    res.first.push_back(i);
+    res.replicas.push_back(r);
+    i = j;
+    m -= r;
+  }
+  PT_CHECK(m == 0, "planner DP: " << m << " ranks left over");
+  return res;
+}
+
+}  // namespace pt

@@ -1,0 +1,78 @@
+// `pipetrain simulate`: replay a configuration (the deck's, a plan.json, or a measured
+// run's) with the profile's costs; print the prediction, optionally a Chrome trace and the
+// comparison with the measured run.
+#include <mpi.h>
+
+#include <cstdio>
+
+#include "../plan/cli_common.hpp"
+#include "pipetrain/error.hpp"
+#include "pipetrain/report.hpp"
+
+namespace pt {
+
+int cmd_simulate(const SimulateArgs& a) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  PlannerInputs in = planner_inputs(a);
+  const int L = static_cast<int>(in.profile.layers.size());
+  SimConfig cfg;
+  cfg.batch_size = in.batch;
+  std::string from;
+  MeasuredRun run;
+  if (!a.compare.empty()) {
+    run = MeasuredRun::load(a.compare);
+    std::vector<int> first = {0};
+    first.insert(first.end(), run.split.begin(), run.split.end());
+    cfg.layout = Layout::make(first, L, run.replicas);
+    cfg.kind = schedule_kind(run.schedule);
+    cfg.microbatches = run.microbatches;
+    cfg.batch_size = run.batch_size;
+    from = a.compare + "/summary.json";
+  } else if (!a.plan.empty()) {
+    const PlanFile f = PlanFile::load(a.plan);
+    if (f.layers != L)
+      fail(Exit::bad_input, a.plan + ": the plan is for " + std::to_string(f.layers) + " layers, the profile has " + std::to_string(L), true);
+    cfg.layout = f.layout();
+    cfg.kind = schedule_kind(f.schedule);
+    cfg.microbatches = f.microbatches;
+    if (a.batch <= 0) cfg.batch_size = f.batch_size;
+    from = a.plan;
+  } else if (in.deck && in.deck->parallel.split_auto) {
+    PlanOptions o;
+    o.memory_cap = in.memory;
+    Plan p = choose_plan(in.profile, in.cluster, a.ranks, in.batch, o);
+    if (!p.ok) fail(Exit::bad_input, "parallel.split = \"auto\": " + p.error, true);
+    cfg.layout = p.layout;
+    cfg.kind = schedule_kind(p.schedule);
+    cfg.microbatches = p.microbatches;
+    from = "the planner (parallel.split = \"auto\")";
+  } else if (in.deck) {
+    if (a.ranks <= 0) fail(Exit::bad_input, "command line: simulate: --ranks N is required", true);
+    cfg.layout = Layout::from_deck(*in.deck, L, a.ranks);
+    cfg.kind = schedule_kind(in.deck->parallel.schedule);
+    cfg.microbatches = static_cast<int>(in.deck->parallel.microbatches);
+    from = in.deck->path;
+  } else {
+    fail(Exit::bad_input, "command line: simulate needs a deck, --plan FILE or --compare RUN_DIR", true);
+  }
+  if (a.ranks > 0 && a.compare.empty() && cfg.layout.ranks() != a.ranks)
+    fail(Exit::bad_input, "command line: --ranks " + std::to_string(a.ranks) + " but the layout from " + from + " has " +
+                              std::to_string(cfg.layout.ranks()) + " ranks", true);
+  SimResult r = simulate(in.profile, in.cluster, cfg);
+  if (rank != 0) return r.ok ? 0 : static_cast<int>(Exit::bad_input);
+  std::printf("simulating %s with profile %s\ncluster: %s\n", from.c_str(), in.profile.source.c_str(), in.cluster.describe().c_str());
+  std::printf("%s", sim_report(r).c_str());
+  if (!r.ok) return static_cast<int>(Exit::bad_input);
+  if (in.memory > 0 && r.max_memory > in.memory)
+    std::printf("WARNING: peak memory %.3g GB exceeds the cap of %.3g GB per rank\n", r.max_memory / 1e9, in.memory / 1e9);
+  if (!a.trace.empty()) {
+    write_file_atomic(a.trace, sim_trace_json(r, std::string("simulated ") + schedule_name(r.kind)));
+    std::printf("wrote %s\n", a.trace.c_str());
+  }
+  if (!a.compare.empty()) std::printf("\n%s", compare_report(r, run).c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace pt

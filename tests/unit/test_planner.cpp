@@ -1,0 +1,355 @@
+// Planner: the DP's choice equals an exhaustive search over every split and replica
+// assignment on many random instances (costs, bandwidths, one or two levels, memory caps
+// that bind), with the objective recomputed here from the documented formulas; the
+// closed-form in-flight/version rules match the generated schedules; choose_plan and
+// plan.json round-trip.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <unistd.h>
+
+#include "pipetrain/error.hpp"
+#include "pipetrain/plan.hpp"
+
+namespace pt {
+namespace {
+
+struct Instance {
+  ChainCosts c;
+  std::vector<ClusterLevel> levels;  // innermost first, the last covers everything
+  int N = 1;
+  double cap = 0;
+};
+
+// ---- the objective, written out again from plan.hpp's definition -----------------------
+
+int level_of(const std::vector<ClusterLevel>& lv, int a, int b) {
+  if (a == b) return -1;
+  for (size_t k = 0; k < lv.size(); ++k)
+    if (a / lv[k].ranks == b / lv[k].ranks) return static_cast<int>(k);
+  return static_cast<int>(lv.size()) - 1;
+}
+
+double p2p(const std::vector<ClusterLevel>& lv, int level, double bytes) {
+  return level < 0 ? 0.0 : lv[static_cast<size_t>(level)].latency + bytes / lv[static_cast<size_t>(level)].bandwidth;
+}
+
+double ring(const std::vector<ClusterLevel>& lv, int level, int r, double bytes) {
+  if (r < 2) return 0.0;
+  const ClusterLevel& l = lv[static_cast<size_t>(std::max(0, level))];
+  return 2.0 * (r - 1) / r * bytes / l.bandwidth + 2.0 * (r - 1) * l.latency;
+}
+
+int in_flight(const ChainCosts& c, int d, int r) {
+  const int per = (c.units + r - 1) / r;
+  switch (c.rule) {
+    case MemoryRule::one_f_one_b: return std::min(d, per);
+    case MemoryRule::gpipe: return per;
+    default: return d;
+  }
+}
+int versions(const ChainCosts& c, int d) { return c.rule == MemoryRule::pipedream ? d : c.rule == MemoryRule::two_bw ? 2 : 1; }
+
+struct Eval {
+  double objective = 0, max_memory = 0;
+};
+
+Eval objective(const Instance& in, const std::vector<int>& first, const std::vector<int>& reps) {
+  const ChainCosts& c = in.c;
+  const int L = c.layers(), K = static_cast<int>(reps.size());
+  Eval e;
+  int off = 0;
+  for (int s = 0; s < K; ++s) {
+    const int i = first[static_cast<size_t>(s)], j = s + 1 < K ? first[static_cast<size_t>(s) + 1] : L;
+    const int r = reps[static_cast<size_t>(s)];
+    double C = 0, P = 0, O = 0, S = 0;
+    for (int k = i; k < j; ++k) {
+      C += c.compute[static_cast<size_t>(k)];
+      P += c.params[static_cast<size_t>(k)];
+      O += c.opt_state[static_cast<size_t>(k)];
+      S += c.stash[static_cast<size_t>(k)];
+    }
+    const double opt = c.optimizer_s_per_byte * P;
+    const double ar = ring(in.levels, level_of(in.levels, off, off + r - 1), r, P);
+    const double a = c.amortized ? (C + opt) / r : C * ((c.units + r - 1) / r) / c.units + opt;
+    const double b = c.amortized ? ar / r : ar;
+    e.objective = std::max(e.objective, c.serial_allreduce ? a + b : std::max(a, b));
+    int rest = 0;
+    for (int t = s; t < K; ++t) rest += reps[static_cast<size_t>(t)];
+    const int d = (rest + r - 1) / r;
+    const double inb = i == 0 ? c.input_bytes : c.out[static_cast<size_t>(i) - 1];
+    const double mem = in_flight(c, d, r) * (inb + S + (j < L ? c.out[static_cast<size_t>(j) - 1] : 0.0) + (i > 0 ? inb : 0.0)) +
+                       (1.0 + versions(c, d)) * P + O;
+    e.max_memory = std::max(e.max_memory, mem);
+    if (s + 1 < K) {
+      const int o1 = off + r, r1 = reps[static_cast<size_t>(s) + 1];
+      const double bytes = c.out[static_cast<size_t>(j) - 1];
+      e.objective = std::max(e.objective, 2.0 * c.units * p2p(in.levels, level_of(in.levels, off, o1), bytes) / r);
+      e.objective = std::max(e.objective, 2.0 * c.units * p2p(in.levels, level_of(in.levels, o1 - 1, o1 + r1 - 1), bytes) / r1);
+    }
+    off += r;
+  }
+  return e;
+}
+
+struct Candidate {
+  std::vector<int> first, reps;
+  Eval e;
+};
+
+// every split (bitmask of cut points) and every composition of N into K parts
+std::vector<Candidate> all_layouts(const Instance& in, bool pow2_aligned) {
+  const int L = in.c.layers(), N = in.N;
+  std::vector<Candidate> out;
+  for (int mask = 0; mask < (1 << (L - 1)); ++mask) {
+    std::vector<int> first = {0};
+    for (int b = 0; b < L - 1; ++b)
+      if (mask & (1 << b)) first.push_back(b + 1);
+    const int K = static_cast<int>(first.size());
+    if (K > N) continue;
+    std::vector<int> reps(static_cast<size_t>(K), 1);
+    std::function<void(int, int, int)> rec = [&](int s, int left, int off) {
+      if (s == K - 1) {
+        reps[static_cast<size_t>(s)] = left;
+        if (pow2_aligned && ((left & (left - 1)) || off % left)) return;
+        out.push_back({first, reps, objective(in, first, reps)});
+        return;
+      }
+      for (int r = 1; r <= left - (K - 1 - s); ++r) {
+        if (pow2_aligned && ((r & (r - 1)) || off % r)) continue;
+        reps[static_cast<size_t>(s)] = r;
+        rec(s + 1, left - r, off + r);
+      }
+    };
+    rec(0, N, 0);
+  }
+  return out;
+}
+
+Instance random_instance(std::mt19937_64& g) {
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  auto pick = [&](int lo, int hi) { return lo + static_cast<int>(g() % static_cast<uint64_t>(hi - lo + 1)); };
+  Instance in;
+  const int L = pick(1, 8);
+  in.N = pick(1, 6);
+  ChainCosts& c = in.c;
+  for (int i = 0; i < L; ++i) {
+    c.compute.push_back(0.05 + 2.0 * u(g));
+    c.params.push_back(u(g) < 0.2 ? 0.0 : 1e3 + 2e7 * u(g));
+    c.opt_state.push_back(u(g) < 0.5 ? 0.0 : c.params.back());
+    c.stash.push_back(1e3 + 4e6 * u(g));
+    c.out.push_back(1e2 + 4e6 * u(g));
+  }
+  c.input_bytes = 1e3 + 1e6 * u(g);
+  c.optimizer_s_per_byte = u(g) < 0.5 ? 0.0 : 1e-9 * u(g);
+  c.units = pick(1, 4);
+  c.amortized = u(g) < 0.3;
+  c.serial_allreduce = u(g) < 0.3;
+  c.rule = c.amortized ? MemoryRule::pipedream
+                       : std::vector<MemoryRule>{MemoryRule::one_f_one_b, MemoryRule::gpipe, MemoryRule::two_bw}[g() % 3];
+  if (u(g) < 0.5) {
+    in.levels.push_back({int64_t{1} << 40, 1e8 + 1e10 * u(g), u(g) < 0.5 ? 0.0 : 1e-4 * u(g)});
+  } else {
+    in.levels.push_back({pick(2, 3), 1e9 + 1e11 * u(g), 1e-5 * u(g)});
+    in.levels.push_back({int64_t{1} << 40, 1e8 + 1e10 * u(g), 1e-4 * u(g)});
+  }
+  return in;
+}
+
+DpOptions dp_options(double cap, ReplicaSet rs) {
+  DpOptions o;
+  o.memory_cap = cap;
+  o.replicas = rs;
+  return o;
+}
+
+}  // namespace
+
+TEST(Planner, DpEqualsExhaustiveSearch) {
+  std::mt19937_64 g(20240605);
+  int instances = 0, binding = 0, infeasible = 0, unique = 0;
+  for (int t = 0; t < 6000; ++t) {
+    Instance in = random_instance(g);
+    const bool pow2 = t % 4 == 3;  // a quarter with the large-job replica set
+    std::vector<Candidate> all = all_layouts(in, pow2);
+    const ClusterModel net = ClusterModel::from_levels(in.levels);
+    if (all.empty()) {  // e.g. one layer on 3 ranks: no power-of-two layout exists
+      ASSERT_TRUE(pow2);
+      EXPECT_FALSE(plan_dp(in.c, net, in.N, dp_options(0, ReplicaSet::powers_of_two)).ok);
+      continue;
+    }
+    // a memory cap that binds: below the unconstrained optimum's memory, at or above the
+    // smallest footprint (sometimes below it: nothing fits); sometimes no cap
+    const auto opt0 = std::min_element(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) { return a.e.objective < b.e.objective; });
+    double least = INFINITY;
+    for (auto& c : all) least = std::min(least, c.e.max_memory);
+    const int mode = static_cast<int>(g() % 10);
+    if (mode == 0) in.cap = 0;
+    else if (mode == 1) in.cap = least * 0.999;
+    else in.cap = least + (opt0->e.max_memory - least) * std::uniform_real_distribution<double>(0.01, 0.99)(g);
+    if (in.cap > 0 && opt0->e.max_memory > in.cap) ++binding;
+
+    double best = INFINITY;
+    for (auto& c : all)
+      if (in.cap <= 0 || c.e.max_memory <= in.cap) best = std::min(best, c.e.objective);
+    const DpResult dp = plan_dp(in.c, net, in.N, dp_options(in.cap, pow2 ? ReplicaSet::powers_of_two : ReplicaSet::all));
+    ++instances;
+    if (!std::isfinite(best)) {
+      EXPECT_FALSE(dp.ok) << "instance " << t << ": nothing fits but the DP found a plan";
+      ++infeasible;
+      continue;
+    }
+    if (!dp.ok) {
+      std::string d = "L=" + std::to_string(in.c.layers()) + " N=" + std::to_string(in.N) + " cap=" + std::to_string(in.cap) +
+                      " units=" + std::to_string(in.c.units) + " amort=" + std::to_string(in.c.amortized) + " rule=" +
+                      std::to_string(static_cast<int>(in.c.rule)) + " pow2=" + std::to_string(pow2);
+      for (auto& c : all)
+        if (c.e.max_memory <= in.cap || in.cap <= 0) {
+          d += "\n feasible:";
+          for (size_t q = 0; q < c.first.size(); ++q) d += " [" + std::to_string(c.first[q]) + "x" + std::to_string(c.reps[q]) + "]";
+          d += " mem=" + std::to_string(c.e.max_memory) + " obj=" + std::to_string(c.e.objective);
+        }
+      FAIL() << "instance " << t << ": the DP found nothing, the search found " << best << "\n" << d;
+    }
+    EXPECT_NEAR(dp.objective, best, 1e-9 * best) << "instance " << t;
+    // the DP's layout: feasible, and its objective (recomputed here) is the optimum
+    const Eval mine = objective(in, dp.first, dp.replicas);
+    EXPECT_NEAR(mine.objective, best, 1e-9 * best) << "instance " << t;
+    if (in.cap > 0) EXPECT_LE(mine.max_memory, in.cap * (1 + 1e-12)) << "instance " << t;
+    // evaluate_layout agrees with the formula here
+    const LayoutCost lc = evaluate_layout(in.c, net, dp.layout(in.c.layers()), in.cap);
+    EXPECT_NEAR(lc.objective, best, 1e-9 * best) << "instance " << t;
+    int ties = 0;
+    const Candidate* arg = nullptr;
+    for (auto& c : all)
+      if ((in.cap <= 0 || c.e.max_memory <= in.cap) && c.e.objective <= best * (1 + 1e-9)) ++ties, arg = &c;
+    if (ties == 1) {
+      ++unique;
+      EXPECT_EQ(dp.first, arg->first) << "instance " << t;
+      EXPECT_EQ(dp.replicas, arg->reps) << "instance " << t;
+    }
+  }
+  std::printf("[          ] %d instances, %d with a binding memory cap, %d with none fitting, %d with a unique optimum\n",
+              instances, binding, infeasible, unique);
+  EXPECT_GT(instances, 5500);
+  EXPECT_GT(binding, 2000);    // the cap excluded the unconstrained optimum this often
+  EXPECT_GT(infeasible, 150);
+  EXPECT_GT(unique, 2500);     // the split and replication were compared this often
+}
+
+TEST(Planner, StraightPipelineDp) {
+  // ReplicaSet::one: exactly N stages of one replica, the best such split
+  std::mt19937_64 g(7);
+  for (int t = 0; t < 300; ++t) {
+    Instance in = random_instance(g);
+    if (in.c.layers() < in.N) continue;
+    double best = INFINITY;
+    for (auto& c : all_layouts(in, false))
+      if (static_cast<int>(c.reps.size()) == in.N) best = std::min(best, c.e.objective);
+    const DpResult dp = plan_dp(in.c, ClusterModel::from_levels(in.levels), in.N, dp_options(0, ReplicaSet::one));
+    ASSERT_TRUE(dp.ok);
+    EXPECT_EQ(static_cast<int>(dp.replicas.size()), in.N);
+    EXPECT_NEAR(dp.objective, best, 1e-9 * best);
+  }
+}
+
+TEST(Planner, MemoryRulesMatchTheGenerators) {
+  // the DP's closed forms of in-flight units and weight versions against the schedules
+  const std::vector<std::vector<int>> pats = {{1}, {3}, {1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {3, 1}, {1, 3}, {2, 3, 1}, {3, 2, 2, 1}, {4, 1, 2}};
+  int checked = 0;
+  for (const auto& reps : pats) {
+    const int K = static_cast<int>(reps.size());
+    std::vector<int> first;
+    for (int s = 0; s < K; ++s) first.push_back(s);
+    const Layout l = Layout::make(first, K, reps);
+    int64_t lcm = 1;
+    for (int r : reps) lcm = std::lcm(lcm, static_cast<int64_t>(r));
+    for (ScheduleKind k : {ScheduleKind::one_f_one_b, ScheduleKind::gpipe, ScheduleKind::pipedream, ScheduleKind::two_bw})
+      for (int M = 1; M <= 9; ++M) {
+        const bool pd = k == ScheduleKind::pipedream;
+        if ((pd && M > 1) || (k == ScheduleKind::two_bw && M < K)) continue;
+        const Schedule s = make_schedule(k, l, pd ? 6 * lcm : 6, M);
+        ChainCosts c;
+        c.units = pd ? 1 : M;
+        c.rule = k == ScheduleKind::gpipe ? MemoryRule::gpipe : pd ? MemoryRule::pipedream
+                 : k == ScheduleKind::two_bw ? MemoryRule::two_bw : MemoryRule::one_f_one_b;
+        for (int st = 0; st < K; ++st) {
+          int inflight = 0, vers = 0;
+          for (int q = 0; q < reps[static_cast<size_t>(st)]; ++q) {
+            inflight = std::max(inflight, max_in_flight(s, l.rank_of(st, q)));
+            vers = std::max(vers, max_versions_held(s, l.rank_of(st, q)));
+          }
+          const int d = l.in_flight_depth(st), r = reps[static_cast<size_t>(st)];
+          if (k == ScheduleKind::two_bw) EXPECT_LE(inflight, rule_in_flight(c, d, r));  // an upper bound
+          else EXPECT_EQ(inflight, rule_in_flight(c, d, r)) << schedule_name(k) << " " << l.replication() << " M=" << M << " stage " << st;
+          EXPECT_EQ(vers, rule_versions(c, d)) << schedule_name(k) << " " << l.replication() << " M=" << M << " stage " << st;
+          ++checked;
+        }
+      }
+  }
+  EXPECT_GT(checked, 300);
+}
+
+TEST(Planner, ChoosesAndRoundTripsPlanJson) {
+  const Profile p = synthetic_chain(24, 3);
+  const ClusterModel net = ClusterModel::from_levels({{4, 5e10, 2e-6}, {int64_t{1} << 40, 5e9, 1e-5}});
+  PlanOptions o;
+  const Plan plan = choose_plan(p, net, 8, 64, o);
+  ASSERT_TRUE(plan.ok) << plan.error;
+  EXPECT_EQ(plan.layout.ranks(), 8);
+  EXPECT_EQ(plan.layout.end_layer(plan.layout.stages() - 1), 24);
+  EXPECT_EQ(64 % plan.microbatches, 0);
+  ASSERT_TRUE(plan.has_bsp);
+  ASSERT_TRUE(plan.has_straight);
+  // the chosen plan is the fastest that fits, baselines included (ties within 0.5% go to less traffic)
+  EXPECT_LE(plan.sim.time_per_sample, plan.bsp.sim.time_per_sample * 1.005);
+  EXPECT_LE(plan.sim.time_per_sample, plan.straight.sim.time_per_sample * 1.005);
+  for (const PlanCandidate& c : plan.candidates)
+    if (c.fits && c.sim.ok) EXPECT_LE(plan.sim.time_per_sample, c.sim.time_per_sample * 1.005);
+  EXPECT_EQ(plan.straight.layout.stages(), 8);
+  // deterministic
+  const Plan again = choose_plan(p, net, 8, 64, o);
+  EXPECT_EQ(again.layout.first, plan.layout.first);
+  EXPECT_EQ(again.layout.replicas, plan.layout.replicas);
+  EXPECT_EQ(again.schedule, plan.schedule);
+  // plan.json
+  char name[] = "/tmp/pt_plan_XXXXXX";
+  const int fd = mkstemp(name);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  std::ofstream(name) << plan.to_json();
+  const PlanFile f = PlanFile::load(name);
+  EXPECT_EQ(f.schedule, plan.schedule);
+  EXPECT_EQ(f.microbatches, plan.microbatches);
+  EXPECT_EQ(f.replicas, plan.layout.replicas);
+  EXPECT_EQ(f.layout().first, plan.layout.first);
+  const nlohmann::json j = nlohmann::json::parse(plan.to_json());
+  EXPECT_EQ(j.at("stages").size(), static_cast<size_t>(plan.layout.stages()));
+  EXPECT_TRUE(j.at("predicted").contains("time_per_sample_s"));
+  EXPECT_TRUE(j.contains("communication_reduction_vs_bsp"));
+  std::remove(name);
+  // a cap nothing fits
+  o.memory_cap = 1.0;
+  const Plan none = choose_plan(p, net, 8, 64, o);
+  EXPECT_FALSE(none.ok);
+  EXPECT_NE(none.error.find("memory cap"), std::string::npos);
+}
+
+TEST(Planner, MemoryCapIsRespectedBySimulation) {
+  const Profile p = synthetic_chain(40, 5);
+  const ClusterModel net = ClusterModel::single(1e10, 1e-6);
+  PlanOptions o;
+  const Plan free = choose_plan(p, net, 6, 96, o);
+  ASSERT_TRUE(free.ok);
+  o.memory_cap = free.sim.max_memory * 0.6;
+  const Plan capped = choose_plan(p, net, 6, 96, o);
+  if (capped.ok) EXPECT_LE(capped.sim.max_memory, o.memory_cap);
+}
+
+}  // namespace pt

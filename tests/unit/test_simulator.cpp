@@ -1,0 +1,227 @@
+// Simulator: the replay with profiled costs reproduces the hand-computed pipeline formulas
+// (gpipe and 1f1b bubble (K-1)/(M+K-1) with equal stages, pipedream's bubble-free steady
+// state), the ring allreduce and level costs, the memory formulas, the Chrome trace, and
+// reads a measured run for --compare.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+#include "pipetrain/plan.hpp"
+#include "pipetrain/report.hpp"
+#include "pipetrain/sim.hpp"
+
+namespace pt {
+namespace {
+
+// K equal layers: forward f, backward 2f (seconds per sample), no bytes, no optimizer.
+Profile equal_layers(int K, double f = 1.0) {
+  Profile p;
+  p.microbatch = 1;
+  for (int i = 0; i < K; ++i) {
+    LayerProfile l;
+    l.index = i;
+    l.forward_s = f;
+    l.backward_s = 2 * f;
+    p.layers.push_back(l);
+  }
+  return p;
+}
+
+Layout one_layer_stages(int K, std::vector<int> reps = {}) {
+  std::vector<int> first;
+  for (int s = 0; s < K; ++s) first.push_back(s);
+  if (reps.empty()) reps.assign(static_cast<size_t>(K), 1);
+  return Layout::make(first, K, reps);
+}
+
+SimResult run(const Profile& p, ScheduleKind k, const Layout& l, int M, int64_t B, const ClusterModel& net) {
+  SimConfig c;
+  c.kind = k;
+  c.layout = l;
+  c.microbatches = M;
+  c.batch_size = B;
+  return simulate(p, net, c);
+}
+
+}  // namespace
+
+TEST(Simulator, FlushBubbleFormulaIsExact) {
+  const ClusterModel net = ClusterModel::single(1e9);
+  int checked = 0;
+  for (int K = 1; K <= 6; ++K)
+    for (int M = 1; M <= 12; ++M)
+      for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b}) {
+        // unit = one sample (batch M, M microbatches): F = 1 s, B = 2 s per stage
+        const SimResult r = run(equal_layers(K), k, one_layer_stages(K), M, M, net);
+        ASSERT_TRUE(r.ok) << r.error;
+        const double want = static_cast<double>(K - 1) / (M + K - 1);
+        EXPECT_NEAR(r.bubble, want, 1e-12) << schedule_name(k) << " K=" << K << " M=" << M;
+        EXPECT_NEAR(r.time_per_minibatch, 3.0 * (M + K - 1), 1e-9) << schedule_name(k) << " K=" << K << " M=" << M;
+        EXPECT_NEAR(r.time_per_sample, 3.0 * (M + K - 1) / M, 1e-9);
+        ++checked;
+      }
+  EXPECT_EQ(checked, 6 * 12 * 2);
+}
+
+TEST(Simulator, PipedreamSteadyStateHasNoBubble) {
+  const ClusterModel net = ClusterModel::single(1e9);
+  for (int K = 1; K <= 6; ++K) {
+    // one unit = the minibatch of 1 sample: every stage F + B = 3 s per minibatch
+    const SimResult r = run(equal_layers(K), ScheduleKind::pipedream, one_layer_stages(K), 1, 1, net);
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_NEAR(r.bubble, 0.0, 1e-12) << "K=" << K;
+    EXPECT_NEAR(r.time_per_minibatch, 3.0, 1e-9) << "K=" << K;
+    EXPECT_GE(r.warmup, 1);
+    EXPECT_GT(r.makespan, r.window_end);  // drain excluded from the window
+    // NOAM: stage s keeps K - s minibatches in flight and as many weight versions
+    for (int s = 0; s < K; ++s) {
+      EXPECT_EQ(r.memory[static_cast<size_t>(s)].in_flight, K - s);
+      EXPECT_EQ(r.memory[static_cast<size_t>(s)].versions, K - s);
+    }
+  }
+  // a replicated stage: 2-1 with the first stage twice as slow keeps both busy
+  Profile p = equal_layers(2);
+  p.layers[0].forward_s = 2;
+  p.layers[0].backward_s = 4;
+  const SimResult r = run(p, ScheduleKind::pipedream, one_layer_stages(2, {2, 1}), 1, 1, net);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_NEAR(r.time_per_minibatch, 3.0, 1e-9);
+  EXPECT_NEAR(r.bubble, 0.0, 1e-12);
+}
+
+TEST(Simulator, TwoBwMatchesOneFOneBWithoutFlush) {
+  // 2bw does not flush: its steady state per minibatch is M units of F + B on every stage
+  const ClusterModel net = ClusterModel::single(1e9);
+  const int K = 4, M = 8;
+  const SimResult r = run(equal_layers(K), ScheduleKind::two_bw, one_layer_stages(K), M, M, net);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_NEAR(r.time_per_minibatch, 3.0 * M, 1e-9);
+  EXPECT_NEAR(r.bubble, 0.0, 1e-12);
+  for (const MemoryBreakdown& m : r.memory) EXPECT_EQ(m.versions, 2);
+}
+
+TEST(Simulator, RingAllreduceAndLevels) {
+  // one stage of r replicas (bsp): per minibatch compute/r then a ring allreduce
+  Profile p = equal_layers(1);
+  p.layers[0].param_bytes = 4e6;
+  const double bw = 1e9, lat = 1e-5;
+  for (int r = 1; r <= 5; ++r) {
+    const ClusterModel net = ClusterModel::single(bw, lat);
+    const SimResult s = run(p, ScheduleKind::bsp, one_layer_stages(1, {r}), r, r, net);
+    ASSERT_TRUE(s.ok) << s.error;
+    const double ar = r > 1 ? 2.0 * (r - 1) / r * 4e6 / bw + 2.0 * (r - 1) * lat : 0.0;
+    EXPECT_NEAR(s.time_per_minibatch, 3.0 + ar, 1e-9) << "r=" << r;
+    EXPECT_NEAR(net.allreduce_seconds(0, r, 4e6), ar, 1e-15);
+    // payload per sample as summary.json counts it: every replica reduces the stage's parameters
+    EXPECT_NEAR(s.bytes_allreduce_per_sample, r > 1 ? 4e6 : 0.0, 1e-6);
+  }
+  // two levels: 2 ranks per server at 10 GB/s, 1 GB/s between servers
+  const ClusterModel two = ClusterModel::from_levels({{2, 1e10, 0.0}, {8, 1e9, 1e-6}});
+  EXPECT_EQ(two.level_of(0, 0), -1);
+  EXPECT_EQ(two.level_of(0, 1), 0);
+  EXPECT_EQ(two.level_of(2, 3), 0);
+  EXPECT_EQ(two.level_of(1, 2), 1);
+  EXPECT_EQ(two.level_of(0, 7), 1);
+  EXPECT_EQ(two.level_of(3, 12), 1);  // beyond the outermost size: still the outermost level
+  EXPECT_DOUBLE_EQ(two.p2p_seconds(0, 1e6), 1e-4);
+  EXPECT_DOUBLE_EQ(two.p2p_seconds(1, 1e6), 1e-3 + 1e-6);
+  EXPECT_DOUBLE_EQ(two.p2p_seconds(-1, 1e6), 0.0);
+  // a transfer across servers delays the next stage: 2 stages, activation 1 MB
+  Profile q = equal_layers(2);
+  q.layers[0].output_bytes = 1e6;
+  const SimResult near = run(q, ScheduleKind::gpipe, one_layer_stages(2), 1, 1, two);
+  ASSERT_TRUE(near.ok);
+  // ranks 0 and 1 share a server: forward 1 + 1e-4 + 1, backward 2 + 1e-4 + 2
+  EXPECT_NEAR(near.time_per_minibatch, 6.0 + 2e-4, 1e-9);
+}
+
+TEST(Simulator, MemoryMatchesThePlannerFormula) {
+  Profile p;
+  p.microbatch = 4;
+  p.input_bytes = 100;
+  for (int i = 0; i < 6; ++i) {
+    LayerProfile l;
+    l.index = i;
+    l.forward_s = 0.1 * (i + 1);
+    l.backward_s = 0.2 * (i + 1);
+    l.output_bytes = 1000.0 * (6 - i);
+    l.stash_bytes = 1500.0 * (6 - i);
+    l.param_bytes = 10000.0 * (i + 1);
+    l.optimizer_bytes = 5000.0 * (i + 1);
+    p.layers.push_back(l);
+  }
+  const ClusterModel net = ClusterModel::single(1e9);
+  const std::vector<std::vector<int>> firsts = {{0, 2, 3}, {0, 1, 4}, {0, 5}};
+  const std::vector<std::vector<int>> repss = {{2, 1, 1}, {1, 2, 1}, {3, 1}};
+  for (size_t t = 0; t < firsts.size(); ++t)
+    for (ScheduleKind k : {ScheduleKind::one_f_one_b, ScheduleKind::gpipe, ScheduleKind::pipedream})
+      for (int M : {1, 2, 4, 8}) {
+        if (k == ScheduleKind::pipedream && M > 1) continue;
+        const Layout l = Layout::make(firsts[t], 6, repss[t]);
+        const int64_t B = 8;
+        const SimResult r = run(p, k, l, M, B, net);
+        ASSERT_TRUE(r.ok) << r.error;
+        const ChainCosts cc = ChainCosts::from_profile(p, k, M, B);
+        for (int s = 0; s < l.stages(); ++s) {
+          const double want = stage_memory(cc, l.first_layer(s), l.end_layer(s), l.replicas[static_cast<size_t>(s)],
+                                           l.in_flight_depth(s));
+          EXPECT_NEAR(r.stages[static_cast<size_t>(s)].memory.total(), want, 1e-6 * want)
+              << schedule_name(k) << " " << l.str() << " M=" << M << " stage " << s;
+        }
+      }
+}
+
+TEST(Simulator, TraceHasComputeEventsPerRank) {
+  const ClusterModel net = ClusterModel::single(1e9);
+  const SimResult r = run(equal_layers(3), ScheduleKind::one_f_one_b, one_layer_stages(3), 4, 4, net);
+  ASSERT_TRUE(r.ok);
+  const nlohmann::json j = nlohmann::json::parse(sim_trace_json(r, "test"));
+  int f = 0, b = 0;
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.value("ph", "") != "X") continue;
+    const std::string n = e.at("name");
+    if (n[0] == 'F' && std::isdigit(static_cast<unsigned char>(n[1]))) ++f;
+    if (n[0] == 'B' && std::isdigit(static_cast<unsigned char>(n[1]))) ++b;
+    EXPECT_GE(e.at("tid").get<int>(), 0);
+    EXPECT_LT(e.at("tid").get<int>(), 3);
+  }
+  EXPECT_EQ(f, 3 * 4 * static_cast<int>(r.minibatches));
+  EXPECT_EQ(b, f);
+}
+
+TEST(Simulator, ComparesWithAMeasuredRun) {
+  char tmpl[] = "/tmp/pt_simcmp_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  nlohmann::json summary = {{"schedule", "1f1b"}, {"split", {1}},        {"replicas", {1, 1}}, {"microbatches", 2},
+                            {"ranks", 2},         {"batch_size", 2},     {"steps", 10},        {"train_wall_s", 0.5},
+                            {"bubble_fraction", 0.2}, {"bytes_p2p_per_sample", 0.0}, {"bytes_allreduce_per_sample", 0.0}};
+  std::ofstream(dir + "/summary.json") << summary.dump();
+  // rank 0 (stage 0): F 10 ms, B 20 ms; rank 1: F 12 ms, B 24 ms
+  std::vector<TraceEvent> ev = {{0, 0.00, 0.010, Op::forward, 0, 0},  {0, 0.02, 0.030, Op::forward, 1, 0},
+                                {1, 0.01, 0.022, Op::forward, 0, 0},  {1, 0.03, 0.054, Op::backward, 0, 0},
+                                {0, 0.06, 0.080, Op::backward, 0, 0}, {0, 0.08, 0.100, Op::backward, 1, 0}};
+  std::ofstream(dir + "/trace.json") << chrome_trace_json(ev, one_layer_stages(2), "run");
+  const MeasuredRun m = MeasuredRun::load(dir);
+  ASSERT_EQ(m.forward_s.size(), 2u);
+  EXPECT_NEAR(m.forward_s[0], 0.010, 1e-9);
+  EXPECT_NEAR(m.backward_s[0], 0.020, 1e-9);
+  EXPECT_NEAR(m.forward_s[1], 0.012, 1e-9);
+  EXPECT_NEAR(m.backward_s[1], 0.024, 1e-9);
+  EXPECT_EQ(m.steps, 10);
+  const SimResult r = run(equal_layers(2, 0.01), ScheduleKind::one_f_one_b, one_layer_stages(2), 2, 2, ClusterModel::single(1e9));
+  const std::string rep = compare_report(r, m);
+  EXPECT_NE(rep.find("time per minibatch"), std::string::npos) << rep;
+  EXPECT_NE(rep.find("per stage"), std::string::npos) << rep;
+  std::remove((dir + "/summary.json").c_str());
+  std::remove((dir + "/trace.json").c_str());
+  rmdir(dir.c_str());
+}
+
+}  // namespace pt
