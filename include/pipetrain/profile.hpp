@@ -54,6 +54,11 @@ struct Profile {
 // Per-layer costs at microbatch size `mb`: warm-up excluded, median of `reps`.
 std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_t mb, int reps, uint64_t seed,
                                          double* optimizer_s_per_byte);
+// Collective over `comm`: rank 0 measures the layers of `model` at microbatch `mb` (warm-up
+// excluded, median of `reps`) and shares them; every rank takes part in the network
+// measurement. Every rank returns the same profile.
+struct Deck;
+Profile measure_profile(const Deck& deck, const Model& model, int64_t mb, int reps, MPI_Comm comm);
 // Ping-pong between ranks 0 and 1 and allreduce over `comm` for a range of sizes; every
 // rank of `comm` must call it. Returns the same model on every rank.
 NetworkModel measure_network(MPI_Comm comm, double timeout_s);

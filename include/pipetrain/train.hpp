@@ -9,6 +9,11 @@
 
 namespace pt {
 
+// parallel.split = "auto": profile (or parallel.profile) and plan for `world_size` ranks;
+// returns the deck with split, replicas, schedule and microbatches chosen (a schedule or
+// microbatch count set explicitly in the deck is kept), and the plan as JSON. Collective.
+Deck resolve_auto_split(const Deck& deck, int world_size, std::string* plan_json);
+
 struct TrainSetup {
   std::unique_ptr<Model> model;
   Layout layout;

@@ -20,9 +20,13 @@ int cmd_check(const CheckArgs& a) {
   } else {
     std::printf("%s: ok\n", deck.path.c_str());
     std::printf("%s", setup.model->table().c_str());
-    std::printf("layout on %d rank%s: %s; schedule %s, %d microbatch%s of %lld\n", size, size == 1 ? "" : "s",
-                setup.layout.str().c_str(), schedule_name(setup.kind), setup.microbatches,
-                setup.microbatches == 1 ? "" : "es", static_cast<long long>(setup.mb_size));
+    if (deck.parallel.split_auto)
+      std::printf("parallel.split = \"auto\": split, replicas, schedule and microbatches are planned when training starts\n"
+                  "(see them beforehand with: pipetrain plan %s --ranks N)\n", deck.path.c_str());
+    else
+      std::printf("layout on %d rank%s: %s; schedule %s, %d microbatch%s of %lld\n", size, size == 1 ? "" : "s",
+                  setup.layout.str().c_str(), schedule_name(setup.kind), setup.microbatches,
+                  setup.microbatches == 1 ? "" : "es", static_cast<long long>(setup.mb_size));
   }
   return 0;
 }

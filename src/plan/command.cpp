@@ -13,7 +13,6 @@
 
 namespace pt {
 
-Profile measure_profile(const Deck& deck, const Model& model, int64_t mb, int reps, MPI_Comm comm);  // profile/command.cpp
 
 PlannerInputs planner_inputs(const PlannerArgs& a, bool need_profile) {
   PlannerInputs in;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "pipetrain/commands.hpp"
+#include "pipetrain/data.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/parallel.hpp"
 #include "pipetrain/profile.hpp"
@@ -39,9 +40,10 @@ int cmd_profile(const ProfileArgs& a) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const Deck deck = load_deck(a.deck, a.sets);
-  TrainSetup setup = TrainSetup::from_deck(deck, 1);
-  const int64_t mb = a.microbatch > 0 ? a.microbatch : setup.mb_size;
-  Profile p = measure_profile(deck, *setup.model, mb, a.reps, MPI_COMM_WORLD);
+  const DataInfo info = data_info(deck);
+  const Model model(deck, info.shape, info.classes);  // the whole chain, whatever the deck's split
+  const int64_t mb = a.microbatch > 0 ? a.microbatch : deck.train.batch_size / deck.parallel.microbatches;
+  Profile p = measure_profile(deck, model, mb, a.reps, MPI_COMM_WORLD);
   if (rank == 0) {
     std::printf("profile of %s at microbatch %lld (%s), median of %d repetitions:\n", deck.path.c_str(),
                 static_cast<long long>(mb), p.device.c_str(), a.reps);

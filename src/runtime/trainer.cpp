@@ -99,7 +99,7 @@ class Trainer final : public TrainControl {
   std::unique_ptr<CheckpointWriter> writer_;
   std::unique_ptr<MetricsLog> metrics_, versions_;
   MPI_Comm control_ = MPI_COMM_NULL;  // stop/checkpoint flag agreement
-  std::string run_dir_, last_checkpoint_;
+  std::string run_dir_, last_checkpoint_, plan_json_;
   int64_t total_steps_ = 0, spe_ = 0, epoch_ = 0, epoch_steps_ = 0, epoch_start_ = 0, next_log_ = 0;
   double train_time_ = 0, t_epoch0_ = 0, interval_start_ = 0, interval_samples_ = 0, interval_loss_ = 0;
   double epoch_loss_ = 0, epoch_samples_ = 0, last_train_loss_ = NAN, time_to_target_ = -1;
@@ -309,6 +309,7 @@ int Trainer::run() {
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   deck_ = load_deck(args_.deck, args_.sets);
+  deck_ = resolve_auto_split(deck_, world_size, &plan_json_);  // parallel.split = "auto"
   setup_ = TrainSetup::from_deck(deck_, world_size);
   const Model& model = *setup_.model;
   const Layout& layout = setup_.layout;
@@ -474,6 +475,16 @@ int Trainer::run() {
   out.final_test_loss = final_test_loss_;
   out.final_accuracy = final_acc_;
   out.last_checkpoint = last_checkpoint_;
+  if (!plan_json_.empty()) {
+    // the plan of parallel.split = "auto", and its prediction beside the measurement
+    const nlohmann::json plan = nlohmann::json::parse(plan_json_);
+    out.extra["plan"] = plan;
+    const double measured = out.train_time_this_run / std::max<double>(1.0, static_cast<double>(out.steps_run * B));
+    const double predicted = plan.contains("predicted") ? plan["predicted"].value("time_per_sample_s", 0.0) : 0.0;
+    out.extra["predicted_time_per_sample_s"] = predicted;
+    out.extra["measured_time_per_sample_s"] = measured;
+    out.extra["prediction_error"] = predicted > 0 ? (measured - predicted) / predicted : 0.0;
+  }
   write_run_outputs(out);
   ctx_->barrier("end of training");
   MPI_Comm_free(&control_);
