@@ -24,8 +24,8 @@ struct LayerSpec {
 };
 
 struct ClusterLevel {
-  int64_t ranks = 1;        // ranks per component at this level
-  double bandwidth = 0.0;   // bytes/s between components at this level
+  int64_t ranks = 1;        // ranks in one component of this level (8 in a server, 64 in a rack)
+  double bandwidth = 0.0;   // bytes/s of the links inside one component (between its sub-components)
   double latency = 0.0;     // seconds per message
 };
 

@@ -847,8 +847,8 @@ std::string deck_reference_markdown() {
   }
   o << "\n### [[cluster.levels]] (planner)\n\nOne table per level of the network, innermost first, as in PipeDream's hierarchical planner.\n\n"
        "| key | type | default | range | meaning |\n|---|---|---|---|---|\n"
-       "| `ranks` | integer | required | > 0 | ranks per component at this level (e.g. 8 GPUs per server) |\n"
-       "| `bandwidth` | float | required | > 0 | bytes/s between components at this level |\n"
+       "| `ranks` | integer | required | > 0 | ranks in one component of this level (e.g. 8 in a server, then 64 in a rack) |\n"
+       "| `bandwidth` | float | required | > 0 | bytes/s of the links inside one component: level 0 between ranks, level 1 between the level-0 components it holds, ... |\n"
        "| `latency` | float | `0.0` | >= 0 | seconds per message |\n";
   o << "\n## [[model.layers]]\n\nThe model is a chain; layer indices count from 0 in file order. Each table has `type`,\n"
        "an optional `name`, and the keys of its type. Shapes are inferred from the data; the last layer must be\n"
