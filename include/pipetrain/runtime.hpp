@@ -124,7 +124,7 @@ struct ExecutorConfig {
 
 struct ExecutorStats {
   double compute_s = 0, wall_s = 0;
-  int64_t bytes_p2p = 0, bytes_allreduce = 0, samples = 0, skipped_updates = 0;
+  int64_t bytes_p2p = 0, bytes_allreduce = 0, bytes_allreduce_network = 0, samples = 0, skipped_updates = 0;
   int64_t activation_bytes = 0, buffer_bytes = 0, weight_bytes = 0, optimizer_bytes = 0;
   int max_versions = 1, max_in_flight = 0;
 };

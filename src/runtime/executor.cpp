@@ -283,6 +283,8 @@ bool Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
         bytes = static_cast<int64_t>((nparams + 1) * 4);
         tr_->iallreduce(grads_.data(), nparams + 1, ctx_.stage_comm(), &allreduce_req_);
         stats_.bytes_allreduce += bytes;
+        // what a ring allreduce puts on the network from this rank: 2 (r-1)/r of the payload
+        stats_.bytes_allreduce_network += 2 * (ctx_.stage_replicas() - 1) * bytes / ctx_.stage_replicas();
         break;
       }
       case Op::optimizer_step: {
