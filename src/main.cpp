@@ -22,8 +22,8 @@ const char* kUsage =
     "commands:\n"
     "  train DECK [--set key=value]... [--stop-at-step N] [--resume RUN_DIR|FILE]\n"
     "                       train the deck's model (under mpirun: as a pipeline)\n"
-    "  check DECK [--set key=value]... [--json]\n"
-    "                       validate the deck and print the layer table\n"
+    "  check DECK [--set key=value]... [--json] [--ranks N]\n"
+    "                       validate the deck (and its layout on N ranks) and print the layer table\n"
     "  schedule DECK --ranks N [--steps S] [--set key=value]... [--trace FILE]\n"
     "                       print the schedule IR as a rank x time grid, after validating it\n"
     "  profile DECK [--out profile.json] [--reps N] [--microbatch N]\n"
@@ -103,6 +103,7 @@ int dispatch(Cli& cli) {
       if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
       if (deck_flags(c, a)) continue;
       if (a == "--json") c.json = true;
+      else if (a == "--ranks") c.ranks = static_cast<int>(cli.number(a));
       else usage_error("check: unknown option '" + a + "'");
     }
     need_deck(c);

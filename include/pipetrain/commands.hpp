@@ -18,6 +18,7 @@ struct TrainArgs : DeckArgs {
 
 struct CheckArgs : DeckArgs {
   bool json = false;
+  int ranks = 0;  // check the layout for this many ranks (0: the job's)
 };
 
 struct ScheduleArgs : DeckArgs {

@@ -13,6 +13,7 @@ int cmd_check(const CheckArgs& a) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const Deck deck = load_deck(a.deck, a.sets);
+  if (a.ranks > 0) size = a.ranks;
   TrainSetup setup = TrainSetup::from_deck(deck, size);  // also checks the layout for this rank count
   if (rank != 0) return 0;
   if (a.json) {

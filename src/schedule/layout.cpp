@@ -84,7 +84,8 @@ Layout Layout::from_deck(const Deck& d, int layers, int ranks) {
     fail(Exit::bad_input,
          d.where("parallel.split") + ": key 'parallel.split': " + list(std::vector<int>(first.begin() + 1, first.end())) + " makes " +
              std::to_string(K) + " stages, but the job has " + std::to_string(ranks) +
-             " ranks; set parallel.replicas (one count per stage, summing to " + std::to_string(ranks) + ")",
+             (ranks == 1 ? " rank" : " ranks") + "; set parallel.replicas (one count per stage, summing to " +
+             std::to_string(ranks) + ") or run on " + std::to_string(K) + " ranks",
          true);
   }
   if (d.parallel.schedule == "bsp" && K != 1)
