@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "pipetrain/commands.hpp"
+#include "pipetrain/data.hpp"
 #include "pipetrain/train.hpp"
 
 namespace pt {
@@ -14,6 +15,19 @@ int cmd_check(const CheckArgs& a) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const Deck deck = load_deck(a.deck, a.sets);
   if (a.ranks > 0) size = a.ranks;
+  if (deck.parallel.split_auto) {  // the model only: the layout is planned when training starts
+    const DataInfo info = data_info(deck);
+    const Model model(deck, info.shape, info.classes);
+    if (rank != 0) return 0;
+    if (a.json) {
+      std::printf("%s\n", model.table_json().c_str());
+      return 0;
+    }
+    std::printf("%s: ok\n%s", deck.path.c_str(), model.table().c_str());
+    std::printf("parallel.split = \"auto\": split, replicas, schedule and microbatches are planned when training starts\n"
+                "(see them beforehand with: pipetrain plan %s --ranks N)\n", deck.path.c_str());
+    return 0;
+  }
   TrainSetup setup = TrainSetup::from_deck(deck, size);  // also checks the layout for this rank count
   if (rank != 0) return 0;
   if (a.json) {
@@ -21,11 +35,7 @@ int cmd_check(const CheckArgs& a) {
   } else {
     std::printf("%s: ok\n", deck.path.c_str());
     std::printf("%s", setup.model->table().c_str());
-    if (deck.parallel.split_auto)
-      std::printf("parallel.split = \"auto\": split, replicas, schedule and microbatches are planned when training starts\n"
-                  "(see them beforehand with: pipetrain plan %s --ranks N)\n", deck.path.c_str());
-    else
-      std::printf("layout on %d rank%s: %s; schedule %s, %d microbatch%s of %lld\n", size, size == 1 ? "" : "s",
+    std::printf("layout on %d rank%s: %s; schedule %s, %d microbatch%s of %lld\n", size, size == 1 ? "" : "s",
                   setup.layout.str().c_str(), schedule_name(setup.kind), setup.microbatches,
                   setup.microbatches == 1 ? "" : "es", static_cast<long long>(setup.mb_size));
   }

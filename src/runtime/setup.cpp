@@ -10,6 +10,10 @@
 namespace pt {
 
 TrainSetup TrainSetup::from_deck(const Deck& deck, int world_size) {
+  if (deck.parallel.split_auto)
+    fail(Exit::bad_input, deck.where("parallel.split") + ": key 'parallel.split': \"auto\" is planned when `pipetrain train` "
+                              "starts; here give the split (see `pipetrain plan " + deck.path + " --ranks " +
+                              std::to_string(world_size) + "`)", true);
   TrainSetup t;
   DataInfo info = data_info(deck);
   t.model = std::make_unique<Model>(deck, info.shape, info.classes);
