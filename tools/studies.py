@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""Experiment drivers behind bench/strong_scaling.sh and bench/time_to_accuracy.sh.
+
+Standard library only (plots go through tools/plot.py when matplotlib is installed).
+
+  studies.py scaling  [--deck D] [--ranks 1,2] [--predict 4,8,...] [--schedules ...] [--reps 3] [--steps 40]
+  studies.py accuracy [--deck D] [--ranks 2] [--schedules ...] [--epochs 3] [--eval-every N] [--target T]
+
+scaling: measured points run each configuration REPS times and time only steady-state steps
+(the first logged interval is dropped; startup, profiling, evaluation and I/O are outside the
+step timings); predicted points come from the simulator (`pipetrain plan`) on a profile taken
+on this machine, and are labelled predicted. Writes a CSV, a markdown table and a PNG.
+accuracy: trains every schedule on the same deck and ranks, and reports epochs and seconds to
+the target accuracy, the final accuracy and samples/s; plots accuracy against wall time.
+"""
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PT = os.environ.get("PT_BIN", os.path.join(ROOT, "build", "pipetrain"))
+MPIRUN = os.environ.get("MPIRUN", "mpirun")
+FLAGS = os.environ.get("MPIRUN_FLAGS", ("--allow-run-as-root " if os.geteuid() == 0 else "") + "--oversubscribe").split()
+
+
+def run(cmd, log):
+    with open(log, "w") as f:
+        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+    if r.returncode != 0:
+        sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n  see {log}")
+
+
+def train(np_, deck, sets, out, name):
+    cmd = [MPIRUN, *FLAGS, "-np", str(np_), PT, "train", deck, "--set", f"run.output_dir={out}",
+           "--set", f"run.name={name}", "--set", "checkpoint.at_end=false"]
+    for s in sets:
+        cmd += ["--set", s]
+    run(cmd, os.path.join(out, name + ".log"))
+    return os.path.join(out, name)
+
+
+def metrics(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def summary(run_dir):
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        return json.load(f)
+
+
+def steady_seconds_per_step(run_dir, batch):
+    """Median seconds per step over the logged intervals, the first (warm-up) dropped."""
+    rates = [m["samples_per_s"] for m in metrics(run_dir) if m.get("type") == "step"][1:]
+    if not rates:
+        sys.exit(f"{run_dir}: too few logged steps for a steady-state timing (raise --steps)")
+    return batch / statistics.median(rates)
+
+
+def plan(deck, ranks, profile, schedule, out, extra=()):
+    path = os.path.join(out, f"plan_{schedule}_{ranks}.json")
+    cmd = [PT, "plan", deck, "--ranks", str(ranks), "--profile", profile, "--out", path, *extra]
+    if schedule not in ("bsp", "all"):
+        cmd += ["--schedules", schedule]
+    run(cmd, path + ".log")
+    with open(path) as f:
+        return json.load(f)
+
+
+def layout_sets(p, schedule):
+    if schedule == "bsp":
+        b = p["baselines"]["bsp"]
+        return [f"parallel.schedule=bsp", "parallel.split=[]", f"parallel.replicas=[{p['ranks']}]",
+                f"parallel.microbatches={b.get('microbatches', p['ranks'])}"]
+    return [f"parallel.schedule={p['schedule']}", f"parallel.split={json.dumps(p['split'])}",
+            f"parallel.replicas={json.dumps(p['replicas'])}", f"parallel.microbatches={p['microbatches']}"]
+
+
+def predicted(p, schedule):
+    c = p["baselines"]["bsp"] if schedule == "bsp" else p
+    pr = c.get("predicted", c)
+    return {"time_per_sample": pr["time_per_sample_s"], "bubble": pr.get("bubble_fraction", 0.0),
+            "bytes": pr.get("network_bytes_per_sample", 0.0), "layout": c.get("replication", "")}
+
+
+def simulate(deck, ranks, profile, sets, out, name):
+    """The simulator's prediction for an explicit configuration: seconds per minibatch, bubble, bytes."""
+    log = os.path.join(out, name + ".sim.txt")
+    cmd = [PT, "simulate", deck, "--ranks", str(ranks), "--profile", profile]
+    for x in sets:
+        cmd += ["--set", x]
+    run(cmd, log)
+    text = open(log).read()
+    import re
+    mb = float(re.search(r"predicted time per minibatch ([0-9.e+-]+) ms", text).group(1)) / 1e3
+    bubble = float(re.search(r"bubble ([0-9.e+-]+)", text).group(1))
+    net = re.search(r"on the network \(ring\) ([0-9.e+-]+) (k?B)", text)
+    bytes_ = float(net.group(1)) * (1000 if net.group(2) == "kB" else 1)
+    return mb, bubble, bytes_
+
+
+def describe(sets):
+    """'split [3], replicas [1, 1], 1f1b, M=4' from --set strings."""
+    kv = dict(x.split("=", 1) for x in sets)
+    return (f"split {kv.get('parallel.split', '[]')}, replicas {kv.get('parallel.replicas', '?')}, "
+            f"{kv.get('parallel.schedule', '?')}, M={kv.get('parallel.microbatches', '1')}")
+
+
+ABLATION = ["model-parallel", "straight pipeline", "full plan", "bsp"]
+
+
+def ablation(a):
+    """Model parallelism vs straight pipeline vs the full plan vs data parallelism, same ranks."""
+    os.makedirs(a.out, exist_ok=True)
+    prof = os.path.join(a.out, "profile.json")
+    print(f"profiling {a.deck} ...", flush=True)
+    run([MPIRUN, *FLAGS, "-np", "2", PT, "profile", a.deck, "--out", prof, "--set", "parallel.split=[]"], prof + ".log")
+    batch, M = a.batch, a.microbatches
+    base = [f"train.max_steps={a.steps}", f"train.log_every={a.log_every}", f"train.batch_size={batch}",
+            "train.eval_batch_size=500"]
+
+    def configs(n):
+        full = plan(a.deck, n, prof, "all", a.out)
+        straight = full["baselines"]["straight"]
+        split = json.dumps(straight["split"])
+        ones = json.dumps([1] * (len(straight["split"]) + 1))
+        return full, {
+            "model-parallel": [f"parallel.split={split}", f"parallel.replicas={ones}", "parallel.schedule=model-parallel",
+                               f"parallel.microbatches={M}"],
+            "straight pipeline": [f"parallel.split={split}", f"parallel.replicas={ones}", "parallel.schedule=1f1b",
+                                  f"parallel.microbatches={M}"],
+            "full plan": layout_sets(full, full["schedule"]),
+            "bsp": layout_sets(full, "bsp"),
+        }
+
+    rows = []
+    one = [f"parallel.split=[]", "parallel.replicas=[1]", "parallel.schedule=1f1b", "parallel.microbatches=1"]
+    t1 = statistics.median(steady_seconds_per_step(train(1, a.deck, base + one, a.out, f"abl_1_r{r}"), batch)
+                           for r in range(a.reps))
+    p1, _, _ = simulate(a.deck, 1, prof, one, a.out, "abl_1")
+    for n in a.measure:
+        _, cfg = configs(n)
+        for name in ABLATION:
+            times = [steady_seconds_per_step(train(n, a.deck, base + cfg[name], a.out,
+                                                   f"abl_{name.replace(' ', '_')}_{n}_r{r}"), batch)
+                     for r in range(a.reps)]
+            rows.append({"config": name, "ranks": n, "kind": "measured", "speedup": t1 / statistics.median(times),
+                         "range": f"{t1 / max(times):.2f}-{t1 / min(times):.2f}",
+                         "layout": describe(cfg[name])})
+            print(f"  measured {name:18s} {n} ranks: {rows[-1]['speedup']:.2f}x ({rows[-1]['range']})", flush=True)
+    for n in a.predict:
+        _, cfg = configs(n)
+        for name in ABLATION:
+            sec, bubble, _ = simulate(a.deck, n, prof, cfg[name], a.out, f"abl_{name.replace(' ', '_')}_{n}")
+            rows.append({"config": name, "ranks": n, "kind": "predicted", "speedup": p1 / sec, "range": "",
+                         "layout": describe(cfg[name])})
+    lines = ["| configuration | ranks | kind | speedup over 1 rank | layout (split, replicas, schedule) |", "|---|---|---|---|---|"]
+    for r in rows:
+        rng = f" ({r['range']})" if r["range"] else ""
+        lines.append(f"| {r['config']} | {r['ranks']} | {r['kind']} | {r['speedup']:.2f}x{rng} | {r['layout']} |")
+    table = "\n".join(lines)
+    with open(os.path.join(a.out, "ablation.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+    print("paper (VGG-16 on 4 GPUs): straight pipeline 2.56x, full PipeDream 3.14x over one GPU; model parallelism below 1x")
+
+
+def scaling(a):
+    os.makedirs(a.out, exist_ok=True)
+    prof = os.path.join(a.out, "profile.json")
+    print(f"profiling {a.deck} (layers on rank 0, network between 2 ranks) ...", flush=True)
+    run([MPIRUN, *FLAGS, "-np", "2", PT, "profile", a.deck, "--out", prof, "--set", "parallel.split=[]"],
+        prof + ".log")
+    batch = a.batch
+    base = [f"train.max_steps={a.steps}", f"train.log_every={a.log_every}", f"train.batch_size={batch}",
+            "train.eval_batch_size=500"]
+    rows = []
+    # measured
+    t1 = None
+    for n in a.ranks:
+        scheds = ["1f1b"] if n == 1 else a.schedules
+        for s in scheds:
+            p = plan(a.deck, n, prof, s, a.out)
+            sets = ["parallel.split=[]", "parallel.replicas=[1]", "parallel.schedule=1f1b",
+                    "parallel.microbatches=1"] if n == 1 else layout_sets(p, s)
+            times, b = [], []
+            for r in range(a.reps):
+                d = train(n, a.deck, base + sets, a.out, f"{s}_n{n}_r{r}")
+                times.append(steady_seconds_per_step(d, batch))
+                sm = summary(d)
+                b.append((sm["bubble_fraction"], sm.get("network_bytes_per_sample", 0),
+                          sm.get("communication_reduction_vs_bsp", 0)))
+            med = statistics.median(times)
+            if n == 1:
+                t1 = med
+            label = "1 stage" if n == 1 else (p["baselines"]["bsp"].get("replication", "") if s == "bsp" else p["replication"])
+            for sched in (a.schedules if n == 1 else [s]):  # one rank is every schedule's baseline
+                rows.append({"schedule": sched, "ranks": n, "kind": "measured", "seconds_per_step": med,
+                             "seconds_min": min(times), "seconds_max": max(times), "samples_per_s": batch / med,
+                             "bubble": statistics.median(x[0] for x in b),
+                             "bytes_per_sample": statistics.median(x[1] for x in b),
+                             "comm_reduction_vs_bsp": statistics.median(x[2] for x in b), "layout": label})
+            print(f"  measured {s:16s} {n:3d} ranks {med * 1e3:8.2f} ms/step ({min(times) * 1e3:.2f}-{max(times) * 1e3:.2f})",
+                  flush=True)
+    # predicted by the simulator from the profile
+    pt1 = None
+    for n in [1] + a.predict:
+        for s in a.schedules:
+            if n == 1 and pt1 is not None:
+                continue
+            p = plan(a.deck, n, prof, s if n > 1 else "1f1b", a.out)
+            pr = predicted(p, s if n > 1 else "1f1b")
+            sec = pr["time_per_sample"] * batch
+            if n == 1:
+                pt1 = sec
+                continue
+            bsp_bytes = predicted(p, "bsp")["bytes"] if "bsp" in p.get("baselines", {}) else 0
+            rows.append({"schedule": s, "ranks": n, "kind": "predicted", "seconds_per_step": sec, "seconds_min": sec,
+                         "seconds_max": sec, "samples_per_s": batch / sec, "bubble": pr["bubble"],
+                         "bytes_per_sample": pr["bytes"],
+                         "comm_reduction_vs_bsp": (1 - pr["bytes"] / bsp_bytes) if bsp_bytes else 0.0,
+                         "layout": pr["layout"]})
+    for r in rows:
+        ref = t1 if r["kind"] == "measured" else pt1
+        r["speedup"] = ref / r["seconds_per_step"]
+        r["efficiency"] = r["speedup"] / r["ranks"]
+    csv_path = os.path.join(a.out, "strong_scaling.csv")
+    with open(csv_path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    lines = ["| schedule | ranks | kind | layout | ms/step (range) | samples/s | speedup | efficiency | bubble | bytes/sample | comm. reduction vs bsp |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["schedule"], r["kind"] != "measured", r["ranks"])):
+        rng = "" if r["kind"] == "predicted" else f" ({r['seconds_min'] * 1e3:.1f}-{r['seconds_max'] * 1e3:.1f})"
+        lines.append(f"| {r['schedule']} | {r['ranks']} | {r['kind']} | {r['layout']} | {r['seconds_per_step'] * 1e3:.1f}{rng} | "
+                     f"{r['samples_per_s']:.0f} | {r['speedup']:.2f} | {r['efficiency']:.2f} | {r['bubble']:.3f} | "
+                     f"{r['bytes_per_sample']:.0f} | {100 * r['comm_reduction_vs_bsp']:.1f}% |")
+    table = "\n".join(lines)
+    with open(os.path.join(a.out, "strong_scaling.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+    print(f"wrote {csv_path} and strong_scaling.md (measured: median of {a.reps} runs; predicted: simulator on "
+          f"{prof}, network as measured between 2 ranks of this machine unless the deck has [[cluster.levels]])")
+    plot(["scaling", csv_path, "--title", f"strong scaling: {os.path.basename(a.deck)}, minibatch {batch}"])
+
+
+def accuracy(a):
+    os.makedirs(a.out, exist_ok=True)
+    rows, runs = [], []
+    for s in a.schedules:
+        sets = [f"train.epochs={a.epochs}", f"train.eval_every={a.eval_every}", f"train.target_accuracy={a.target}",
+                f"train.log_every=100", f"parallel.schedule={s}"]
+        if a.lr:
+            sets.append(f"train.lr={a.lr}")
+        if s == "bsp":
+            sets += ["parallel.split=[]", f"parallel.replicas=[{a.ranks}]", f"parallel.microbatches={a.ranks}"]
+        else:
+            sets += [f"parallel.split={a.split}", f"parallel.microbatches={a.microbatches}"]
+        print(f"  training {s} on {a.ranks} ranks ...", flush=True)
+        d = train(a.ranks, a.deck, sets, a.out, f"tta_{s}")
+        runs.append(d)
+        m = [x for x in metrics(d) if "test_accuracy" in x]
+        hit = next((x for x in m if x["test_accuracy"] >= a.target), None)
+        sm = summary(d)
+        steps_per_epoch = max(x["step"] for x in m if x["type"] == "epoch") / max(1, sum(1 for x in m if x["type"] == "epoch"))
+        rows.append({"schedule": s + ("" if sm.get("valid_gradients", True) else " (invalid)"),
+                     "epochs_to_target": f"{hit['step'] / steps_per_epoch:.2f}" if hit else "not reached",
+                     "seconds_to_target": f"{hit['elapsed_s']:.1f}" if hit else "not reached",
+                     "final_accuracy": f"{sm['final_test_accuracy']:.4f}", "samples_per_s": f"{sm['samples_per_s']:.0f}",
+                     "layout": f"split {sm['split']} replicas {sm['replicas']} M={sm['microbatches']}"})
+    csv_path = os.path.join(a.out, "time_to_accuracy.csv")
+    with open(csv_path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    lines = [f"| schedule | epochs to {a.target} | seconds to {a.target} | final accuracy | samples/s | layout |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['schedule']} | {r['epochs_to_target']} | {r['seconds_to_target']} | {r['final_accuracy']} | "
+              f"{r['samples_per_s']} | {r['layout']} |" for r in rows]
+    table = "\n".join(lines)
+    with open(os.path.join(a.out, "time_to_accuracy.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+    print(f"wrote {csv_path} and time_to_accuracy.md")
+    plot(["accuracy", *runs, "--out", os.path.join(a.out, "time_to_accuracy.png"), "--target", str(a.target),
+          "--title", f"test accuracy against wall time: {os.path.basename(a.deck)} on {a.ranks} ranks"])
+
+
+def plot(args):
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("plots skipped: python3-matplotlib is not installed (make deps-dev)")
+        return
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "plot.py"), *args], check=False)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
+    names = lambda s: [x for x in s.split(",") if x]  # noqa: E731
+    s = sub.add_parser("scaling")
+    s.add_argument("--deck", default="input/fashion_cnn.toml")
+    s.add_argument("--ranks", type=ints, default=[1, 2])
+    s.add_argument("--predict", type=ints, default=[4, 8, 16, 32, 64])
+    s.add_argument("--schedules", type=names, default=["bsp", "1f1b", "pipedream", "gpipe"])
+    s.add_argument("--reps", type=int, default=3)
+    s.add_argument("--steps", type=int, default=40)
+    s.add_argument("--log-every", type=int, default=5)
+    s.add_argument("--batch", type=int, default=128)
+    s.add_argument("--out", default="runs/bench_strong_scaling")
+    b = sub.add_parser("ablation")
+    b.add_argument("--deck", default="input/fashion_cnn.toml")
+    b.add_argument("--measure", type=ints, default=[2])
+    b.add_argument("--predict", type=ints, default=[2, 4, 8, 16])
+    b.add_argument("--reps", type=int, default=3)
+    b.add_argument("--steps", type=int, default=40)
+    b.add_argument("--log-every", type=int, default=5)
+    b.add_argument("--batch", type=int, default=128)
+    b.add_argument("--microbatches", type=int, default=4)
+    b.add_argument("--out", default="runs/bench_ablation")
+    t = sub.add_parser("accuracy")
+    t.add_argument("--deck", default="input/fashion_cnn.toml")
+    t.add_argument("--ranks", type=int, default=2)
+    t.add_argument("--schedules", type=names,
+                   default=["bsp", "gpipe", "1f1b", "pipedream", "pipedream-vsync", "2bw", "pipedream-nostash"])
+    t.add_argument("--epochs", type=int, default=3)
+    t.add_argument("--eval-every", type=int, default=78)
+    t.add_argument("--target", type=float, default=0.88)
+    t.add_argument("--split", default="[3]")
+    t.add_argument("--microbatches", type=int, default=4)
+    t.add_argument("--lr", type=float, default=0.0)
+    t.add_argument("--out", default="runs/bench_time_to_accuracy")
+    a = p.parse_args()
+    {"scaling": scaling, "accuracy": accuracy, "ablation": ablation}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
