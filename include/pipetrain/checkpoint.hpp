@@ -62,6 +62,9 @@ struct CheckpointRef {
 // directory, a checkpoint directory, a step directory or a manifest.json.
 std::vector<CheckpointRef> list_checkpoints(const std::string& path);
 std::string checkpoint_dir_of_run(const std::string& run_dir);
+// Step folders under `path` without a manifest (never committed, or the manifest was lost).
+std::vector<std::string> uncommitted_checkpoints(const std::string& path);
+int64_t checkpoint_step_of(const std::string& step_dir);  // from the folder name; -1 if none
 
 // Verify one committed checkpoint fully: manifest, every file's size, HDF5 structure and
 // Fletcher32-protected data, CRC32. Returns "" if valid, else the reasons (file, dataset, rank).

@@ -31,7 +31,8 @@ int cmd_inspect(const std::string& path) {
     }
     std::printf("  step %lld, epoch %lld%s, schedule %s, split %s, replicas %s, microbatches %d, batch %lld, ranks %d\n",
                 static_cast<long long>(m.step), static_cast<long long>(m.epoch + 1),
-                m.epoch_complete ? " (complete)" : " (in progress: pipeline state included)", m.schedule.c_str(),
+                m.epoch_complete ? ", drained (segment end, after evaluation)" : ", mid-segment (pipeline state included)",
+                m.schedule.c_str(),
                 nlohmann::json(m.split).dump().c_str(), nlohmann::json(m.replicas).dump().c_str(), m.microbatches,
                 static_cast<long long>(m.batch_size), m.ranks);
     std::printf("  model hash %s, seed %lld, optimizer %s\n", m.model_hash.c_str(), static_cast<long long>(m.seed), m.optimizer.c_str());
@@ -39,11 +40,15 @@ int cmd_inspect(const std::string& path) {
       const std::string f = c.step_dir + "/" + rank_file_name(r);
       try {
         h5::Handle h = h5::open_file(f);
+        auto count = [&](const char* name) {  // a list's length from its shape: nothing is read
+          const auto d = h5::dims(h.id(), name, f);
+          return d.size() == 1 ? static_cast<size_t>(d[0]) : size_t(0);
+        };
         const int64_t stage = h5::read_attr_int(h.id(), "stage", f), replica = h5::read_attr_int(h.id(), "replica", f);
         std::string versions = "(held by replica 0)";
         if (h5::exists(h.id(), "/versions_held")) {
           versions.clear();
-          for (int64_t v : h5::read_int64s(h.id(), "/versions_held", f)) versions += (versions.empty() ? "" : ", ") + std::to_string(v);
+          for (int64_t v : read_int64s_bounded(h.id(), "/versions_held", f)) versions += (versions.empty() ? "" : ", ") + std::to_string(v);
           versions = "versions [" + versions + "]";
         }
         std::printf("  rank %d: stage %lld replica %lld, layers %lld-%lld, action %lld, %zu microbatches in flight, "
@@ -52,7 +57,7 @@ int cmd_inspect(const std::string& path) {
                     static_cast<long long>(h5::read_attr_int(h.id(), "first_layer", f)),
                     static_cast<long long>(h5::read_attr_int(h.id(), "end_layer", f) - 1),
                     static_cast<long long>(h5::read_attr_int(h.id(), "position", f)),
-                    h5::read_int64s(h.id(), "/inflight_units", f).size(), h5::read_int64s(h.id(), "/crossing_actions", f).size(),
+                    count("/inflight_units"), count("/crossing_actions"),
                     versions.c_str());
       } catch (const Error& e) {
         std::printf("  rank %d: cannot read: %s\n", r, e.what());
@@ -62,7 +67,10 @@ int cmd_inspect(const std::string& path) {
     if (v.empty()) {
       std::printf("  verified: every file's size, HDF5 metadata, Fletcher32 data checksums and CRC32 match the manifest\n");
     } else {
-      std::printf("  INVALID:\n%s", v.c_str());
+      std::string lines = v;  // one problem per line, indented under the checkpoint
+      for (size_t at = 0; (at = lines.find('\n', at)) != std::string::npos && at + 1 < lines.size(); at += 5)
+        lines.replace(at, 1, "\n    ");
+      std::printf("  INVALID:\n    %s", lines.c_str());
       ++bad;
     }
   }

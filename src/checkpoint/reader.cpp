@@ -16,6 +16,20 @@
 #include "pipetrain/report.hpp"
 
 namespace pt {
+
+// The most elements of `esz` bytes a dataset of this file can hold: no dataset is compressed,
+// so one that declares more is malformed, and is rejected before anything is allocated.
+static hsize_t max_elems(const std::string& path, size_t esz) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && st.st_size > 0 ? static_cast<hsize_t>(st.st_size) / esz : 0;
+}
+std::vector<float> read_floats_bounded(hid_t f, const std::string& name, const std::string& path) {
+  return h5::read_floats(f, name, {}, path, max_elems(path, sizeof(float)));
+}
+std::vector<int64_t> read_int64s_bounded(hid_t f, const std::string& name, const std::string& path) {
+  return h5::read_int64s(f, name, path, max_elems(path, sizeof(int64_t)));
+}
+
 namespace {
 
 bool is_dir(const std::string& p) {
@@ -41,10 +55,42 @@ nlohmann::json read_manifest(const std::string& step_dir) {
   if (m.value("format_version", 0) != kCheckpointFormatVersion)
     fail(Exit::bad_input, path + ": format version " + std::to_string(m.value("format_version", 0)) + ", this build reads " +
                               std::to_string(kCheckpointFormatVersion));
-  if (!m.contains("files") || !m["files"].is_array() || !m.contains("step"))
-    fail(Exit::bad_input, path + ": corrupt (no files or step)");
+  if (!m.contains("files") || !m["files"].is_array() || !m.contains("step") || !m["step"].is_number_integer() ||
+      !m.contains("ranks") || !m["ranks"].is_number_integer())
+    fail(Exit::bad_input, path + ": corrupt (no files, step or ranks)");
+  // one entry per rank 0..ranks-1, each naming that rank's file with a size and a checksum
+  const int64_t ranks = m["ranks"].get<int64_t>();
+  if (ranks < 1 || ranks > (1 << 20) || static_cast<int64_t>(m["files"].size()) != ranks)
+    fail(Exit::bad_input, path + ": corrupt (" + std::to_string(m["files"].size()) + " file entries for " +
+                              std::to_string(ranks) + " ranks)");
+  for (size_t r = 0; r < m["files"].size(); ++r) {
+    const auto& f = m["files"][r];
+    if (!f.is_object() || f.value("rank", -1) != static_cast<int>(r) || f.value("file", std::string()) != rank_file_name(static_cast<int>(r)) ||
+        !f.contains("bytes") || !f["bytes"].is_number_integer() || !f.contains("crc32") || !f["crc32"].is_number_unsigned())
+      fail(Exit::bad_input, path + ": corrupt (file entry " + std::to_string(r) + " is not {rank, file, bytes, crc32} for rank " +
+                                std::to_string(r) + ")");
+  }
   return m;
 }
+
+int64_t file_size(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
+}
+
+std::vector<float> floats(hid_t f, const std::string& name, const std::string& path) { return read_floats_bounded(f, name, path); }
+
+// The "optimizer_state" attribute: a JSON list of the optimizer buffers' names.
+std::vector<std::string> optimizer_names(hid_t f, const std::string& path) {
+  try {
+    return nlohmann::json::parse(h5::read_attr_string(f, "optimizer_state", path)).get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(Exit::bad_input, path + ": attribute optimizer_state is not a JSON list of names: " + e.what());
+  }
+}
+std::vector<int64_t> int64s(hid_t f, const std::string& name, const std::string& path) { return read_int64s_bounded(f, name, path); }
+
+}  // namespace
 
 // Read every dataset of a file (Fletcher32 verifies chunked data); "" or the failure.
 std::string read_all_datasets(const std::string& path) {
@@ -55,7 +101,8 @@ std::string read_all_datasets(const std::string& path) {
   h5::Handle fh(f, H5Fclose);
   struct Ctx {
     std::string path, error;
-  } ctx{path, ""};
+    hsize_t file_bytes;
+  } ctx{path, "", static_cast<hsize_t>(std::max<int64_t>(0, file_size(path)))};
   auto visit = [](hid_t obj, const char* name, const H5O_info_t* info, void* data) -> herr_t {
     auto* c = static_cast<Ctx*>(data);
     if (info->type != H5O_TYPE_DATASET) return 0;
@@ -66,14 +113,34 @@ std::string read_all_datasets(const std::string& path) {
     }
     h5::Handle dh(ds, H5Dclose);
     h5::Handle sp(H5Dget_space(ds), H5Sclose);
-    hssize_t n = H5Sget_simple_extent_npoints(sp.id());
-    if (n < 0 || n > (hssize_t(1) << 33)) {
-      c->error = c->path + ": dataset /" + std::string(name) + " has malformed dimensions";
+    h5::Handle t(H5Dget_type(ds), H5Tclose);
+    const int rank = sp ? H5Sget_simple_extent_ndims(sp.id()) : -1;
+    const size_t esz = t ? H5Tget_size(t.id()) : 0;
+    const H5T_class_t cls = t ? H5Tget_class(t.id()) : H5T_NO_CLASS;
+    if (rank < 0 || rank > 8 || esz == 0 || esz > 8 || (cls != H5T_FLOAT && cls != H5T_INTEGER)) {
+      c->error = c->path + ": dataset /" + std::string(name) + " has a malformed rank or type";
       return 1;
     }
-    h5::Handle t(H5Dget_type(ds), H5Tclose);
-    const size_t esz = H5Tget_size(t.id());
-    std::vector<char> buf(static_cast<size_t>(n) * std::max<size_t>(esz, 1));
+    // the byte count it declares, without overflow, against what the file actually stores:
+    // checked before anything is allocated (FAULTS.md row 29)
+    hsize_t d[8] = {0}, bytes = esz;
+    if (rank > 0) H5Sget_simple_extent_dims(sp.id(), d, nullptr);
+    for (int i = 0; i < rank; ++i) {
+      if (d[i] != 0 && bytes > c->file_bytes / d[i]) {
+        c->error = c->path + ": dataset /" + std::string(name) + " declares more data than the " +
+                   std::to_string(c->file_bytes) + "-byte file holds (malformed dimensions; not allocated)";
+        return 1;
+      }
+      bytes *= d[i];
+    }
+    const hsize_t stored = H5Dget_storage_size(ds);
+    if (bytes > 0 && stored < bytes) {
+      c->error = c->path + ": dataset /" + std::string(name) + " declares " + std::to_string(bytes) + " bytes but stores " +
+                 std::to_string(stored) + " (malformed dimensions or missing chunks; not allocated)";
+      return 1;
+    }
+    const hssize_t n = static_cast<hssize_t>(bytes / esz);
+    std::vector<char> buf(static_cast<size_t>(bytes));
     if (n > 0 && H5Dread(ds, t.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) < 0) {
       c->error = c->path + ": dataset /" + std::string(name) + " fails its Fletcher32 checksum or is truncated";
       return 1;
@@ -81,18 +148,44 @@ std::string read_all_datasets(const std::string& path) {
     return 0;
   };
   if (H5Ovisit(f, H5_INDEX_NAME, H5_ITER_NATIVE, visit, &ctx) < 0 && ctx.error.empty())
-    ctx.error = path + ": HDF5 structure corrupt (cannot walk its objects)";
+    ctx.error = path + ": HDF5 metadata corrupt (an object header or index fails its checksum or cannot be read)";
   return ctx.error;
 }
 
-}  // namespace
-
 std::string checkpoint_dir_of_run(const std::string& run_dir) { return run_dir + "/checkpoints"; }
+
+int64_t checkpoint_step_of(const std::string& step_dir) {
+  std::string d = step_dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  const size_t slash = d.rfind('/');
+  const std::string base = slash == std::string::npos ? d : d.substr(slash + 1);
+  if (base.rfind("step_", 0) != 0 || base.size() == 5 || base.find_first_not_of("0123456789", 5) != std::string::npos) return -1;
+  return std::atoll(base.c_str() + 5);
+}
+
+std::vector<std::string> uncommitted_checkpoints(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const std::string dir = is_dir(p + "/checkpoints") ? p + "/checkpoints" : p;
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    const std::string full = dir + "/" + e->d_name;
+    if (checkpoint_step_of(full) >= 0 && is_dir(full) && !file_exists(full + "/manifest.json")) out.push_back(full);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 std::vector<CheckpointRef> list_checkpoints(const std::string& path) {
   std::string p = path;
   while (p.size() > 1 && p.back() == '/') p.pop_back();
   if (p.size() >= 13 && p.compare(p.size() - 13, 13, "manifest.json") == 0) p = p.substr(0, p.size() - 14);
+  // a rank file (--resume .../step_N/rank_00000.h5) means its checkpoint
+  if (p.size() > 3 && p.compare(p.size() - 3, 3, ".h5") == 0 && !is_dir(p) && p.find('/') != std::string::npos)
+    p = p.substr(0, p.rfind('/'));
   if (file_exists(p + "/manifest.json")) {  // a step directory
     CheckpointRef r;
     r.step_dir = p;
@@ -109,12 +202,13 @@ std::vector<CheckpointRef> list_checkpoints(const std::string& path) {
   if (!d) return out;
   while (dirent* e = readdir(d)) {
     const std::string name = e->d_name;
-    if (name.rfind("step_", 0) != 0 || name.find(".tmp") != std::string::npos) continue;
     const std::string full = dir + "/" + name;
+    const int64_t step = checkpoint_step_of(full);  // step_<digits> only: never step_N.tmp
+    if (step < 0 || !is_dir(full)) continue;
     if (!file_exists(full + "/manifest.json")) continue;  // never committed
     CheckpointRef r;
     r.step_dir = full;
-    r.step = std::atoll(name.c_str() + 5);
+    r.step = step;
     out.push_back(r);
   }
   closedir(d);
@@ -130,6 +224,14 @@ std::string verify_checkpoint(const std::string& step_dir, int only_rank) {
     return e.what();
   }
   std::string errors;
+  {  // the folder's name and the manifest agree on the step (list_checkpoints orders by the name)
+    std::string d = step_dir;
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    const std::string base = d.substr(d.rfind('/') == std::string::npos ? 0 : d.rfind('/') + 1);
+    if (base.rfind("step_", 0) == 0 && base != step_dir_name(m["step"].get<int64_t>()))
+      errors += step_dir + "/manifest.json: step " + std::to_string(m["step"].get<int64_t>()) + " does not match the folder " +
+                base + "\n";
+  }
   for (auto& f : m["files"]) {
     const int r = f.value("rank", -1);
     if (only_rank >= 0 && r != only_rank) continue;
@@ -147,6 +249,19 @@ std::string verify_checkpoint(const std::string& step_dir, int only_rank) {
       continue;
     }
     std::string e = read_all_datasets(path);
+    if (e.empty()) {  // the file is the one the manifest means: its rank, step and format
+      try {
+        h5::Handle h = h5::open_file(path);
+        const int64_t fr = h5::read_attr_int(h.id(), "rank", path), fs = h5::read_attr_int(h.id(), "step", path);
+        const int64_t fv = h5::read_attr_int(h.id(), "format_version", path);
+        if (fr != r || fs != m["step"].get<int64_t>() || fv != kCheckpointFormatVersion)
+          e = path + ": attributes say rank " + std::to_string(fr) + ", step " + std::to_string(fs) + ", format " +
+              std::to_string(fv) + "; the manifest expects rank " + std::to_string(r) + ", step " +
+              std::to_string(m["step"].get<int64_t>()) + ", format " + std::to_string(kCheckpointFormatVersion);
+      } catch (const Error& x) {
+        e = x.what();
+      }
+    }
     if (!e.empty()) {
       errors += e + who + "\n";
       continue;
@@ -206,27 +321,27 @@ WorkerState load_worker_state(const std::string& step_dir, int rank) {
   st.latest = h5::read_attr_int(f.id(), "latest_version", own);
   st.optimizer_updates = h5::read_attr_int(f.id(), "optimizer_updates", own);
   st.elapsed_train_s = h5::read_attr_double(f.id(), "elapsed_train_s", own);
-  for (int64_t mb : h5::read_int64s(f.id(), "/inflight_units", own)) {
+  for (int64_t mb : int64s(f.id(), "/inflight_units", own)) {
     WorkerState::Unit u;
     u.mb = static_cast<int32_t>(mb);
     const std::string g = "/inflight/" + std::to_string(mb);
-    u.slot = h5::read_floats(f.id(), g + "/slot", {}, own);
+    u.slot = floats(f.id(), g + "/slot", own);
     h5::Handle grp(H5Gopen2(f.id(), g.c_str(), H5P_DEFAULT), H5Gclose);
     if (!grp) fail(Exit::bad_input, own + ": group " + g + " is missing");
     u.loss = h5::read_attr_double(grp.id(), "loss", own);
     u.fwd_version = h5::read_attr_int(grp.id(), "fwd_version", own);
     st.units.push_back(std::move(u));
   }
-  const auto actions = h5::read_int64s(f.id(), "/crossing_actions", own);
+  const auto actions = int64s(f.id(), "/crossing_actions", own);
   for (size_t k = 0; k < actions.size(); ++k)
-    st.crossing.push_back({actions[k], h5::read_floats(f.id(), "/crossing/" + std::to_string(k), {}, own)});
+    st.crossing.push_back({actions[k], floats(f.id(), "/crossing/" + std::to_string(k), own)});
   // parameters, versions and optimizer state from this stage's replica 0
   const std::string shared = rank_path(step_dir, replica0_rank(meta, stage));
   h5::Handle g = h5::open_file(shared);
-  for (int64_t id : h5::read_int64s(g.id(), "/versions_held", shared))
-    st.versions.emplace_back(id, h5::read_floats(g.id(), "/versions/" + std::to_string(id), {}, shared));
-  const auto names = nlohmann::json::parse(h5::read_attr_string(g.id(), "optimizer_state", shared)).get<std::vector<std::string>>();
-  for (auto& n : names) st.optimizer.push_back(h5::read_floats(g.id(), "/optimizer/" + n, {}, shared));
+  for (int64_t id : int64s(g.id(), "/versions_held", shared))
+    st.versions.emplace_back(id, floats(g.id(), "/versions/" + std::to_string(id), shared));
+  const auto names = optimizer_names(g.id(), shared);
+  for (auto& n : names) st.optimizer.push_back(floats(g.id(), "/optimizer/" + n, shared));
   return st;
 }
 
@@ -245,44 +360,51 @@ WorkerState load_resliced_state(const std::string& step_dir, const CheckpointMet
   for (int s = 0; s < old_stages && at < nparams + 1; ++s) {
     const std::string path = rank_path(step_dir, replica0_rank(meta, s));
     h5::Handle f = h5::open_file(path);
-    if (h5::read_int64s(f.id(), "/inflight_units", path).size() > 0 || h5::read_int64s(f.id(), "/crossing_actions", path).size() > 0)
+    if (int64s(f.id(), "/inflight_units", path).size() > 0 || int64s(f.id(), "/crossing_actions", path).size() > 0)
       fail(Exit::bad_input, step_dir + ": the checkpoint holds microbatches in flight (" + meta.schedule +
                                 " without a flush); it can only resume on its own layout (split " +
                                 nlohmann::json(meta.split).dump() + ", replicas " + nlohmann::json(meta.replicas).dump() + ")",
            true);
-    const auto held = h5::read_int64s(f.id(), "/versions_held", path);
+    const auto held = int64s(f.id(), "/versions_held", path);
     if (held.size() != 1)
       fail(Exit::bad_input, step_dir + ": stage " + std::to_string(s) + " holds " + std::to_string(held.size()) +
                                 " weight versions (stashed for " + meta.schedule + "); re-slicing needs one consistent version: "
                                 "resume on the checkpoint's own layout (split " + nlohmann::json(meta.split).dump() +
                                 ", replicas " + nlohmann::json(meta.replicas).dump() + ")", true);
-    const auto layers = h5::read_int64s(f.id(), "/layout/layers", path);
-    const auto w = h5::read_floats(f.id(), "/versions/" + std::to_string(held[0]), {}, path);
-    const auto names = nlohmann::json::parse(h5::read_attr_string(f.id(), "optimizer_state", path)).get<std::vector<std::string>>();
-    if (names.size() != optimizer_buffers)
-      fail(Exit::bad_input, path + ": optimizer state has " + std::to_string(names.size()) + " buffers, this run's optimizer " +
-                                std::to_string(optimizer_buffers), true);
+    const auto layers = int64s(f.id(), "/layout/layers", path);
+    const auto w = floats(f.id(), "/versions/" + std::to_string(held[0]), path);
+    const auto names = optimizer_names(f.id(), path);
     std::vector<std::vector<float>> o;
-    for (auto& n : names) o.push_back(h5::read_floats(f.id(), "/optimizer/" + n, {}, path));
+    for (auto& n : names) o.push_back(floats(f.id(), "/optimizer/" + n, path));
     const int64_t u = h5::read_attr_int(f.id(), "optimizer_updates", path);
+    // The errors below depend on this rank's part of the model, so they are not collective:
+    // the rank that finds one aborts the job with it (a collective error raised by some ranks
+    // only would leave the others waiting).
     for (size_t i = 0; i + 2 < layers.size(); i += 3) {
       const int64_t layer = layers[i], off = layers[i + 1], cnt = layers[i + 2];
       if (layer < first || layer >= end) continue;
       if (off < 0 || cnt < 0 || static_cast<size_t>(off + cnt) > w.size())
         fail(Exit::bad_input, path + ": /layout/layers entry for layer " + std::to_string(layer) + " is out of range");
+      updates = std::max(updates, u);
+      if (cnt == 0) continue;  // a layer without parameters (a stage of such layers has no optimizer state)
+      if (names.size() != optimizer_buffers)
+        fail(Exit::bad_input, path + ": optimizer state has " + std::to_string(names.size()) + " buffers, this run's optimizer " +
+                                  std::to_string(optimizer_buffers));
+      for (auto& b : o)
+        if (static_cast<size_t>(off + cnt) > b.size())
+          fail(Exit::bad_input, path + ": optimizer state is shorter than the parameters of layer " + std::to_string(layer));
       if (at + static_cast<size_t>(cnt) > nparams)
         fail(Exit::bad_input, path + ": layer " + std::to_string(layer) + " has " + std::to_string(cnt) +
-                                  " parameters, more than the new stage expects", true);
+                                  " parameters, more than the new stage expects");
       std::copy(w.begin() + off, w.begin() + off + cnt, params.begin() + static_cast<long>(at));
       for (size_t b = 0; b < o.size(); ++b) std::copy(o[b].begin() + off, o[b].begin() + off + cnt, opt[b].begin() + static_cast<long>(at));
       at += static_cast<size_t>(cnt);
       filled += cnt;
-      updates = std::max(updates, u);
     }
   }
   if (static_cast<size_t>(filled) != nparams)
     fail(Exit::bad_input, step_dir + ": found " + std::to_string(filled) + " of the " + std::to_string(nparams) +
-                              " parameters of layers " + std::to_string(first) + ".." + std::to_string(end - 1), true);
+                              " parameters of layers " + std::to_string(first) + ".." + std::to_string(end - 1));
   st.versions.emplace_back(meta.step, std::move(params));
   st.optimizer = std::move(opt);
   st.optimizer_updates = std::max<int64_t>(updates, 0);

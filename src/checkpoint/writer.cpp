@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <signal.h>
 
@@ -91,6 +92,66 @@ static void fault_kill(const char* phase, int rank, int64_t step) {
   }
 }
 
+std::string manifest_text(const CheckpointMeta& meta, const std::vector<std::pair<int64_t, uint32_t>>& files) {
+  nlohmann::json list = nlohmann::json::array();
+  for (size_t r = 0; r < files.size(); ++r)
+    list.push_back({{"rank", static_cast<int>(r)}, {"file", rank_file_name(static_cast<int>(r))}, {"bytes", files[r].first},
+                    {"crc32", files[r].second}});
+  nlohmann::json m = {{"format", "pipetrain-checkpoint-manifest"},
+                      {"format_version", kCheckpointFormatVersion},
+                      {"step", meta.step},
+                      {"epoch", meta.epoch},
+                      {"epoch_steps", meta.epoch_steps},
+                      {"epoch_start", meta.epoch_start},
+                      {"epoch_complete", meta.epoch_complete},
+                      {"schedule", meta.schedule},
+                      {"split", meta.split},
+                      {"replicas", meta.replicas},
+                      {"microbatches", meta.microbatches},
+                      {"batch_size", meta.batch_size},
+                      {"seed", meta.seed},
+                      {"optimizer", meta.optimizer},
+                      {"model_hash", meta.model_hash},
+                      {"model_text", meta.model_text},
+                      {"ranks", static_cast<int>(files.size())},
+                      {"files", list}};
+  return m.dump(2) + "\n";
+}
+
+void write_manifest(const std::string& step_dir, const CheckpointMeta& meta,
+                    const std::vector<std::pair<int64_t, uint32_t>>& files, const std::function<void()>& before_rename) {
+  const std::string manifest = step_dir + "/manifest.json", tmp = manifest + ".tmp";
+  const std::string text = manifest_text(meta, files);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) fail(Exit::io, tmp + ": cannot create: " + std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int e = w < 0 ? errno : ENOSPC;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      fail(Exit::io, tmp + ": write failed: " + std::strerror(e));
+    }
+    done += static_cast<size_t>(w);
+  }
+  if (::fsync(fd) != 0) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    fail(Exit::io, tmp + ": fsync failed: " + std::strerror(e));
+  }
+  if (::close(fd) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    fail(Exit::io, tmp + ": close failed: " + std::strerror(e));
+  }
+  if (before_rename) before_rename();
+  if (std::rename(tmp.c_str(), manifest.c_str()) != 0) fail(Exit::io, manifest + ": rename failed: " + std::strerror(errno));
+  fsync_path(step_dir, true);  // the commit point: the manifest's name is durable
+}
+
 CheckpointWriter::CheckpointWriter(const ParallelContext& ctx, std::string dir, int keep)
     : ctx_(ctx), dir_(std::move(dir)), keep_(keep) {}
 
@@ -107,30 +168,40 @@ void CheckpointWriter::prepare() {
     ok = 0;
     why = e.what();
   }
-  double all_ok = ok;
+  int counts[2] = {ok, 1 - ok}, sums[2] = {0, 0};  // ranks that can write it, ranks that cannot
   {
     MPI_Request req;
-    int mine = ok, every = 0;
-    MPI_Iallreduce(&mine, &every, 1, MPI_INT, MPI_MIN, ctx_.world(), &req);
+    MPI_Iallreduce(counts, sums, 2, MPI_INT, MPI_SUM, ctx_.world(), &req);
     ctx_.wait(&req, [] { return std::string("agreement on the checkpoint directory"); });
-    all_ok = every;
   }
-  if (!all_ok) {
-    if (!ok) fail(Exit::io, "rank " + std::to_string(ctx_.rank()) + ": checkpoint directory unusable: " + why);
-    fail(Exit::io, "checkpoint directory " + dir_ + " is not writable on another rank", true);
+  if (sums[0] == 0)  // the same failure everywhere (a shared directory): say it once, every rank exits 3
+    fail(Exit::io, "checkpoint directory unusable (checkpoint.dir): " + why, true);
+  if (sums[1] > 0) {
+    if (!ok) fail(Exit::io, "checkpoint directory unusable on this rank (checkpoint.dir): " + why);
+    fail(Exit::io, "checkpoint directory " + dir_ + " is not writable on " + std::to_string(sums[1]) + " other rank(s)", true);
   }
   if (ctx_.rank() == 0) {
     // stale temporaries and uncommitted step folders from a crash are never selected; clean them
     DIR* d = opendir(dir_.c_str());
     if (d) {
-      std::vector<std::string> stale;
+      std::vector<std::string> stale, committed;
       while (dirent* e = readdir(d)) {
         const std::string name = e->d_name;
         const std::string full = dir_ + "/" + name;
         if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) stale.push_back(full);
         else if (name.rfind("step_", 0) == 0 && !file_exists(full + "/manifest.json")) stale.push_back(full);
+        else if (name.rfind("step_", 0) == 0) committed.push_back(full);
       }
       closedir(d);
+      for (auto& c : committed) {  // temporaries left inside committed folders are not part of them
+        if (DIR* cd = opendir(c.c_str())) {
+          while (dirent* e = readdir(cd)) {
+            const std::string name = e->d_name;
+            if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) stale.push_back(c + "/" + name);
+          }
+          closedir(cd);
+        }
+      }
       for (auto& s : stale) {
         std::fprintf(stderr, "pipetrain: removing uncommitted checkpoint leftover %s\n", s.c_str());
         remove_tree(s);
@@ -158,6 +229,9 @@ std::string CheckpointWriter::commit(const WorkerState& st, const CheckpointMeta
   write_rank_file(file + ".tmp", st, meta, info, rank);
   fault_kill("written", rank, meta.step);
   fsync_path(file + ".tmp", false);
+  // read it back: HDF5 can report success for a file that reads back wrong (FAULTS.md)
+  if (const std::string bad = read_all_datasets(file + ".tmp"); !bad.empty())
+    fail(Exit::io, "checkpoint file written with every return code checked does not read back: " + bad);
   if (std::rename((file + ".tmp").c_str(), file.c_str()) != 0)
     fail(Exit::io, file + ": rename from .tmp failed: " + std::strerror(errno));
   fsync_path(step_dir, true);
@@ -174,53 +248,28 @@ std::string CheckpointWriter::commit(const WorkerState& st, const CheckpointMeta
   if (rank != 0) return step_dir;
 
   fault_kill("agreed", rank, meta.step);
-  nlohmann::json files = nlohmann::json::array();
+  std::vector<std::pair<int64_t, uint32_t>> files;
   for (int r = 0; r < ctx_.size(); ++r)
-    files.push_back({{"rank", r}, {"file", rank_file_name(r)}, {"bytes", static_cast<int64_t>(all[2 * r])},
-                     {"crc32", static_cast<uint32_t>(all[2 * r + 1])}});
-  nlohmann::json m = {{"format", "pipetrain-checkpoint-manifest"},
-                      {"format_version", kCheckpointFormatVersion},
-                      {"step", meta.step},
-                      {"epoch", meta.epoch},
-                      {"epoch_steps", meta.epoch_steps},
-                      {"epoch_start", meta.epoch_start},
-                      {"epoch_complete", meta.epoch_complete},
-                      {"schedule", meta.schedule},
-                      {"split", meta.split},
-                      {"replicas", meta.replicas},
-                      {"microbatches", meta.microbatches},
-                      {"batch_size", meta.batch_size},
-                      {"seed", meta.seed},
-                      {"optimizer", meta.optimizer},
-                      {"model_hash", meta.model_hash},
-                      {"model_text", meta.model_text},
-                      {"ranks", ctx_.size()},
-                      {"files", files}};
-  const std::string manifest = step_dir + "/manifest.json";
-  {
-    const std::string tmp = manifest + ".tmp";
-    const std::string text = m.dump(2) + "\n";
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) fail(Exit::io, tmp + ": cannot create: " + std::strerror(errno));
-    if (::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()) || ::fsync(fd) != 0) {
-      int e = errno;
-      ::close(fd);
-      fail(Exit::io, tmp + ": write failed: " + std::strerror(e));
-    }
-    ::close(fd);
-    fault_kill("manifest", rank, meta.step);
-    if (std::rename(tmp.c_str(), manifest.c_str()) != 0) fail(Exit::io, manifest + ": rename failed: " + std::strerror(errno));
-    fsync_path(step_dir, true);
-  }
+    files.emplace_back(static_cast<int64_t>(all[2 * static_cast<size_t>(r)]), static_cast<uint32_t>(all[2 * static_cast<size_t>(r) + 1]));
+  write_manifest(step_dir, meta, files, [&] { fault_kill("manifest", rank, meta.step); });
   fault_kill("committed", rank, meta.step);
-  write_file_atomic(dir_ + "/latest", step_dir_name(meta.step) + "\n");
-  fsync_path(dir_, true);
+  try {  // a convenience for people: resume never reads it (it scans for the newest valid manifest)
+    write_file_atomic(dir_ + "/latest", step_dir_name(meta.step) + "\n");
+    fsync_path(dir_, true);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "pipetrain: warning: step %lld is committed, but the 'latest' pointer was not updated: %s\n",
+                 static_cast<long long>(meta.step), e.what());
+  }
 
-  // prune: committed checkpoints beyond `keep`, oldest first; a kill here leaves at least the
-  // newest `keep` intact (the manifest goes first, so a half-removed one is never selected)
-  auto committed = list_checkpoints(dir_);
-  for (size_t i = static_cast<size_t>(keep_); i < committed.size(); ++i) {
-    const std::string& old = committed[i].step_dir;
+  // prune: of the committed checkpoints older than this one, all but the newest keep-1, oldest
+  // last; a kill here leaves this one and the newest keep-1 older ones intact (the manifest goes
+  // first, so a half-removed one is never selected). This one is never pruned, and neither is a
+  // newer one (left by a run this one resumed before, e.g. after falling back from it).
+  std::vector<CheckpointRef> older;
+  for (const CheckpointRef& c : list_checkpoints(dir_))
+    if (c.step < meta.step) older.push_back(c);
+  for (size_t i = static_cast<size_t>(std::max(keep_ - 1, 0)); i < older.size(); ++i) {
+    const std::string& old = older[i].step_dir;
     ::unlink((old + "/manifest.json").c_str());
     fsync_path(old, true);
     fault_kill("prune", rank, meta.step);

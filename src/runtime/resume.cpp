@@ -53,14 +53,20 @@ ResumePoint choose_resume(const std::string& path, const Deck& deck, const Train
   if (candidates.empty())
     fail(Exit::no_checkpoint, "--resume " + path + ": no committed checkpoint there (a step folder with a manifest.json)", true);
   const std::vector<int> split(setup.layout.first.begin() + 1, setup.layout.first.end() - 1);
+  if (ctx.rank() == 0)  // folders a crash (or a lost manifest) left without a manifest are never candidates
+    for (const std::string& u : uncommitted_checkpoints(path))
+      if (checkpoint_step_of(u) > candidates.front().step)
+        std::fprintf(stderr, "pipetrain: ignoring %s: no manifest.json (never committed, or its manifest was lost)\n", u.c_str());
   std::string tried;
   for (const CheckpointRef& c : candidates) {
     CheckpointMeta meta;
     std::string why;
+    bool shared = false;  // the manifest's problem: every rank sees the same, rank 0 says it
     try {
       meta = read_meta(c.step_dir);
     } catch (const Error& e) {
       why = e.what();
+      shared = true;
     }
     // The same on every rank: the manifest, compared with the deck.
     if (why.empty()) {
@@ -93,12 +99,14 @@ ResumePoint choose_resume(const std::string& path, const Deck& deck, const Train
       }
     const bool ok = all_ranks(ctx, why.empty());
     if (!ok) {
-      if (!why.empty()) {
-        std::fprintf(stderr, "rank %d: checkpoint %s is not usable: %s", ctx.rank(), c.step_dir.c_str(), why.c_str());
-        if (why.back() != '\n') std::fprintf(stderr, "\n");
+      if (!why.empty() && (!shared || ctx.rank() == 0)) {
+        if (why.back() != '\n') why += "\n";
+        if (shared) std::fprintf(stderr, "pipetrain: checkpoint %s is not usable: %s", c.step_dir.c_str(), why.c_str());
+        else std::fprintf(stderr, "rank %d: checkpoint %s is not usable:\n%s", ctx.rank(), c.step_dir.c_str(), why.c_str());
+        std::fflush(stderr);
       }
       if (ctx.rank() == 0) std::fprintf(stderr, "pipetrain: skipping %s; trying an older checkpoint\n", c.step_dir.c_str());
-      tried += "  " + c.step_dir + "\n";
+      tried += "  " + c.step_dir + (shared ? ": " + why : std::string(" (failed verification, see above)\n"));
       continue;
     }
     ResumePoint rp;

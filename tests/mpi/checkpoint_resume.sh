@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Checkpoint and resume without faults (FAULTS.md rows 18, 19, 22, 23; docs/CHECKPOINT.md):
+# - golden resume for every schedule on multi-stage layouts: 2N steps in one run equal N steps
+#   (--stop-at-step N) + resume to 2N, bitwise in the weights and in every logged step loss;
+# - SIGUSR1 to mpirun mid-training: checkpoint, exit 0, and the resume reaches the weights of
+#   an uninterrupted run of the same length;
+# - checkpoint.every_steps commits, checkpoint.keep prunes;
+# - a flush-schedule checkpoint resumes on other layouts (re-sliced) within 1e-5;
+# - a mid-epoch async checkpoint on another layout and a different model are refused (exit 2),
+#   the latter with the field that differs, leaving the checkpoint untouched;
+# - `pipetrain inspect` prints step, plan, versions per stage and "verified".
+set -u
+source "$(dirname "$0")/lib.sh"
+out=$(mktemp -d /tmp/pt_ckpt_resume.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+deck=input/fashion_mlp.toml
+base=(--set run.output_dir="$out" --set train.eval_batch_size=2000 --set train.log_every=1 --set parallel.microbatches=4)
+
+# pt LOG NP ARGS...: one training run (log in $out/LOG.log); sets rc and secs, counts nothing
+pt() {
+  local log=$1 np=$2 t0; shift 2
+  last=$log t0=$(date +%s.%N)
+  timeout --kill-after=5 120 mpirun $MPIRUN_FLAGS -np "$np" "$PT_BIN" train $deck "${base[@]}" "$@" >"$out/$log.log" 2>&1
+  rc=$?
+  secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+}
+stepdir() { printf 'step_%012d' "$1"; }
+# step_losses RUN: "step loss" for every logged step record
+step_losses() { grep '"type":"step"' "$1/metrics.jsonl" | sed -E 's/.*"loss":([^,}]*).*"step":([0-9]+).*/\2 \1/'; }
+# epoch_eval RUN: test loss and accuracy of the epoch records (their train_loss covers only the
+# steps run since the resume: a known limitation reported with the tests)
+epoch_eval() { grep '"type":"epoch"' "$1/metrics.jsonl" | grep -oE '"test_(accuracy|loss)":[^,}]*' | tr '\n' ' '; }
+same_step_losses() {  # A B STEPS: both logged STEPS step records with identical losses
+  local a b
+  a=$(step_losses "$1"); b=$(step_losses "$2")
+  if [ "$(wc -l <<<"$a")" = "$3" ] && [ "$a" = "$b" ]; then
+    echo "  ok   $3 step losses identical: $(basename "$1") vs $(basename "$2")"
+  else
+    echo "FAIL step losses differ or are incomplete ($(wc -l <<<"$a") vs $(wc -l <<<"$b") records, want $3):"
+    diff <(echo "$a") <(echo "$b") | head -5; failures=$((failures + 1))
+  fi
+}
+ok_run() {  # WHAT: the last run exited 0
+  if [ "$rc" = 0 ]; then return 0; fi
+  echo "FAIL $1 exited $rc:"; tail -8 "$out/$last.log"; failures=$((failures + 1)); return 1
+}
+
+# ---- golden resume: every schedule, multi-stage layouts ------------------------------------
+N=10
+golden() {  # NAME NP SCHEDULE SPLIT REPLICAS
+  local name=$1 np=$2 t0=$SECONDS
+  local args=(--set parallel.schedule="$3" --set "parallel.split=$4" --set "parallel.replicas=$5" --set train.max_steps=$((2 * N)))
+  pt "${name}_full" "$np" "${args[@]}" --set run.name="${name}_full"
+  ok_run "$name uninterrupted" || return
+  pt "${name}_stop" "$np" "${args[@]}" --set run.name="$name" --stop-at-step $N
+  ok_run "$name --stop-at-step $N" || return
+  expect "$name: stopped at step $N with a committed checkpoint" \
+    test -f "$out/$name/checkpoints/$(stepdir $N)/manifest.json" -a ! -e "$out/$name/checkpoints/$(stepdir $((2 * N)))"
+  expect "$name: summary says stopped" grep -q '"status": "stopped"' "$out/$name/summary.json"
+  pt "${name}_resume" "$np" "${args[@]}" --set run.name="$name" --resume "$out/$name"
+  ok_run "$name resume" || return
+  expect "$name: resumed from step $N" grep -q "resuming from .*$(stepdir $N) (step $N, epoch 1)" "$out/${name}_resume.log"
+  compare "$out/${name}_full" "$out/$name" 0
+  same_step_losses "$out/${name}_full" "$out/$name" $((2 * N))
+  expect "$name: the same evaluation at the end" test "$(epoch_eval "$out/${name}_full")" = "$(epoch_eval "$out/$name")"
+  echo "  ($name: $((SECONDS - t0)) s for 3 runs)"
+}
+golden bsp_2 2 bsp '[]' '[2]'
+golden gpipe_4 4 gpipe '[2,4,5]' '[1,1,1,1]'
+golden 1f1b_4 4 1f1b '[2,4,5]' '[1,1,1,1]'
+golden 1f1b_211 4 1f1b '[2,4]' '[2,1,1]'
+golden pipedream_4 4 pipedream '[2,4,5]' '[1,1,1,1]'
+golden pipedream_211 4 pipedream '[2,4]' '[2,1,1]'
+golden vsync_4 4 pipedream-vsync '[2,4,5]' '[1,1,1,1]'
+golden 2bw_4 4 2bw '[2,4,5]' '[1,1,1,1]'
+golden 2bw_211 4 2bw '[2,4]' '[2,1,1]'
+
+# the comparisons have teeth: another schedule's weights and losses differ
+if "$PT_BIN" compare "$out/1f1b_4_full" "$out/pipedream_4_full" --rtol 0 --quiet >/dev/null 2>&1; then
+  echo "FAIL negative control: 1f1b and pipedream weights compare equal"; failures=$((failures + 1))
+fi
+a=$(step_losses "$out/1f1b_4_full" | head -3); b=$(step_losses "$out/pipedream_4_full" | head -3)
+expect "negative control: schedules log different losses" test "$a" != "$b"
+
+# ---- inspect on a run directory -----------------------------------------------------------
+"$PT_BIN" inspect "$out/pipedream_4" >"$out/inspect.txt" 2>&1
+irc=$?
+expect "inspect exits 0 on a sound run directory" test $irc = 0
+expect "inspect lists 2 committed checkpoints" grep -q "^2 committed checkpoints under" "$out/inspect.txt"
+expect "inspect: step $N in progress with the plan" \
+  grep -qE "step $N, epoch 1, mid-segment \(pipeline state included\), schedule pipedream, split \[2,4,5\], replicas \[1,1,1,1\], microbatches [0-9]+" "$out/inspect.txt"
+expect "inspect: step $((2 * N)) at the epoch end" grep -qE "step $((2 * N)), epoch 1, drained \(segment end, after evaluation\)" "$out/inspect.txt"
+# pipedream at a mid-epoch cut: stage s holds K - s = 4, 3, 2, 1 weight versions
+expect "inspect: stage 0 holds 4 versions, stage 3 one, at step $N" \
+  awk '/step '$N', epoch/ {on = 1} on && /rank 0: stage 0/ && /versions \[[0-9]+, [0-9]+, [0-9]+, [0-9]+\]/ && /[[ ]'$N'[],]/ {a = 1}
+       on && /rank 3: stage 3/ && /versions \['$N'\]/ {b = 1} /step '$((2 * N))', epoch/ {on = 0} END {exit !(a && b)}' "$out/inspect.txt"
+expect "inspect: both verified" test "$(grep -c '^  verified: ' "$out/inspect.txt")" = 2
+grep -m3 -E "^  (step|rank 0|verified)" "$out/inspect.txt" | sed 's/^/    /'
+
+# ---- SIGUSR1 to mpirun: checkpoint at an agreed step boundary, exit 0, exact resume -----------
+M=250
+sig=(--set parallel.schedule=pipedream --set 'parallel.split=[3]' --set train.max_steps=$M --set train.log_every=1)
+# the reference also checkpoints every second (checkpoint.every_seconds; agreed like a signal):
+# checkpoints taken at time-dependent steps must not change the numbers
+pt usr1_full 2 "${sig[@]}" --set run.name=usr1_full --set checkpoint.every_seconds=1
+ok_run "SIGUSR1 reference" && full_secs=$secs
+expect "every_seconds=1: at least 2 checkpoints in ${full_secs:-?} s" \
+  test "$(grep -c '^checkpoint: step [0-9]* committed' "$out/usr1_full.log")" -ge 2
+timeout --kill-after=5 120 mpirun $MPIRUN_FLAGS -np 2 "$PT_BIN" train $deck "${base[@]}" "${sig[@]}" --set run.name=usr1 \
+  >"$out/usr1.log" 2>&1 &
+tpid=$!
+for _ in $(seq 600); do grep -q "^step 20/" "$out/usr1.log" 2>/dev/null && break; sleep 0.05; done
+mpid=$(ps -o pid= --ppid $tpid | head -1 | tr -d ' ')
+kill -USR1 "$mpid"
+wait $tpid
+rc=$?
+stop=$(sed -nE 's/^stopped at step ([0-9]+) after a checkpoint \(SIGUSR1\).*/\1/p' "$out/usr1.log")
+echo "  SIGUSR1 sent to mpirun (pid $mpid) after step 20: exit $rc, stopped at step ${stop:-?} of $M (uninterrupted run ${full_secs:-?} s)"
+expect "SIGUSR1: exit 0" test "$rc" = 0
+expect "SIGUSR1: stopped at a step between 20 and $M" test -n "$stop" -a "${stop:-0}" -gt 19 -a "${stop:-$M}" -lt $M
+expect "SIGUSR1: that step is committed" test -f "$out/usr1/checkpoints/$(stepdir "${stop:-0}")/manifest.json"
+pt usr1_resume 2 "${sig[@]}" --set run.name=usr1 --resume "$out/usr1"
+ok_run "resume after SIGUSR1" && compare "$out/usr1_full" "$out/usr1" 0
+same_step_losses "$out/usr1_full" "$out/usr1" $M
+
+# ---- every_steps and keep -----------------------------------------------------------------
+pt keep 2 --set parallel.schedule=1f1b --set 'parallel.split=[3]' --set train.max_steps=30 \
+  --set checkpoint.every_steps=5 --set checkpoint.keep=2 --set run.name=keep
+ok_run "every_steps run"
+expect "every_steps=5: 6 commits (5 .. 30)" test "$(grep -c '^checkpoint: step [0-9]* committed' "$out/keep.log")" = 6
+left=$(cd "$out/keep/checkpoints" && echo step_*)
+expect "keep=2: $(stepdir 25) and $(stepdir 30) remain (got $left)" test "$left" = "$(stepdir 25) $(stepdir 30)"
+expect "the latest pointer names step 30" grep -qx "$(stepdir 30)" "$out/keep/checkpoints/latest"
+"$PT_BIN" inspect "$out/keep" >"$out/keep_inspect.txt" 2>&1
+expect "both remaining verify" test "$(grep -c '^  verified: ' "$out/keep_inspect.txt")" = 2
+
+# ---- re-slice: a flush schedule's checkpoint on other layouts -------------------------------
+rs=(--set train.max_steps=30)
+pt rs_full 2 "${rs[@]}" --set parallel.schedule=1f1b --set 'parallel.split=[3]' --set run.name=rs_full
+pt rs_stop 2 "${rs[@]}" --set parallel.schedule=1f1b --set 'parallel.split=[3]' --set run.name=rs --stop-at-step 15
+ok_run "1f1b 2-stage stop at 15"
+reslice() {  # NAME NP SCHEDULE SPLIT REPLICAS [FROM REFERENCE STEP]: resume FROM (default rs) on this layout
+  local from=${6:-rs} ref=${7:-rs_full} step=${8:-15}
+  pt "$1" "$2" "${rs[@]}" --set parallel.schedule="$3" --set "parallel.split=$4" --set "parallel.replicas=$5" \
+    --set run.name="$1" --resume "$out/$from/checkpoints/$(stepdir "$step")"
+  ok_run "re-sliced resume $1" || return
+  expect "$1: resumed from step $step, re-sliced" grep -q "resuming from .*(step $step, epoch 1, re-sliced for this layout)" "$out/$1.log"
+  expect "$1: trained steps $((step + 1)).. only" test "$(step_losses "$out/$1" | head -1 | cut -d' ' -f1)" = $((step + 1))
+  compare "$out/$ref" "$out/$1" 1e-5
+}
+reslice rs_4stages 4 1f1b '[2,4,5]' '[1,1,1,1]'   # stage 2 (a relu) has no parameters, no optimizer state
+reslice rs_211 4 1f1b '[2,4]' '[2,1,1]'
+reslice rs_gpipe_1stage 1 gpipe '[]' '[1]'
+reslice rs_bsp 2 bsp '[]' '[2]'
+# and from 4 stages (one without parameters) at step N of the golden 1f1b run onto 2 stages
+rs=(--set train.max_steps=$((2 * N)))
+reslice rs_from4 2 1f1b '[3]' '[1,1]' 1f1b_4 1f1b_4_full $N
+
+# ---- refusals -----------------------------------------------------------------------------
+snapshot() { (cd "$1" && find . -type f | sort | xargs md5sum); }
+before=$(snapshot "$out/pipedream_4/checkpoints")
+# a pipedream checkpoint from the middle of an epoch (microbatches in flight, stashed versions)
+mid="$out/pipedream_4/checkpoints/$(stepdir $N)"
+pt refuse_async 2 --set parallel.schedule=pipedream --set 'parallel.split=[3]' --set train.max_steps=$((2 * N)) \
+  --set run.name=refuse_async --resume "$mid"
+expect "mid-epoch pipedream checkpoint on another layout: exit 2 (got $rc)" test "$rc" = 2
+expect "... says why and which layout works" \
+  grep -q "resuming a pipedream run in the middle of epoch 1 with pipedream on another layout.*use the checkpoint's layout (split \[2,4,5\], replicas \[1,1,1,1\], schedule pipedream)" "$out/refuse_async.log"
+expect "... printed once" test "$(grep -c 'in the middle of epoch' "$out/refuse_async.log")" = 1
+pt refuse_async_flush 2 --set parallel.schedule=1f1b --set 'parallel.split=[3]' --set train.max_steps=$((2 * N)) \
+  --set run.name=refuse_async_flush --resume "$mid"
+expect "... and with a flush schedule on another layout: exit 2 (got $rc)" test "$rc" = 2
+expect "... because microbatches are in flight" grep -q "holds microbatches in flight (pipedream without a flush)" "$out/refuse_async_flush.log"
+# a different model: layer 3 has 256 outputs instead of 512
+pt refuse_model 4 --set parallel.schedule=pipedream --set 'parallel.split=[2,4,5]' --set train.max_steps=$((2 * N)) \
+  --set model.layers.3.out=256 --set run.name=pipedream_4 --resume "$out/pipedream_4"
+expect "different model: exit 2 (got $rc)" test "$rc" = 2
+expect "... with the field-level difference" grep -q "layer 3 out: 512 in the checkpoint, 256 in the deck" "$out/refuse_model.log"
+expect "... printed once" test "$(grep -c 'was made for a different model' "$out/refuse_model.log")" = 1
+expect "refusals left the checkpoints untouched" test "$before" = "$(snapshot "$out/pipedream_4/checkpoints")"
+grep -h -m1 -A1 "different model" "$out/refuse_model.log" | sed 's/^/    /'
+finish
