@@ -98,6 +98,12 @@ struct WorkerState {
   };
   std::vector<Message> crossing;
   double elapsed_train_s = 0;
+  // The reporter's running totals, so a resumed run logs exactly what the uninterrupted
+  // one would (every rank stores them; only the reporter's are meaningful).
+  struct Reporting {
+    double epoch_loss = 0, epoch_samples = 0, interval_loss = 0, interval_samples = 0, epoch_time = 0;
+    double time_to_target = -1;
+  } reporting;
 };
 
 enum class CutAction { none, checkpoint, checkpoint_and_stop };

@@ -88,6 +88,10 @@ void write_rank_file_contents(const std::string& path, const WorkerState& st, co
   h5::attr_int(root, "latest_version", st.latest, path);
   h5::attr_int(root, "optimizer_updates", st.optimizer_updates, path);
   h5::attr_double(root, "elapsed_train_s", st.elapsed_train_s, path);
+  const WorkerState::Reporting& rep = st.reporting;
+  const std::vector<double> totals = {rep.epoch_loss, rep.epoch_samples, rep.interval_loss, rep.interval_samples,
+                                      rep.epoch_time, rep.time_to_target};
+  h5::write_floats64(root, "/reporting", totals.data(), {totals.size()}, true, path);
   h5::attr_int(root, "seed", meta.seed, path);
   h5::attr_int(root, "microbatches", meta.microbatches, path);
   h5::attr_int(root, "batch_size", meta.batch_size, path);

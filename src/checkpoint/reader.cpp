@@ -321,6 +321,8 @@ WorkerState load_worker_state(const std::string& step_dir, int rank) {
   st.latest = h5::read_attr_int(f.id(), "latest_version", own);
   st.optimizer_updates = h5::read_attr_int(f.id(), "optimizer_updates", own);
   st.elapsed_train_s = h5::read_attr_double(f.id(), "elapsed_train_s", own);
+  const std::vector<double> totals = h5::read_float64s(f.id(), "/reporting", {6}, own);
+  st.reporting = {totals[0], totals[1], totals[2], totals[3], totals[4], totals[5]};
   for (int64_t mb : int64s(f.id(), "/inflight_units", own)) {
     WorkerState::Unit u;
     u.mb = static_cast<int32_t>(mb);

@@ -137,7 +137,8 @@ void Executor::check_finite_grads(int64_t mb, const char* when) {
   }
   fail(Exit::numerical, "non-finite gradient on stage " + std::to_string(ctx_.stage()) + " (rank " + std::to_string(ctx_.rank()) +
                             "), layer " + layer + ", microbatch " + std::to_string(mb) + " of step " +
-                            std::to_string(weights_.latest_id()) + " " + when + " (train.nonfinite = \"abort\")");
+                            std::to_string(weights_.latest_id() + ir_->version_stride(ctx_.stage())) + " " + when +
+                            " (train.nonfinite = \"abort\")");
 }
 
 bool Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64_t sample_base, TrainControl& control,

@@ -103,7 +103,7 @@ class Trainer final : public TrainControl {
   int64_t total_steps_ = 0, spe_ = 0, epoch_ = 0, epoch_steps_ = 0, epoch_start_ = 0, next_log_ = 0;
   double train_time_ = 0, t_epoch0_ = 0, interval_start_ = 0, interval_samples_ = 0, interval_loss_ = 0;
   double epoch_loss_ = 0, epoch_samples_ = 0, last_train_loss_ = NAN, time_to_target_ = -1;
-  double final_acc_ = NAN, final_test_loss_ = NAN, last_ckpt_time_ = 0;
+  double final_acc_ = NAN, final_test_loss_ = NAN, last_ckpt_time_ = 0, epoch_time_ = 0;
   bool time_flag_outstanding_ = false;
   struct Pending {
     int64_t version;
@@ -216,7 +216,9 @@ void Trainer::commit(WorkerState& st, bool epoch_complete) {
   st.epoch = epoch_;
   st.epoch_steps = epoch_steps_;
   st.epoch_start = epoch_start_;
-  st.elapsed_train_s = train_time_ + (epoch_complete ? 0.0 : now_s() - t_epoch0_);
+  const double in_segment = epoch_complete ? 0.0 : now_s() - t_epoch0_;
+  st.elapsed_train_s = train_time_ + in_segment;
+  st.reporting = {epoch_loss_, epoch_samples_, interval_loss_, interval_samples_, epoch_time_ + in_segment, time_to_target_};
   // non-finite state is never committed
   auto finite = [](const std::vector<float>& v) {
     for (float x : v)
@@ -393,6 +395,13 @@ int Trainer::run() {
     steps_done = resume.meta.epoch_complete ? resume.meta.step : resume.state.epoch_start;
     train_time_ = resume.state.elapsed_train_s;
     resume_state = &resume.state;
+    const WorkerState::Reporting& rep = resume.state.reporting;  // the reporter's running totals
+    epoch_loss_ = rep.epoch_loss;
+    epoch_samples_ = rep.epoch_samples;
+    interval_loss_ = rep.interval_loss;
+    interval_samples_ = rep.interval_samples;
+    epoch_time_ = rep.epoch_time;
+    time_to_target_ = rep.time_to_target;
     const int64_t segment_end = resume.meta.epoch_start + resume.meta.epoch_steps;
     if (!resume.meta.epoch_complete && segment_end > total_steps_)
       fail(Exit::bad_input,
@@ -401,12 +410,13 @@ int Trainer::run() {
                " (train.max_steps / train.epochs); resume with at least " + std::to_string(segment_end) + " steps",
            true);
   }
-  next_log_ = (steps_done / deck_.train.log_every + 1) * deck_.train.log_every;
+  const int64_t resume_step = resume.valid ? resume.meta.step : steps_done;
+  next_log_ = (resume_step / deck_.train.log_every + 1) * deck_.train.log_every;
   ctx_->barrier("start of training");
   const double t_origin = now_s();
   last_ckpt_time_ = t_origin;
   const int64_t first_step = resume.valid ? resume.meta.step : steps_done;
-  double time_this_run = 0, epoch_time = 0;
+  double time_this_run = 0;
   bool stopped = false;
   std::vector<int64_t> perm;
   int64_t perm_epoch = -1;
@@ -417,7 +427,7 @@ int Trainer::run() {
     epoch_start_ = steps_done;
     epoch_steps_ = TrainSetup::segment_steps(steps_done, spe_, total_steps_, deck_.train.eval_every);
     if (resume_state && resume_state->position > 0) epoch_steps_ = resume_state->epoch_steps;
-    if (in_epoch == 0) epoch_loss_ = epoch_samples_ = epoch_time = 0;
+    if (in_epoch == 0 && !(resume_state && resume_state->position > 0)) epoch_loss_ = epoch_samples_ = epoch_time_ = 0;
     Schedule ir = make_schedule(setup_.kind, layout, epoch_steps_, setup_.microbatches);
     if (std::string err = validate(ir); !err.empty()) fail(Exit::internal, "schedule invalid: " + err);
     if (perm_epoch != epoch_) perm = epoch_permutation(N, static_cast<uint64_t>(deck_.run.seed), epoch_), perm_epoch = epoch_;
@@ -428,7 +438,7 @@ int Trainer::run() {
     const double t_seg = now_s() - t_epoch0_;
     train_time_ += t_seg;
     time_this_run += t_seg;
-    epoch_time += t_seg;
+    epoch_time_ += t_seg;
     if (versions_) {
       for (auto& v : ex_->version_log())
         versions_->append(nlohmann::json({{"stage", ctx_->stage()}, {"replica", ctx_->replica()}, {"epoch", epoch_},
@@ -445,7 +455,7 @@ int Trainer::run() {
     steps_done = epoch_start_ + epoch_steps_;
     const bool epoch_end = steps_done % spe_ == 0 || steps_done >= total_steps_;
     const Executor::EvalResult res = ex_->evaluate(eval_ir);
-    log_eval(steps_done, epoch_end, epoch_end ? epoch_time : t_seg, epoch_end ? (steps_done - epoch_ * spe_) : epoch_steps_, res);
+    log_eval(steps_done, epoch_end, epoch_end ? epoch_time_ : t_seg, epoch_end ? (steps_done - epoch_ * spe_) : epoch_steps_, res);
     const bool last = steps_done >= total_steps_;
     stopped = checkpoint_at_epoch_end(steps_done, last);
   }

@@ -72,6 +72,11 @@ void write_int64s(hid_t loc, const std::string& name, const int64_t* data, const
   write_any(loc, name, H5T_NATIVE_INT64, data, dims, checksum, file);
 }
 
+void write_floats64(hid_t loc, const std::string& name, const double* data, const std::vector<hsize_t>& dims,
+                    bool checksum, const std::string& file) {
+  write_any(loc, name, H5T_NATIVE_DOUBLE, data, dims, checksum, file);
+}
+
 bool exists(hid_t loc, const std::string& name) {
   // walk the path so a missing intermediate group is not an error
   std::string cur;
@@ -129,6 +134,11 @@ std::vector<float> read_floats(hid_t loc, const std::string& name, const std::ve
 
 std::vector<int64_t> read_int64s(hid_t loc, const std::string& name, const std::string& file, hsize_t max_elems) {
   return read_any<int64_t>(loc, name, H5T_NATIVE_INT64, {}, file, max_elems);
+}
+
+std::vector<double> read_float64s(hid_t loc, const std::string& name, const std::vector<hsize_t>& expect,
+                                  const std::string& file) {
+  return read_any<double>(loc, name, H5T_NATIVE_DOUBLE, expect, file, hsize_t(1) << 20);
 }
 
 void attr_string(hid_t obj, const std::string& name, const std::string& value, const std::string& file) {

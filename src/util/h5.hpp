@@ -48,12 +48,16 @@ void write_floats(hid_t loc, const std::string& name, const float* data, const s
                   bool checksum, const std::string& file);
 void write_int64s(hid_t loc, const std::string& name, const int64_t* data, const std::vector<hsize_t>& dims,
                   bool checksum, const std::string& file);
+void write_floats64(hid_t loc, const std::string& name, const double* data, const std::vector<hsize_t>& dims,
+                    bool checksum, const std::string& file);
 // Read a float32/int64 dataset, checking its shape against `expect` (empty: any) and
 // the element count against `max_elems` before allocating.
 std::vector<float> read_floats(hid_t loc, const std::string& name, const std::vector<hsize_t>& expect,
                                const std::string& file, hsize_t max_elems = hsize_t(1) << 33);
 std::vector<int64_t> read_int64s(hid_t loc, const std::string& name, const std::string& file,
                                  hsize_t max_elems = hsize_t(1) << 30);
+std::vector<double> read_float64s(hid_t loc, const std::string& name, const std::vector<hsize_t>& expect,
+                                  const std::string& file);
 std::vector<hsize_t> dims(hid_t loc, const std::string& name, const std::string& file);
 bool exists(hid_t loc, const std::string& name);
 
