@@ -103,7 +103,7 @@ class Trainer final : public TrainControl {
   int64_t total_steps_ = 0, spe_ = 0, epoch_ = 0, epoch_steps_ = 0, epoch_start_ = 0, next_log_ = 0;
   double train_time_ = 0, t_epoch0_ = 0, interval_start_ = 0, interval_samples_ = 0, interval_loss_ = 0;
   double epoch_loss_ = 0, epoch_samples_ = 0, last_train_loss_ = NAN, time_to_target_ = -1;
-  double final_acc_ = NAN, final_test_loss_ = NAN, last_ckpt_time_ = 0, epoch_time_ = 0;
+  double final_acc_ = NAN, final_test_loss_ = NAN, last_ckpt_time_ = 0, epoch_time_ = 0, last_segment_end_ = 0;
   bool time_flag_outstanding_ = false;
   struct Pending {
     int64_t version;
@@ -432,10 +432,13 @@ int Trainer::run() {
     if (std::string err = validate(ir); !err.empty()) fail(Exit::internal, "schedule invalid: " + err);
     if (perm_epoch != epoch_) perm = epoch_permutation(N, static_cast<uint64_t>(deck_.run.seed), epoch_), perm_epoch = epoch_;
     const std::vector<int64_t> segment(perm.begin() + in_epoch * B, perm.end());
-    t_epoch0_ = interval_start_ = now_s();
+    t_epoch0_ = now_s();
+    if (last_segment_end_ > 0) interval_start_ += t_epoch0_ - last_segment_end_;  // evaluation is not training time
+    else interval_start_ = t_epoch0_;
     const bool finished = ex_->train(ir, segment, steps_done * B, *this, resume_state);
     resume_state = nullptr;
-    const double t_seg = now_s() - t_epoch0_;
+    last_segment_end_ = now_s();
+    const double t_seg = last_segment_end_ - t_epoch0_;
     train_time_ += t_seg;
     time_this_run += t_seg;
     epoch_time_ += t_seg;
