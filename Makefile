@@ -6,6 +6,7 @@ SHELL := /bin/bash
 BUILD   ?= build
 RANKS   ?= 2
 DECK    ?= input/fashion_mlp.toml
+ARGS    ?=
 ARCH    ?= -march=native
 OPT     ?= -O3
 CUDA    ?= 0
@@ -57,7 +58,8 @@ all: $(BUILD)/deps.ok $(BUILD)/pipetrain
 
 help:
 	@echo "make            build build/pipetrain (CUDA=1 adds the GPU backend)"
-	@echo "make run        train $(DECK) on RANKS=$(RANKS) ranks (installs dependencies first)"
+	@echo "make run        train $(DECK) on RANKS=$(RANKS) ranks (installs dependencies first);"
+	@echo "                ARGS=\"--set key=value ...\" overrides deck keys"
 	@echo "make test       all tests: unit (np 1, 2, 4) and MPI integration"
 	@echo "make bench      benchmarks (see bench/README.md)"
 	@echo "make deps       install missing Debian packages (root)"
@@ -100,7 +102,7 @@ $(BUILD)/pt_tests: $(TEST_OBJ) $(BUILD)/libpipetrain.a
 run:
 	@bash tools/deps.sh quiet || bash tools/deps.sh install
 	@$(MAKE) --no-print-directory all
-	$(MPIRUN) $(MPIFLAGS) -np $(RANKS) $(BUILD)/pipetrain train $(DECK)
+	$(MPIRUN) $(MPIFLAGS) -np $(RANKS) $(BUILD)/pipetrain train $(DECK) $(ARGS)
 
 # ---- tests -------------------------------------------------------------------------
 test:

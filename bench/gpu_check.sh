@@ -74,7 +74,7 @@ bench_run() {  # name device ranks schedule microbatches steps [extra --set ...]
   local name=$1 dev=$2 np=$3 sched=$4 M=$5 n=$6; shift 6
   local args=(--set run.device="$dev" --set parallel.schedule="$sched" --set parallel.microbatches="$M"
               --set train.max_steps="$n" --set train.log_every=100000 --set train.eval_batch_size=2000
-              --set run.output_dir="$out" --set run.name="$name")
+              --set run.output_dir="$out" --set run.name="$name" --set run.plots=false)
   [ "$np" = 2 ] && args+=(--set 'parallel.split=[4]')
   if ! timeout --kill-after=10 300 $MPIRUN $MPIRUN_FLAGS -np "$np" "$bin" train input/fashion_cnn.toml "${data[@]}" \
       "${args[@]}" "$@" >"$out/$name.log" 2>&1; then

@@ -22,7 +22,7 @@ for model in mlp cnn; do
   for r in $(seq 1 "$rounds"); do
     taskset -c "$core" "$PT_BIN" train "$deck" --set 'parallel.split=[]' --set parallel.microbatches=1 \
       --set train.max_steps="$steps" --set train.log_every=50 --set train.eval_batch_size=500 \
-      --set run.output_dir="$out" --set run.name="${model}_r$r" --set checkpoint.at_end=false >"$out/${model}_r$r.log" 2>&1 ||
+      --set run.output_dir="$out" --set run.name="${model}_r$r" --set checkpoint.at_end=false --set run.plots=false >"$out/${model}_r$r.log" 2>&1 ||
       { echo "pipetrain failed: $out/${model}_r$r.log"; exit 1; }
     grep '"type":"step"' "$out/${model}_r$r/metrics.jsonl" | tail -n +2 | grep -o '"samples_per_s":[0-9.e+]*' | cut -d: -f2 >>"$out/$model.pt"
     taskset -c "$core" /usr/bin/python3 tools/peer_pytorch.py "$model" "$steps" >"$out/${model}_torch_r$r.log" 2>&1 ||

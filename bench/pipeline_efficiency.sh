@@ -26,7 +26,7 @@ for M in 1 2 4 8 16; do
       [ "$sched" = pipedream ] && args=(--set parallel.schedule=pipedream --set parallel.microbatches=1 --set "train.batch_size=$((128 / M))")
       $MPIRUN $MPIRUN_FLAGS -np 2 "$PT_BIN" train input/fashion_cnn.toml --set "parallel.split=$split" "${args[@]}" \
         --set train.max_steps=$([ "$sched" = pipedream ] && echo $((steps * M)) || echo "$steps") --set train.log_every=100000 \
-        --set run.output_dir="$out" --set run.name="$name" --set train.eval_batch_size=1000 >"$out/$name.log" 2>&1 ||
+        --set run.output_dir="$out" --set run.name="$name" --set train.eval_batch_size=1000 --set run.plots=false >"$out/$name.log" 2>&1 ||
         { echo "run $name failed: see $out/$name.log"; exit 1; }
       s="$out/$name/summary.json"
       sps=$(json_get "$s" samples_per_s); samples=$(awk -v t="$(json_get "$s" train_wall_s)" -v r="$sps" 'BEGIN{print t*r}')

@@ -76,7 +76,7 @@ def timeline(args):
     ax.legend(handles=[Patch(facecolor="white", edgecolor="black", label="forward"),
                        Patch(facecolor="white", edgecolor="black", hatch="///", label="backward"),
                        Patch(facecolor="tab:gray", label="send/recv/allreduce"),
-                       Patch(facecolor="black", label="optimizer step")], loc="upper right", fontsize=8)
+                       Patch(facecolor="black", label="update (incl. waiting for the allreduce)")], loc="upper right", fontsize=8)
     fig.tight_layout()
     out = args.out or os.path.join(args.run, "timeline.png")
     fig.savefig(out, dpi=110)
@@ -116,26 +116,34 @@ def accuracy(args):
 
 def scaling(args):
     rows = list(csv.DictReader(open(args.csv)))
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for sched in sorted({r["schedule"] for r in rows}):
-        for kind, style in (("measured", "-o"), ("predicted", "--s")):
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    scheds = sorted({r["schedule"] for r in rows})
+    markers = "osD^vP*X"
+    effs = [float(r["efficiency"]) for r in rows]
+    for i, sched in enumerate(scheds):
+        color = plt.cm.tab10(i % 10)
+        for kind, ls in (("measured", "-"), ("predicted", "--")):
             pts = sorted((int(r["ranks"]), float(r["speedup"]), float(r["efficiency"]))
                          for r in rows if r["schedule"] == sched and r["kind"] == kind)
             if not pts:
                 continue
             xs = [p[0] for p in pts]
-            a1.plot(xs, [p[1] for p in pts], style, label=f"{sched} ({kind})")
-            a2.plot(xs, [p[2] for p in pts], style, label=f"{sched} ({kind})")
+            # markers shrink with the schedule's index so that coinciding lines stay visible
+            style = dict(color=color, linestyle=ls, marker=markers[i % len(markers)], markersize=9 - 1.5 * i,
+                         fillstyle="full" if kind == "measured" else "none", label=f"{sched} ({kind})")
+            a1.plot(xs, [p[1] for p in pts], **style)
+            a2.plot(xs, [p[2] for p in pts], **style)
     allr = sorted({int(r["ranks"]) for r in rows})
     a1.plot(allr, allr, ":", color="gray", label="ideal")
+    a2.axhline(1.0, linestyle=":", color="gray")
     for a, name in ((a1, "speedup over 1 rank"), (a2, "parallel efficiency T1/(N TN)")):
         a.set_xscale("log", base=2)
-        a.set_xlabel("ranks")
+        a.set_xlabel("ranks (solid: measured, dashed: simulator prediction)")
         a.set_ylabel(name)
         a.grid(alpha=0.3)
     a1.set_yscale("log", base=2)
-    a2.set_ylim(0, 1.1)
-    a2.legend(fontsize=7)
+    a2.set_ylim(0, max(1.1, max(effs) + 0.1))
+    a1.legend(fontsize=7, loc="upper left")
     fig.suptitle(args.title or "strong scaling")
     fig.tight_layout()
     out = args.out or os.path.splitext(args.csv)[0] + ".png"

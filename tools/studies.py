@@ -5,6 +5,8 @@ Standard library only (plots go through tools/plot.py when matplotlib is install
 
   studies.py scaling  [--deck D] [--ranks 1,2] [--predict 4,8,...] [--schedules ...] [--reps 3] [--steps 40]
   studies.py accuracy [--deck D] [--ranks 2] [--schedules ...] [--epochs 3] [--eval-every N] [--target T]
+  studies.py ablation [--deck D] [--measure 2] [--predict 2,4,8,16] [--reps 3]
+  studies.py predict  [--deck D] [--ranks 2] [--schedules ...] [--reps 3] [--tolerance 0.15]
 
 scaling: measured points run each configuration REPS times and time only steady-state steps
 (the first logged interval is dropped; startup, profiling, evaluation and I/O are outside the
@@ -12,6 +14,9 @@ step timings); predicted points come from the simulator (`pipetrain plan`) on a 
 on this machine, and are labelled predicted. Writes a CSV, a markdown table and a PNG.
 accuracy: trains every schedule on the same deck and ranks, and reports epochs and seconds to
 the target accuracy, the final accuracy and samples/s; plots accuracy against wall time.
+predict: profiles the deck on this machine, then for every schedule compares the simulator's
+time per minibatch (`pipetrain simulate`) with the measured steady-state time of REPS runs of
+the same layout, and says PASS or FAIL against the tolerance.
 """
 import argparse
 import csv
@@ -36,7 +41,7 @@ def run(cmd, log):
 
 def train(np_, deck, sets, out, name):
     cmd = [MPIRUN, *FLAGS, "-np", str(np_), PT, "train", deck, "--set", f"run.output_dir={out}",
-           "--set", f"run.name={name}", "--set", "checkpoint.at_end=false"]
+           "--set", f"run.name={name}", "--set", "checkpoint.at_end=false", "--set", "run.plots=false"]
     for s in sets:
         cmd += ["--set", s]
     run(cmd, os.path.join(out, name + ".log"))
@@ -125,7 +130,9 @@ def ablation(a):
 
     def configs(n):
         full = plan(a.deck, n, prof, "all", a.out)
-        straight = full["baselines"]["straight"]
+        straight = full["baselines"].get("straight")
+        if straight is None:  # more ranks than the chain has places to cut: no straight pipeline exists
+            return full, {"full plan": layout_sets(full, full["schedule"]), "bsp": layout_sets(full, "bsp")}
         split = json.dumps(straight["split"])
         ones = json.dumps([1] * (len(straight["split"]) + 1))
         return full, {
@@ -139,34 +146,90 @@ def ablation(a):
 
     rows = []
     one = [f"parallel.split=[]", "parallel.replicas=[1]", "parallel.schedule=1f1b", "parallel.microbatches=1"]
-    t1 = statistics.median(steady_seconds_per_step(train(1, a.deck, base + one, a.out, f"abl_1_r{r}"), batch)
-                           for r in range(a.reps))
+    # measured points, repetitions interleaved across points (a slow period hits all of them)
+    points = [("one rank", 1, one)] + [(name, n, cfg[name]) for n in a.measure for cfg in [configs(n)[1]]
+                                       for name in ABLATION if name in cfg]
+    times = {(name, n): [] for name, n, _ in points}
+    for r in range(a.reps):
+        for name, n, sets in points:
+            d = train(n, a.deck, base + sets, a.out, f"abl_{name.replace(' ', '_')}_{n}_r{r}")
+            times[(name, n)].append(steady_seconds_per_step(d, batch))
+    t1 = statistics.median(times[("one rank", 1)])
     p1, _, _ = simulate(a.deck, 1, prof, one, a.out, "abl_1")
-    for n in a.measure:
-        _, cfg = configs(n)
-        for name in ABLATION:
-            times = [steady_seconds_per_step(train(n, a.deck, base + cfg[name], a.out,
-                                                   f"abl_{name.replace(' ', '_')}_{n}_r{r}"), batch)
-                     for r in range(a.reps)]
-            rows.append({"config": name, "ranks": n, "kind": "measured", "speedup": t1 / statistics.median(times),
-                         "range": f"{t1 / max(times):.2f}-{t1 / min(times):.2f}",
-                         "layout": describe(cfg[name])})
-            print(f"  measured {name:18s} {n} ranks: {rows[-1]['speedup']:.2f}x ({rows[-1]['range']})", flush=True)
+    for name, n, sets in points[1:]:
+        ts = times[(name, n)]
+        rows.append({"config": name, "ranks": n, "kind": "measured", "speedup": t1 / statistics.median(ts),
+                     "range": f"{t1 / max(ts):.2f}-{t1 / min(ts):.2f}", "layout": describe(sets)})
+        print(f"  measured {name:18s} {n} ranks: {rows[-1]['speedup']:.2f}x ({rows[-1]['range']})", flush=True)
     for n in a.predict:
         _, cfg = configs(n)
         for name in ABLATION:
+            if name not in cfg:
+                rows.append({"config": name, "ranks": n, "kind": "predicted", "speedup": None, "range": "",
+                             "layout": f"not possible: a {n}-stage straight pipeline needs {n} layers to cut into"})
+                continue
             sec, bubble, _ = simulate(a.deck, n, prof, cfg[name], a.out, f"abl_{name.replace(' ', '_')}_{n}")
             rows.append({"config": name, "ranks": n, "kind": "predicted", "speedup": p1 / sec, "range": "",
                          "layout": describe(cfg[name])})
     lines = ["| configuration | ranks | kind | speedup over 1 rank | layout (split, replicas, schedule) |", "|---|---|---|---|---|"]
     for r in rows:
         rng = f" ({r['range']})" if r["range"] else ""
-        lines.append(f"| {r['config']} | {r['ranks']} | {r['kind']} | {r['speedup']:.2f}x{rng} | {r['layout']} |")
+        speedup = f"{r['speedup']:.2f}x{rng}" if r["speedup"] is not None else "-"
+        lines.append(f"| {r['config']} | {r['ranks']} | {r['kind']} | {speedup} | {r['layout']} |")
     table = "\n".join(lines)
     with open(os.path.join(a.out, "ablation.md"), "w") as f:
         f.write(table + "\n")
     print(table)
     print("paper (VGG-16 on 4 GPUs): straight pipeline 2.56x, full PipeDream 3.14x over one GPU; model parallelism below 1x")
+
+
+def predict(a):
+    """The simulator against the measured run: every schedule, same deck, same ranks, same profile."""
+    os.makedirs(a.out, exist_ok=True)
+    prof = os.path.join(a.out, "profile.json")
+    print(f"profiling {a.deck} on {a.ranks} ranks ...", flush=True)
+    run([MPIRUN, *FLAGS, "-np", str(a.ranks), PT, "profile", a.deck, "--out", prof, "--set", "parallel.split=[]"],
+        prof + ".log")
+    base = [f"train.max_steps={a.steps}", f"train.log_every={a.log_every}", f"train.batch_size={a.batch}",
+            "train.eval_batch_size=500"]
+    rows = []
+    for s in a.schedules:
+        if s == "bsp":
+            sets = ["parallel.schedule=bsp", "parallel.split=[]", f"parallel.replicas=[{a.ranks}]",
+                    f"parallel.microbatches={a.ranks}"]
+        else:
+            stages = len(json.loads(a.split)) + 1
+            ones = json.dumps([1] * stages)
+            m = 1 if s.startswith("pipedream") else max(a.microbatches, stages if s == "2bw" else 1)
+            sets = [f"parallel.schedule={s}", f"parallel.split={a.split}", f"parallel.replicas={ones}",
+                    f"parallel.microbatches={m}"]
+        pred, bubble, _ = simulate(a.deck, a.ranks, prof, sets, a.out, f"pvm_{s}")
+        meas = [steady_seconds_per_step(train(a.ranks, a.deck, base + sets, a.out, f"pvm_{s}_r{r}"), a.batch)
+                for r in range(a.reps)]
+        med = statistics.median(meas)
+        err = pred / med - 1
+        rows.append({"schedule": s, "layout": describe(sets), "predicted_ms": pred * 1e3, "measured_ms": med * 1e3,
+                     "measured_min_ms": min(meas) * 1e3, "measured_max_ms": max(meas) * 1e3, "error": err,
+                     "predicted_bubble": bubble, "verdict": "PASS" if abs(err) <= a.tolerance else "FAIL"})
+        print(f"  {s:18s} predicted {pred * 1e3:8.2f} ms  measured {med * 1e3:8.2f} ms "
+              f"({min(meas) * 1e3:.2f}-{max(meas) * 1e3:.2f})  error {err * 100:+6.1f}%  {rows[-1]['verdict']}", flush=True)
+    with open(os.path.join(a.out, "predicted_vs_measured.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    lines = [f"| schedule | layout | predicted ms/minibatch | measured ms/minibatch (min-max of {a.reps}) | error | "
+             f"within {a.tolerance * 100:.0f}% |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['schedule']} | {r['layout']} | {r['predicted_ms']:.2f} | {r['measured_ms']:.2f} "
+              f"({r['measured_min_ms']:.2f}-{r['measured_max_ms']:.2f}) | {r['error'] * 100:+.1f}% | {r['verdict']} |"
+              for r in rows]
+    table = "\n".join(lines)
+    with open(os.path.join(a.out, "predicted_vs_measured.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+    errs = sorted(abs(r["error"]) for r in rows)
+    print(f"|error| median {statistics.median(errs) * 100:.1f}%, max {errs[-1] * 100:.1f}% over {len(rows)} schedules; "
+          f"{sum(r['verdict'] == 'PASS' for r in rows)}/{len(rows)} within {a.tolerance * 100:.0f}%")
+    print(f"wrote {a.out}/predicted_vs_measured.csv and .md")
 
 
 def scaling(a):
@@ -179,33 +242,37 @@ def scaling(a):
     base = [f"train.max_steps={a.steps}", f"train.log_every={a.log_every}", f"train.batch_size={batch}",
             "train.eval_batch_size=500"]
     rows = []
-    # measured
-    t1 = None
+    # measured: the repetitions are interleaved (rep 1 of every point, then rep 2, ...) so that a
+    # slow or fast period of this shared machine lands on every point, not on one
+    points = []
     for n in a.ranks:
-        scheds = ["1f1b"] if n == 1 else a.schedules
-        for s in scheds:
+        for s in (["1f1b"] if n == 1 else a.schedules):
             p = plan(a.deck, n, prof, s, a.out)
             sets = ["parallel.split=[]", "parallel.replicas=[1]", "parallel.schedule=1f1b",
                     "parallel.microbatches=1"] if n == 1 else layout_sets(p, s)
-            times, b = [], []
-            for r in range(a.reps):
-                d = train(n, a.deck, base + sets, a.out, f"{s}_n{n}_r{r}")
-                times.append(steady_seconds_per_step(d, batch))
-                sm = summary(d)
-                b.append((sm["bubble_fraction"], sm.get("network_bytes_per_sample", 0),
-                          sm.get("communication_reduction_vs_bsp", 0)))
-            med = statistics.median(times)
-            if n == 1:
-                t1 = med
             label = "1 stage" if n == 1 else (p["baselines"]["bsp"].get("replication", "") if s == "bsp" else p["replication"])
-            for sched in (a.schedules if n == 1 else [s]):  # one rank is every schedule's baseline
-                rows.append({"schedule": sched, "ranks": n, "kind": "measured", "seconds_per_step": med,
-                             "seconds_min": min(times), "seconds_max": max(times), "samples_per_s": batch / med,
-                             "bubble": statistics.median(x[0] for x in b),
-                             "bytes_per_sample": statistics.median(x[1] for x in b),
-                             "comm_reduction_vs_bsp": statistics.median(x[2] for x in b), "layout": label})
-            print(f"  measured {s:16s} {n:3d} ranks {med * 1e3:8.2f} ms/step ({min(times) * 1e3:.2f}-{max(times) * 1e3:.2f})",
-                  flush=True)
+            points.append({"n": n, "s": s, "sets": sets, "label": label, "times": [], "b": []})
+    for r in range(a.reps):
+        for pt in points:
+            d = train(pt["n"], a.deck, base + pt["sets"], a.out, f"{pt['s']}_n{pt['n']}_r{r}")
+            pt["times"].append(steady_seconds_per_step(d, batch))
+            sm = summary(d)
+            pt["b"].append((sm["bubble_fraction"], sm.get("network_bytes_per_sample", 0),
+                            sm.get("communication_reduction_vs_bsp", 0)))
+    t1 = None
+    for pt in points:
+        n, s, times, b = pt["n"], pt["s"], pt["times"], pt["b"]
+        med = statistics.median(times)
+        if n == 1:
+            t1 = med
+        for sched in (a.schedules if n == 1 else [s]):  # one rank is every schedule's baseline
+            rows.append({"schedule": sched, "ranks": n, "kind": "measured", "seconds_per_step": med,
+                         "seconds_min": min(times), "seconds_max": max(times), "samples_per_s": batch / med,
+                         "bubble": statistics.median(x[0] for x in b),
+                         "bytes_per_sample": statistics.median(x[1] for x in b),
+                         "comm_reduction_vs_bsp": statistics.median(x[2] for x in b), "layout": pt["label"]})
+        print(f"  measured {s:16s} {n:3d} ranks {med * 1e3:8.2f} ms/step ({min(times) * 1e3:.2f}-{max(times) * 1e3:.2f})",
+              flush=True)
     # predicted by the simulator from the profile
     pt1 = None
     for n in [1] + a.predict:
@@ -257,6 +324,8 @@ def accuracy(a):
                 f"train.log_every=100", f"parallel.schedule={s}"]
         if a.lr:
             sets.append(f"train.lr={a.lr}")
+        if a.momentum is not None:
+            sets.append(f"train.momentum={a.momentum}")
         if s == "bsp":
             sets += ["parallel.split=[]", f"parallel.replicas=[{a.ranks}]", f"parallel.microbatches={a.ranks}"]
         else:
@@ -335,10 +404,24 @@ def main():
     t.add_argument("--target", type=float, default=0.88)
     t.add_argument("--split", default="[3]")
     t.add_argument("--microbatches", type=int, default=4)
-    t.add_argument("--lr", type=float, default=0.0)
+    t.add_argument("--lr", type=float, default=0.0, help="learning rate for every schedule (default: the deck's)")
+    t.add_argument("--momentum", type=float, default=None, help="SGD momentum for every schedule (default: the deck's)")
     t.add_argument("--out", default="runs/bench_time_to_accuracy")
+    v = sub.add_parser("predict")
+    v.add_argument("--deck", default="input/fashion_cnn.toml")
+    v.add_argument("--ranks", type=int, default=2)
+    v.add_argument("--schedules", type=names,
+                   default=["bsp", "gpipe", "1f1b", "model-parallel", "pipedream", "2bw"])
+    v.add_argument("--split", default="[3]")
+    v.add_argument("--microbatches", type=int, default=4)
+    v.add_argument("--reps", type=int, default=3)
+    v.add_argument("--steps", type=int, default=40)
+    v.add_argument("--log-every", type=int, default=5)
+    v.add_argument("--batch", type=int, default=128)
+    v.add_argument("--tolerance", type=float, default=0.15)
+    v.add_argument("--out", default="runs/bench_predicted_vs_measured")
     a = p.parse_args()
-    {"scaling": scaling, "accuracy": accuracy, "ablation": ablation}[a.cmd](a)
+    {"scaling": scaling, "accuracy": accuracy, "ablation": ablation, "predict": predict}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ struct Deck {
   struct Run {
     std::string name, output_dir, device;
     int64_t seed = 0;
-    bool debug_versions = false;
+    bool debug_versions = false, plots = true;
     double comm_timeout_s = 0;
   } run;
 

@@ -43,4 +43,8 @@ void write_weights_h5(const std::string& path, const Model& model, const std::ve
 // Read them back (tests, comparisons): per layer, the concatenated parameters.
 std::vector<std::vector<float>> read_weights_h5(const std::string& path, const Model& model);
 
+// run.plots: draw RUN_DIR/timeline.png (and accuracy.png) with tools/plot.py and print their
+// paths; prints why instead when Python, matplotlib or the script is missing. Never throws.
+void write_run_plots(const std::string& run_dir);
+
 }  // namespace pt

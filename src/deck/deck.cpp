@@ -67,6 +67,7 @@ const std::vector<KeySpec>& schema() {
       {"run.seed", Kind::Int, "1", false, ge(0), {}, "seed of every random stream (init, shuffle, dropout, synthetic data)", F(d.run.seed)},
       {"run.device", Kind::Enum, "\"cpu\"", false, {}, {"cpu", "cuda"}, "compute device (cuda needs a build with CUDA=1)", F(d.run.device)},
       {"run.debug_versions", Kind::Bool, "false", false, {}, {}, "write versions.jsonl: the weight version read by every forward and backward", F(d.run.debug_versions)},
+      {"run.plots", Kind::Bool, "true", false, {}, {}, "after training, draw timeline.png and accuracy.png into the run directory (tools/plot.py, python3-matplotlib)", F(d.run.plots)},
       {"run.comm_timeout_s", Kind::Float, "300.0", false, gt(0), {}, "deadline of every wait on a message or collective, seconds", F(d.run.comm_timeout_s)},
 
       {"data.source", Kind::Enum, "\"fashion-mnist\"", false, {}, {"fashion-mnist", "hdf5", "synthetic"}, "where samples come from", F(d.data.source)},

@@ -182,6 +182,7 @@ void write_run_outputs(const RunOutputs& o) {
               samples / std::max(1e-9, o.train_time_this_run), bubble_sum / ctx.size(), o.final_accuracy, o.train_time,
               (p2p + ar_net) / std::max(1.0, samples), bsp_net > 0 ? 1.0 - (p2p + ar_net) / std::max(1.0, samples) / bsp_net : 0.0);
   std::fflush(stdout);
+  if (o.deck.run.plots) write_run_plots(o.run_dir);
 }
 
 }  // namespace pt

@@ -15,7 +15,7 @@ cleanup() {
 }
 trap cleanup EXIT
 deck=input/fashion_mlp.toml
-base=(--set run.output_dir="$out" --set train.eval_batch_size=2000 --set train.log_every=1 --set parallel.schedule=pipedream
+base=(--set run.output_dir="$out" --set run.plots=false --set train.eval_batch_size=2000 --set train.log_every=1 --set parallel.schedule=pipedream
       --set 'parallel.split=[3]' --set train.max_steps=20 --set checkpoint.every_steps=5 --set run.comm_timeout_s=30)
 
 # pt LOG FAULT ARGS...: a 2-rank training run with PIPETRAIN_FAULT=FAULT ("" = none); sets rc, secs

@@ -14,7 +14,7 @@ source "$(dirname "$0")/lib.sh"
 out=$(mktemp -d /tmp/pt_ckpt_resume.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 deck=input/fashion_mlp.toml
-base=(--set run.output_dir="$out" --set train.eval_batch_size=2000 --set train.log_every=1 --set parallel.microbatches=4)
+base=(--set run.output_dir="$out" --set run.plots=false --set train.eval_batch_size=2000 --set train.log_every=1 --set parallel.microbatches=4)
 
 # pt LOG NP ARGS...: one training run (log in $out/LOG.log); sets rc and secs, counts nothing
 pt() {

@@ -8,7 +8,7 @@ failures=0
 train() {
   local out=$1 name=$2 np=$3; shift 3
   local deck=$1; shift
-  if ! timeout --kill-after=5 300 mpirun $MPIRUN_FLAGS -np "$np" "$PT_BIN" train "$deck" --set run.name="$name" "$@" \
+  if ! timeout --kill-after=5 300 mpirun $MPIRUN_FLAGS -np "$np" "$PT_BIN" train "$deck" --set run.name="$name" --set run.plots=false "$@" \
       >"$out/$name.log" 2>&1; then
     echo "FAIL: training $name (np $np) failed:"; tail -20 "$out/$name.log"; failures=$((failures + 1)); return 1
   fi

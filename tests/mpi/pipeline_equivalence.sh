@@ -48,4 +48,15 @@ expect "gpipe M=16 holds 16 microbatches on stage 0 (got $(inflight "$out/mem_gp
   test "$(inflight "$out/mem_gpipe")" = 16
 expect "1f1b M=16 K=2 holds 2 on stage 0 (got $(inflight "$out/mem_1f1b"), $(actb "$out/mem_1f1b") bytes)" \
   test "$(inflight "$out/mem_1f1b")" = 2
+# run.plots: the run prints where each plot went; without a working Python it says why and still succeeds
+PIPETRAIN_PYTHON=/bin/false train "$out" plots_off 2 $mlp "${common[@]}" --set 'parallel.split=[3]' --set run.plots=true
+expect "run.plots without Python: 'plots skipped' printed, exit 0, no PNG" \
+  bash -c "grep -q '^plots skipped: /bin/false' '$out/plots_off.log' && [ ! -e '$out/plots_off/timeline.png' ]"
+if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+  train "$out" plots_on 2 $mlp "${common[@]}" --set 'parallel.split=[3]' --set run.plots=true
+  expect "run.plots: 'plot: $out/plots_on/timeline.png' printed and the file is a PNG" \
+    bash -c "grep -q '^plot: $out/plots_on/timeline.png' '$out/plots_on.log' && head -c 4 '$out/plots_on/timeline.png' | grep -q PNG"
+else
+  echo "  skip run.plots with matplotlib: python3-matplotlib is not installed (make deps-dev)"
+fi
 finish

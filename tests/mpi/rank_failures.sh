@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib.sh"
 out=$(mktemp -d /tmp/pt_fail.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 args=(input/fashion_mlp.toml --set 'parallel.split=[3]' --set parallel.schedule=1f1b --set train.max_steps=40
-      --set run.output_dir="$out" --set run.comm_timeout_s=5 --set checkpoint.at_end=false)
+      --set run.output_dir="$out" --set run.comm_timeout_s=5 --set checkpoint.at_end=false --set run.plots=false)
 
 run_fault() {  # name fault limit -> sets rc, secs, log
   local name=$1 fault=$2 limit=$3 t0
