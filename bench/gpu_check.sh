@@ -11,7 +11,8 @@
 #      prints samples/s for each.
 # Everything (build output, test output, the throughput table) goes to one log file,
 # LOG (default runs/gpu_check/gpu_check-DATE.log), next to a CSV of the runs.
-# Usage: bench/gpu_check.sh [STEPS]   (env: CPU_STEPS, CUDA_ARCH, GPU_RTOL, LOG, OUT)
+# Usage: bench/gpu_check.sh [STEPS]   (env: CPU_STEPS, CUDA_ARCH, GPU_RTOL, LOG, OUT, PREBUILT=1 to
+# use build-cuda/ as it is: on a machine without our Debian libraries, bench/gpu_device.sh)
 set -u
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -30,7 +31,7 @@ section() { echo; echo "== $* [$(($(date +%s) - t0))s]"; }
 section "machine"
 date -u
 uname -srm
-echo "CPU cores: $(nproc)"
+echo "CPU cores: $(getconf _NPROCESSORS_ONLN)"
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=index,name,memory.total,driver_version,compute_cap --format=csv 2>&1 | head -9
 else
@@ -44,10 +45,18 @@ if ! nvidia-smi -L >/dev/null 2>&1 && ! ls /dev/nvidia[0-9]* >/dev/null 2>&1; th
   exit 1
 fi
 
-section "build: make cuda-build cuda-tests (CUDA_ARCH=${CUDA_ARCH:-sm_90})"
-if ! make -j"$(nproc)" cuda-build cuda-tests; then
-  echo "FAIL: the CUDA build"
-  exit 1
+if [ "${PREBUILT:-0}" = 1 ]; then  # bench/gpu_device.sh: binaries built elsewhere (bench/gpu_bundle.sh)
+  section "build: prebuilt build-cuda/pipetrain and build-cuda/pt_tests (PREBUILT=1)"
+  for b in build-cuda/pipetrain build-cuda/pt_tests; do
+    [ -x "$b" ] || { echo "FAIL: PREBUILT=1 but $b is missing"; exit 1; }
+    if ldd "$b" | grep "not found"; then echo "FAIL: $b cannot find the libraries above"; exit 1; fi
+  done
+else
+  section "build: make cuda-build cuda-tests (CUDA_ARCH=${CUDA_ARCH:-sm_90})"
+  if ! make -j"$(getconf _NPROCESSORS_ONLN)" cuda-build cuda-tests; then
+    echo "FAIL: the CUDA build"
+    exit 1
+  fi
 fi
 bin=build-cuda/pipetrain
 

@@ -4,6 +4,7 @@
 #   make test-gpu     both, then the GPU unit tests (Cuda*) and tests/mpi/gpu_pipeline.sh;
 #                     each skips with a message when no GPU is visible
 #   make gpu-check    bench/gpu_check.sh: the whole GPU check for a machine with a GPU
+#   (a GPU machine without our Debian libraries: bench/gpu_bundle.sh here, then bench/gpu_device.sh there)
 # CUDA_ARCH (default sm_90) and CUDA_HOME / CUDNN_HOME / NCCL_HOME are passed through.
 CUDA_BUILD ?= build-cuda
 

@@ -46,6 +46,11 @@ common=(--set train.max_steps=20 --set train.log_every=10 --set run.output_dir="
 gpu=(--set run.device=cuda)
 cpu=(--set run.device=cpu)
 mb4=(--set parallel.microbatches=4)
+if [ ! -d /usr/share/datasets/fashion-mnist ]; then  # e.g. a GPU machine without Debian's dataset package
+  echo "  note: /usr/share/datasets/fashion-mnist is missing: synthetic data of the same shape (1x28x28, 10 classes)"
+  common+=(--set data.source=synthetic --set 'data.shape=[1, 28, 28]' --set data.classes=10 --set data.train_samples=60000
+           --set data.test_samples=10000)
+fi
 
 train "$out" cpu_ref 1 $cnn "${common[@]}" "${cpu[@]}" "${mb4[@]}"
 train "$out" gpu_ref 1 $cnn "${common[@]}" "${gpu[@]}" "${mb4[@]}"
