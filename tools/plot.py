@@ -76,7 +76,7 @@ def timeline(args):
     ax.legend(handles=[Patch(facecolor="white", edgecolor="black", label="forward"),
                        Patch(facecolor="white", edgecolor="black", hatch="///", label="backward"),
                        Patch(facecolor="tab:gray", label="send/recv/allreduce"),
-                       Patch(facecolor="black", label="update (incl. waiting for the allreduce)")], loc="upper right", fontsize=8)
+                       Patch(facecolor="black", label="update (incl. waiting for the allreduce)")], loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=4, fontsize=8, frameon=False)
     fig.tight_layout()
     out = args.out or os.path.join(args.run, "timeline.png")
     fig.savefig(out, dpi=110)

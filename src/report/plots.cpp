@@ -84,7 +84,9 @@ void write_run_plots(const std::string& run_dir) {
     plots.push_back({"test accuracy against wall time", run_dir + "/accuracy.png", "accuracy " + shell_quote(run_dir) + " --title " + shell_quote("test accuracy against wall time: " + run_dir)});
   for (const Plot& p : plots) {
     std::string why;
-    const std::string cmd = shell_quote(py) + " " + shell_quote(script) + " " + p.args + " --out " + shell_quote(p.file);
+    // bounded: a plot must never hold the job (matplotlib's first import builds a font cache)
+    const std::string limit = access("/usr/bin/timeout", X_OK) == 0 ? "/usr/bin/timeout 120 " : "";
+    const std::string cmd = limit + shell_quote(py) + " " + shell_quote(script) + " " + p.args + " --out " + shell_quote(p.file);
     if (run_plot(cmd, p.file, why)) {
       std::printf("plot: %s (%s)\n", p.file.c_str(), p.what.c_str());
     } else {
