@@ -11,6 +11,22 @@ PT_RESEND_PID=""
 
 pt_log() { echo "[$(date +%H:%M:%S)] $*"; }
 
+# pt_run_locally SBATCH_SCRIPT [args...]: run a jobs/slurm script on this machine with plain
+# mpirun, ignoring a surrounding Slurm allocation (no srun, no resubmission), its output also in
+# a log named like Slurm's %x_%j: <LOG_DIR>/<job name>_<PT_JOB_ID>.out. Does not return.
+pt_run_locally() {
+  local script=$1; shift
+  unset SLURM_JOB_ID SLURM_ARRAY_JOB_ID SLURM_ARRAY_TASK_ID SLURM_NTASKS SLURM_CPUS_PER_TASK SLURM_JOB_NAME
+  export LAUNCHER=${LAUNCHER:-mpirun} PT_REPO=${PT_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+  export PT_JOB_ID=${PT_JOB_ID:-$(date +%Y%m%d%H%M%S)}
+  local log
+  log=${LOG_DIR:-.}/$(sed -n 's/^#SBATCH --job-name=//p' "$script")_$PT_JOB_ID.out
+  mkdir -p "$(dirname "$log")"
+  echo "log: $log"
+  exec > >(trap '' INT TERM; exec tee -a "$log") 2>&1
+  exec bash "$script" "$@"
+}
+
 # pt_json FILE KEY: the first value of "KEY" in a JSON file (numbers and plain strings)
 pt_json() { grep -o "\"$2\": *[^,}]*" "$1" 2>/dev/null | head -1 | sed 's/^[^:]*: *//; s/"//g; s/ *$//'; }
 

@@ -76,11 +76,34 @@ def plan(deck, ranks, profile, schedule, out, extra=()):
         return json.load(f)
 
 
+# one process, the whole model, one microbatch: the baseline of every speedup
+ONE_RANK = ["parallel.split=[]", "parallel.replicas=[1]", "parallel.schedule=1f1b", "parallel.microbatches=1"]
+
+
+def bsp_sets(ranks, microbatches=None):
+    """Data parallelism: one stage, every rank a replica, one microbatch per replica by default."""
+    return ["parallel.schedule=bsp", "parallel.split=[]", f"parallel.replicas=[{ranks}]",
+            f"parallel.microbatches={microbatches or ranks}"]
+
+
+def steady_sets(a):
+    """The training keys of a steady-state timing run (studies' --steps, --log-every, --batch)."""
+    return [f"train.max_steps={a.steps}", f"train.log_every={a.log_every}", f"train.batch_size={a.batch}",
+            "train.eval_batch_size=500"]
+
+
+def profile(deck, ranks, out, what):
+    """pipetrain profile under mpirun (layers on rank 0, the network between the ranks)."""
+    prof = os.path.join(out, "profile.json")
+    print(f"profiling {deck} ({what}) ...", flush=True)
+    run([MPIRUN, *FLAGS, "-np", str(ranks), PT, "profile", deck, "--out", prof, "--set", "parallel.split=[]"],
+        prof + ".log")
+    return prof
+
+
 def layout_sets(p, schedule):
     if schedule == "bsp":
-        b = p["baselines"]["bsp"]
-        return [f"parallel.schedule=bsp", "parallel.split=[]", f"parallel.replicas=[{p['ranks']}]",
-                f"parallel.microbatches={b.get('microbatches', p['ranks'])}"]
+        return bsp_sets(p["ranks"], p["baselines"]["bsp"].get("microbatches"))
     return [f"parallel.schedule={p['schedule']}", f"parallel.split={json.dumps(p['split'])}",
             f"parallel.replicas={json.dumps(p['replicas'])}", f"parallel.microbatches={p['microbatches']}"]
 
@@ -121,12 +144,9 @@ ABLATION = ["model-parallel", "straight pipeline", "full plan", "bsp"]
 def ablation(a):
     """Model parallelism vs straight pipeline vs the full plan vs data parallelism, same ranks."""
     os.makedirs(a.out, exist_ok=True)
-    prof = os.path.join(a.out, "profile.json")
-    print(f"profiling {a.deck} ...", flush=True)
-    run([MPIRUN, *FLAGS, "-np", "2", PT, "profile", a.deck, "--out", prof, "--set", "parallel.split=[]"], prof + ".log")
+    prof = profile(a.deck, 2, a.out, "layers on rank 0, network between 2 ranks")
     batch, M = a.batch, a.microbatches
-    base = [f"train.max_steps={a.steps}", f"train.log_every={a.log_every}", f"train.batch_size={batch}",
-            "train.eval_batch_size=500"]
+    base = steady_sets(a)
 
     def configs(n):
         full = plan(a.deck, n, prof, "all", a.out)
@@ -145,17 +165,18 @@ def ablation(a):
         }
 
     rows = []
-    one = [f"parallel.split=[]", "parallel.replicas=[1]", "parallel.schedule=1f1b", "parallel.microbatches=1"]
     # measured points, repetitions interleaved across points (a slow period hits all of them)
-    points = [("one rank", 1, one)] + [(name, n, cfg[name]) for n in a.measure for cfg in [configs(n)[1]]
-                                       for name in ABLATION if name in cfg]
+    points = [("one rank", 1, ONE_RANK)]
+    for n in a.measure:
+        cfg = configs(n)[1]
+        points += [(name, n, cfg[name]) for name in ABLATION if name in cfg]
     times = {(name, n): [] for name, n, _ in points}
     for r in range(a.reps):
         for name, n, sets in points:
             d = train(n, a.deck, base + sets, a.out, f"abl_{name.replace(' ', '_')}_{n}_r{r}")
             times[(name, n)].append(steady_seconds_per_step(d, batch))
     t1 = statistics.median(times[("one rank", 1)])
-    p1, _, _ = simulate(a.deck, 1, prof, one, a.out, "abl_1")
+    p1, _, _ = simulate(a.deck, 1, prof, ONE_RANK, a.out, "abl_1")
     for name, n, sets in points[1:]:
         ts = times[(name, n)]
         rows.append({"config": name, "ranks": n, "kind": "measured", "speedup": t1 / statistics.median(ts),
@@ -186,17 +207,12 @@ def ablation(a):
 def predict(a):
     """The simulator against the measured run: every schedule, same deck, same ranks, same profile."""
     os.makedirs(a.out, exist_ok=True)
-    prof = os.path.join(a.out, "profile.json")
-    print(f"profiling {a.deck} on {a.ranks} ranks ...", flush=True)
-    run([MPIRUN, *FLAGS, "-np", str(a.ranks), PT, "profile", a.deck, "--out", prof, "--set", "parallel.split=[]"],
-        prof + ".log")
-    base = [f"train.max_steps={a.steps}", f"train.log_every={a.log_every}", f"train.batch_size={a.batch}",
-            "train.eval_batch_size=500"]
+    prof = profile(a.deck, a.ranks, a.out, f"layers on rank 0, network between {a.ranks} ranks")
+    base = steady_sets(a)
     rows = []
     for s in a.schedules:
         if s == "bsp":
-            sets = ["parallel.schedule=bsp", "parallel.split=[]", f"parallel.replicas=[{a.ranks}]",
-                    f"parallel.microbatches={a.ranks}"]
+            sets = bsp_sets(a.ranks)
         else:
             stages = len(json.loads(a.split)) + 1
             ones = json.dumps([1] * stages)
@@ -234,13 +250,9 @@ def predict(a):
 
 def scaling(a):
     os.makedirs(a.out, exist_ok=True)
-    prof = os.path.join(a.out, "profile.json")
-    print(f"profiling {a.deck} (layers on rank 0, network between 2 ranks) ...", flush=True)
-    run([MPIRUN, *FLAGS, "-np", "2", PT, "profile", a.deck, "--out", prof, "--set", "parallel.split=[]"],
-        prof + ".log")
+    prof = profile(a.deck, 2, a.out, "layers on rank 0, network between 2 ranks")
     batch = a.batch
-    base = [f"train.max_steps={a.steps}", f"train.log_every={a.log_every}", f"train.batch_size={batch}",
-            "train.eval_batch_size=500"]
+    base = steady_sets(a)
     rows = []
     # measured: the repetitions are interleaved (rep 1 of every point, then rep 2, ...) so that a
     # slow or fast period of this shared machine lands on every point, not on one
@@ -248,8 +260,7 @@ def scaling(a):
     for n in a.ranks:
         for s in (["1f1b"] if n == 1 else a.schedules):
             p = plan(a.deck, n, prof, s, a.out)
-            sets = ["parallel.split=[]", "parallel.replicas=[1]", "parallel.schedule=1f1b",
-                    "parallel.microbatches=1"] if n == 1 else layout_sets(p, s)
+            sets = ONE_RANK if n == 1 else layout_sets(p, s)
             label = "1 stage" if n == 1 else (p["baselines"]["bsp"].get("replication", "") if s == "bsp" else p["replication"])
             points.append({"n": n, "s": s, "sets": sets, "label": label, "times": [], "b": []})
     for r in range(a.reps):
@@ -321,15 +332,15 @@ def accuracy(a):
     rows, runs = [], []
     for s in a.schedules:
         sets = [f"train.epochs={a.epochs}", f"train.eval_every={a.eval_every}", f"train.target_accuracy={a.target}",
-                f"train.log_every=100", f"parallel.schedule={s}"]
+                "train.log_every=100"]
         if a.lr:
             sets.append(f"train.lr={a.lr}")
         if a.momentum is not None:
             sets.append(f"train.momentum={a.momentum}")
         if s == "bsp":
-            sets += ["parallel.split=[]", f"parallel.replicas=[{a.ranks}]", f"parallel.microbatches={a.ranks}"]
+            sets += bsp_sets(a.ranks)
         else:
-            sets += [f"parallel.split={a.split}", f"parallel.microbatches={a.microbatches}"]
+            sets += [f"parallel.schedule={s}", f"parallel.split={a.split}", f"parallel.microbatches={a.microbatches}"]
         print(f"  training {s} on {a.ranks} ranks ...", flush=True)
         d = train(a.ranks, a.deck, sets, a.out, f"tta_{s}")
         runs.append(d)

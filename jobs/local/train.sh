@@ -12,13 +12,6 @@
 # unbound (a note says so).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-script=$here/../slurm/train.sbatch
-# local means local: ignore a surrounding Slurm allocation (no srun, no resubmission)
-unset SLURM_JOB_ID SLURM_ARRAY_JOB_ID SLURM_ARRAY_TASK_ID SLURM_NTASKS SLURM_CPUS_PER_TASK SLURM_JOB_NAME
-export LAUNCHER=${LAUNCHER:-mpirun} RANKS=${RANKS:-2} PT_REPO=${PT_REPO:-$(cd "$here/../.." && pwd)}
-export PT_JOB_ID=${PT_JOB_ID:-$(date +%Y%m%d%H%M%S)}
-log=${LOG_DIR:-.}/$(sed -n 's/^#SBATCH --job-name=//p' "$script")_$PT_JOB_ID.out
-mkdir -p "$(dirname "$log")"
-echo "log: $log"
-exec > >(trap '' INT TERM; exec tee -a "$log") 2>&1
-exec bash "$script" "$@"
+source "$here/../lib.sh"
+export RANKS=${RANKS:-2}
+pt_run_locally "$here/../slurm/train.sbatch" "$@"
