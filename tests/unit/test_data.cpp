@@ -19,30 +19,12 @@
 #include "pipetrain/data.hpp"
 #include "pipetrain/deck.hpp"
 #include "pipetrain/error.hpp"
+#include "data_test_util.hpp"
 
 namespace pt {
 namespace {
 
-using Bytes = std::vector<uint8_t>;
-
-// A fresh temporary folder per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const char* t = std::getenv("TMPDIR");
-    std::string tmpl = std::string(t && *t ? t : "/tmp") + "/pt_data_test.XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (!mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = buf.data();
-  }
-  ~TempDir() { (void)!std::system(("rm -rf '" + path_ + "'").c_str()); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using namespace test;
 
 // IDX bytes: magic 00 00 08 RANK, big-endian dims, then `data`.
 Bytes idx_bytes(const std::vector<uint32_t>& dims, const Bytes& data, uint8_t type = 0x08, int rank = -1) {
@@ -51,10 +33,6 @@ Bytes idx_bytes(const std::vector<uint32_t>& dims, const Bytes& data, uint8_t ty
     for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(d >> s));
   b.insert(b.end(), data.begin(), data.end());
   return b;
-}
-
-void write_plain(const std::string& path, const Bytes& b) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
 }
 
 void write_gz(const std::string& path, const Bytes& b) {
@@ -70,31 +48,6 @@ Bytes read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
-
-// Deterministic, incompressible bytes.
-Bytes noise(size_t n, uint32_t seed = 1) {
-  Bytes b(n);
-  uint32_t x = seed * 2654435761u + 1;
-  for (auto& v : b) {
-    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-    v = static_cast<uint8_t>(x >> 7);
-  }
-  return b;
-}
-
-// Runs f, which must throw pt::Error with `code`; returns the message.
-std::string error_of(const std::function<void()>& f, Exit code = Exit::bad_input) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(static_cast<int>(e.code()), static_cast<int>(code)) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no pt::Error thrown";
-  return "";
-}
-
-#define EXPECT_HAS(msg, frag) EXPECT_NE((msg).find(frag), std::string::npos) << "missing '" << (frag) << "' in: " << (msg)
 
 // ---- IDX -----------------------------------------------------------------------------
 
