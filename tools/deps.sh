@@ -22,6 +22,7 @@ runtime=(
   "zlib|zlib1g-dev|test -f /usr/include/zlib.h"
   "GoogleTest|libgtest-dev|test -f /usr/include/gtest/gtest.h"
   "Fashion-MNIST|dataset-fashion-mnist|test -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
+  "fortunes (default text corpus)|fortunes|test -f /usr/share/games/fortunes/cookie"
 )
 dev=(
   "PyTorch (fixtures, peer benchmark)|python3-torch|/usr/bin/python3 -c 'import torch'"
