@@ -43,6 +43,7 @@ struct Deck {
     std::string source, path, train, test;
     std::vector<int64_t> shape;
     int64_t classes = 0, train_samples = 0, test_samples = 0;
+    int64_t seq_len = 0, vocab = 0;  // text/tokens: positions per sample, vocabulary size
     bool normalize = true;
   } data;
 

@@ -1,5 +1,5 @@
 // In-memory datasets (byte or float samples), the synthetic source, the deck -> data
-// mapping, and the epoch permutation.
+// mapping (text and tokens: sequence_dataset.cpp), and the epoch permutation.
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -9,6 +9,7 @@
 #include "datasets.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/rng.hpp"
+#include "sequence.hpp"
 
 namespace pt {
 
@@ -111,6 +112,8 @@ Shape synthetic_shape(const Deck& d) {
 }  // namespace
 
 DataSplit open_data(const Deck& d) {
+  if (d.data.source == "text") return open_text_data(d);
+  if (d.data.source == "tokens") return open_token_data(d);
   DataSplit s;
   if (d.data.source == "fashion-mnist") {
     // A missing folder is an input error located at the deck key (exit code 2, as a missing deck).
@@ -154,11 +157,12 @@ DataSplit open_data(const Deck& d) {
 }
 
 DataInfo data_info(const Deck& d) {
-  if (d.data.source == "fashion-mnist") return {Shape::chw(1, 28, 28), 10};
-  if (d.data.source == "synthetic") return {synthetic_shape(d), d.data.classes};
+  if (d.data.source == "fashion-mnist") return {Shape::chw(1, 28, 28), 10, 1, ""};
+  if (d.data.source == "synthetic") return {synthetic_shape(d), d.data.classes, 1, ""};
+  if (d.data.source == "text" || d.data.source == "tokens") return sequence_data_info(d);
   std::pair<float, float> stats{0.0f, 1.0f};
   auto ds = open_hdf5_dataset(d.data.train, false, "train", &stats);
-  return {ds->sample_shape(), ds->classes()};
+  return {ds->sample_shape(), ds->classes(), 1, ""};
 }
 
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) {

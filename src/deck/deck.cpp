@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 
+#include "pipetrain/data.hpp"
 #include "pipetrain/error.hpp"
 
 namespace pt {
@@ -70,15 +71,17 @@ const std::vector<KeySpec>& schema() {
       {"run.plots", Kind::Bool, "true", false, {}, {}, "after training, draw timeline.png and accuracy.png into the run directory (tools/plot.py, python3-matplotlib)", F(d.run.plots)},
       {"run.comm_timeout_s", Kind::Float, "300.0", false, gt(0), {}, "deadline of every wait on a message or collective, seconds", F(d.run.comm_timeout_s)},
 
-      {"data.source", Kind::Enum, "\"fashion-mnist\"", false, {}, {"fashion-mnist", "hdf5", "synthetic"}, "where samples come from", F(d.data.source)},
-      {"data.path", Kind::String, "\"/usr/share/datasets/fashion-mnist\"", false, {}, {}, "fashion-mnist: folder of the four IDX .gz files", F(d.data.path)},
-      {"data.train", Kind::String, "\"\"", false, {}, {}, "hdf5: training file with /images (N,C,H,W or N,F float32/uint8) and /labels (N int)", F(d.data.train)},
-      {"data.test", Kind::String, "\"\"", false, {}, {}, "hdf5: test file, same layout", F(d.data.test)},
+      {"data.source", Kind::Enum, "\"fashion-mnist\"", false, {}, {"fashion-mnist", "hdf5", "synthetic", "text", "tokens"}, "where samples come from (text and tokens: docs/DATA.md)", F(d.data.source)},
+      {"data.path", Kind::String, "\"/usr/share/datasets/fashion-mnist\"", false, {}, {}, "fashion-mnist: folder of the four IDX .gz files; text: a plain-text file or a folder of them (when unset: /usr/share/games/fortunes)", F(d.data.path)},
+      {"data.train", Kind::String, "\"\"", false, {}, {}, "hdf5: training file with /images (N,C,H,W or N,F float32/uint8) and /labels (N int); tokens: training tokens, a .bin of little-endian uint16 or a .h5/.hdf5 with a 1-D integer /tokens", F(d.data.train)},
+      {"data.test", Kind::String, "\"\"", false, {}, {}, "hdf5: test file, same layout; tokens: test (validation) tokens, same formats", F(d.data.test)},
       {"data.shape", Kind::IntList, "[]", false, gt(0), {}, "synthetic: per-sample shape, e.g. [3, 64, 64]", F(d.data.shape)},
       {"data.classes", Kind::Int, "10", false, between(2, 1e9), {}, "synthetic: number of classes", F(d.data.classes)},
       {"data.train_samples", Kind::Int, "8192", false, gt(0), {}, "synthetic: training samples per epoch", F(d.data.train_samples)},
       {"data.test_samples", Kind::Int, "1024", false, gt(0), {}, "synthetic: test samples", F(d.data.test_samples)},
       {"data.normalize", Kind::Bool, "true", false, {}, {}, "fashion-mnist/uint8 hdf5: scale to [0,1] then standardise with the dataset mean and std", F(d.data.normalize)},
+      {"data.seq_len", Kind::Int, "128", false, gt(0), {}, "text/tokens: positions per sample; a sample reads seq_len + 1 tokens and predicts the next one at each position", F(d.data.seq_len)},
+      {"data.vocab", Kind::Int, "0", false, between(0, static_cast<double>(kMaxVocab)), {}, "tokens: vocabulary size, required (e.g. 50304 for GPT-2 tokens); text: 256, one token per byte", F(d.data.vocab)},
 
       {"train.batch_size", Kind::Int, "128", false, between(1, 1e7), {}, "samples per optimizer step (the minibatch)", F(d.train.batch_size)},
       {"train.epochs", Kind::Int, "1", false, between(1, 1e6), {}, "passes over the training set", F(d.train.epochs)},
@@ -557,6 +560,29 @@ class Parser {
   std::map<std::string, std::string> set_raw_;    // key -> the --set value text as typed
 };
 
+// The data keys of one source: files it needs and vocabulary sizes.
+void check_data_consistency(const Deck& d) {
+  const std::string& src = d.data.source;
+  if ((src == "hdf5" || src == "tokens") && (d.data.train.empty() || d.data.test.empty()))
+    fail(Exit::bad_input, d.where("data.source") + ": key 'data.source': \"" + src + "\" needs data.train and data.test files", true);
+  if (src == "tokens" && d.data.vocab == 0)
+    fail(Exit::bad_input, d.where("data.source") + ": key 'data.source': \"tokens\" needs data.vocab, the vocabulary size "
+                              "(e.g. 50304 for GPT-2 tokens)", true);
+  if (src == "tokens" && d.data.vocab < 2)
+    fail(Exit::bad_input, d.where("data.vocab") + ": key 'data.vocab': must be at least 2 for tokens, got " +
+                              std::to_string(d.data.vocab), true);
+  if (src == "text" && d.data.vocab != 0 && d.data.vocab != 256)
+    fail(Exit::bad_input, d.where("data.vocab") + ": key 'data.vocab': text has a fixed vocabulary of 256 (one token per byte), got " +
+                              std::to_string(d.data.vocab) + "; leave data.vocab unset", true);
+}
+
+// Per-source defaults: text reads the Debian `fortunes` package unless data.path was set.
+void resolve_data_defaults(Deck& d) {
+  if (d.data.source != "text") return;
+  d.data.vocab = kTextVocab;
+  if (d.locations["data.path"] == "default") d.data.path = kFortunesPath;
+}
+
 // Cross-field rules: each message names both keys and their values.
 void check_consistency(const Deck& d) {
   auto both = [&](const std::string& a, const std::string& b, const std::string& msg) {
@@ -589,8 +615,7 @@ void check_consistency(const Deck& d) {
   if (d.parallel.schedule == "bsp" && !d.parallel.split.empty())
     both("parallel.split", "parallel.schedule",
          "bsp (data parallel) runs the whole model on every rank, but split = " + toml_int_list(d.parallel.split));
-  if (d.data.source == "hdf5" && (d.data.train.empty() || d.data.test.empty()))
-    fail(Exit::bad_input, d.where("data.source") + ": key 'data.source': \"hdf5\" needs data.train and data.test files", true);
+  check_data_consistency(d);
   if (d.data.source == "synthetic" && d.data.shape.empty())
     fail(Exit::bad_input, d.where("data.source") + ": key 'data.source': \"synthetic\" needs data.shape (e.g. [3, 64, 64])", true);
   if (d.data.source == "synthetic" && d.data.shape.size() != 1 && d.data.shape.size() != 3)
@@ -728,6 +753,7 @@ Deck parse_deck_text(const std::string& text, const std::string& path, const std
   d.path = path;
   Parser(path, set.where, set.raw).parse(root, d);
   check_consistency(d);
+  resolve_data_defaults(d);
   return d;
 }
 
@@ -802,6 +828,7 @@ std::string Deck::model_text() const {
   std::ostringstream o;
   o << "data.source = " << data.source << "\n";
   if (data.source == "synthetic") o << "data.shape = " << toml_int_list(data.shape) << "\ndata.classes = " << data.classes << "\n";
+  if (data.source == "text" || data.source == "tokens") o << "data.seq_len = " << data.seq_len << "\ndata.vocab = " << data.vocab << "\n";
   for (auto& l : model.layers) o << layer_text(l);
   return o.str();
 }
