@@ -81,7 +81,7 @@ deps-dev:
 	@bash tools/deps.sh install-dev
 
 $(BUILD)/pipetrain: $(BUILD)/obj/src/main.o $(BUILD)/libpipetrain.a
-	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
+	$(CXX) $(CXXFLAGS) -o $@ $(BUILD)/obj/src/main.o -Wl,--whole-archive $(BUILD)/libpipetrain.a -Wl,--no-whole-archive $(LDLIBS)
 
 $(BUILD)/libpipetrain.a: $(OBJ) $(CUDA_OBJ)
 	@rm -f $@
@@ -96,7 +96,7 @@ $(BUILD)/obj/%.o: %.cu | $(BUILD)/deps.ok
 	$(NVCC) $(NVCCFLAGS) $(NVCC_CPPFLAGS) -c $< -o $@
 
 $(BUILD)/pt_tests: $(TEST_OBJ) $(BUILD)/libpipetrain.a
-	$(CXX) $(CXXFLAGS) -o $@ $^ -lgtest $(LDLIBS) -lpthread
+	$(CXX) $(CXXFLAGS) -o $@ $(TEST_OBJ) -Wl,--whole-archive $(BUILD)/libpipetrain.a -Wl,--no-whole-archive -lgtest $(LDLIBS) -lpthread
 
 # ---- run ---------------------------------------------------------------------------
 run:

@@ -1,12 +1,13 @@
-// pipetrain: parse the command line and dispatch to a subcommand. Every error ends every
-// rank: one all ranks share (a bad deck) is printed once and all exit with its code; one
-// found on a single rank is printed with the rank and aborts the job.
+// pipetrain: parse the command line and dispatch to a subcommand through one command
+// table, which also builds the usage text and the unknown-command message. Every error ends
+// every rank: one all ranks share (a bad deck) is printed once and all exit with its code;
+// one found on a single rank is printed with the rank and aborts the job.
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,38 +17,6 @@
 
 namespace {
 
-const char* kUsage =
-    "usage: pipetrain COMMAND [options]\n"
-    "\n"
-    "commands:\n"
-    "  train DECK [--set key=value]... [--stop-at-step N] [--resume RUN_DIR|FILE]\n"
-    "                       train the deck's model (under mpirun: as a pipeline)\n"
-    "  check DECK [--set key=value]... [--json] [--ranks N]\n"
-    "                       validate the deck (and its layout on N ranks) and print the layer table\n"
-    "  schedule DECK --ranks N [--steps S] [--set key=value]... [--trace FILE]\n"
-    "                       print the schedule IR as a rank x time grid, after validating it\n"
-    "  profile DECK [--out profile.json] [--reps N] [--microbatch N]\n"
-    "                       measure every layer (and, under mpirun, the network)\n"
-    "  emulate DECK --ranks N [--set key=value]...\n"
-    "                       one-process reference: apply the schedule's update rule literally\n"
-    "                       for the layout of N ranks; writes weights.h5 like a run\n"
-    "  plan [DECK] --ranks N [--profile FILE] [--out plan.json] [--bandwidth B[:RANKS]]... [--latency S]\n"
-    "       [--memory BYTES] [--batch B] [--profile-batch P] [--schedules a,b] [--microbatches 1,2,4]\n"
-    "       [--replicas auto|all|pow2] [--bsp-batch B]\n"
-    "                       choose stages, replication, schedule and microbatches (docs/PLANNER.md);\n"
-    "                       --profile accepts profile.json or a PipeDream graph.txt\n"
-    "  simulate [DECK] --ranks N [--profile FILE] [--plan FILE] [--compare RUN_DIR] [--trace FILE]\n"
-    "                       replay the schedule with profiled costs: time per minibatch, bubble, memory\n"
-    "  compare RUN_A RUN_B [--rtol R] [--quiet]\n"
-    "                       per-tensor difference of two runs' weights.h5 (exit 10 if beyond R;\n"
-    "                       R = 0 demands bitwise identity)\n"
-    "  inspect RUN_DIR|CHECKPOINT_DIR|STEP_DIR\n"
-    "                       list committed checkpoints, what each holds, and verify every checksum\n"
-    "  keys [--markdown]    list every deck key (docs/DECK.md is generated from it)\n"
-    "\n"
-    "exit codes: 0 ok, 1 internal error, 2 bad input, 3 I/O error, 4 non-finite numbers,\n"
-    "            5 communication timeout, 6 no valid checkpoint\n";
-
 struct Cli {
   std::vector<std::string> args;
   size_t i = 0;
@@ -56,216 +25,279 @@ struct Cli {
     if (i >= args.size()) pt::fail(pt::Exit::bad_input, "command line: " + flag + " needs a value", true);
     return args[i++];
   }
-  long long number(const std::string& flag) {
-    std::string v = next(flag);
-    char* end = nullptr;
-    long long x = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end) pt::fail(pt::Exit::bad_input, "command line: " + flag + " expects an integer, got '" + v + "'", true);
-    return x;
-  }
+  long long number(const std::string& flag);
+  double real(const std::string& flag);
+  std::vector<std::string> list(const std::string& flag);
 };
 
-[[noreturn]] void usage_error(const std::string& msg) { pt::fail(pt::Exit::bad_input, "command line: " + msg + "\n" + kUsage, true); }
+struct Command {
+  const char* name;
+  const char* usage;  // options after the name
+  const char* doc;    // what it does (indented lines)
+  std::function<int(Cli&)> run;
+};
+const std::vector<Command>& commands();
 
-bool help_flag(const std::string& a) { return a == "--help" || a == "-h"; }
+std::string usage_text() {
+  std::string u = "usage: pipetrain COMMAND [options]\n\ncommands:\n";
+  for (const Command& c : commands()) u += std::string("  ") + c.name + " " + c.usage + "\n" + c.doc + "\n";
+  return u + "\nexit codes: 0 ok, 1 internal error, 2 bad input, 3 I/O error, 4 non-finite numbers,\n"
+             "            5 communication timeout, 6 no valid checkpoint; compare: 10 when runs differ\n";
+}
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  pt::fail(pt::Exit::bad_input, "command line: " + msg + "\n" + usage_text(), true);
+}
+
+long long Cli::number(const std::string& flag) {
+  const std::string v = next(flag);
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end) usage_error(flag + " expects an integer, got '" + v + "'");
+  return x;
+}
+
+double Cli::real(const std::string& flag) {
+  const std::string v = next(flag);
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end) usage_error(flag + " expects a number, got '" + v + "'");
+  return x;
+}
+
+std::vector<std::string> Cli::list(const std::string& flag) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char ch : next(flag) + ",") {
+    if (ch == ',') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  return out;
+}
+
+// Options of one command: flag -> action (reads its value from the command line).
+using Flags = std::vector<std::pair<std::string, std::function<void()>>>;
+
+// Parse every remaining argument with `flags`; a bare word goes to `positional` (false:
+// unexpected). Returns false after printing the usage for --help.
+bool parse(Cli& cli, const std::string& cmd, const Flags& flags, const std::function<bool(const std::string&)>& positional) {
+  while (cli.more()) {
+    const std::string a = cli.args[cli.i++];
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", usage_text().c_str());
+      return false;
+    }
+    bool done = false;
+    for (auto& [flag, act] : flags)
+      if (a == flag) act(), done = true;
+    if (done) continue;
+    if (a.rfind("--set=", 0) == 0) {
+      cli.args.insert(cli.args.begin() + static_cast<long>(cli.i), a.substr(6));
+      for (auto& [flag, act] : flags)
+        if (flag == "--set") act(), done = true;
+      if (done) continue;
+    }
+    if (!a.empty() && a[0] != '-' && positional && positional(a)) continue;
+    usage_error(cmd + ": unknown option '" + a + "'");
+  }
+  return true;
+}
+
+// --set and the deck file, shared by every command that reads a deck.
+Flags deck_flags(Cli& cli, pt::DeckArgs& d) { return {{"--set", [&] { d.sets.push_back(cli.next("--set")); }}}; }
+std::function<bool(const std::string&)> deck_positional(pt::DeckArgs& d) {
+  return [&d](const std::string& a) { return d.deck.empty() ? (d.deck = a, true) : false; };
+}
+Flags operator+(Flags a, const Flags& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+void need_deck(const pt::DeckArgs& d, const std::string& cmd) {
+  if (d.deck.empty()) usage_error(cmd + ": no deck file given");
+}
+
+int run_train(Cli& cli) {
+  pt::TrainArgs t;
+  if (!parse(cli, "train", deck_flags(cli, t) + Flags{{"--stop-at-step", [&] { t.stop_at_step = cli.number("--stop-at-step"); }},
+                                                      {"--resume", [&] { t.resume = cli.next("--resume"); }}},
+             deck_positional(t)))
+    return 0;
+  need_deck(t, "train");
+  return pt::cmd_train(t);
+}
+
+int run_check(Cli& cli) {
+  pt::CheckArgs c;
+  if (!parse(cli, "check", deck_flags(cli, c) + Flags{{"--json", [&] { c.json = true; }},
+                                                      {"--ranks", [&] { c.ranks = static_cast<int>(cli.number("--ranks")); }}},
+             deck_positional(c)))
+    return 0;
+  need_deck(c, "check");
+  return pt::cmd_check(c);
+}
+
+int run_schedule(Cli& cli) {
+  pt::ScheduleArgs s;
+  const Flags f = deck_flags(cli, s) + Flags{{"--ranks", [&] { s.ranks = static_cast<int>(cli.number("--ranks")); }},
+                                             {"--steps", [&] { s.steps = cli.number("--steps"); }},
+                                             {"--json", [&] { s.json = true; }},
+                                             {"--unit-costs", [&] { s.unit_costs = true; }},
+                                             {"--list", [&] { s.list = true; }},
+                                             {"--format", [&] { s.format = cli.next("--format"); }},
+                                             {"--trace", [&] { s.trace = cli.next("--trace"); }}};
+  if (!parse(cli, "schedule", f, deck_positional(s))) return 0;
+  if (s.list) return pt::cmd_schedule(s);
+  need_deck(s, "schedule");
+  if (s.ranks <= 0) usage_error("schedule: --ranks N (N >= 1) is required");
+  if (s.steps <= 0) usage_error("schedule: --steps must be >= 1");
+  if (s.format != "grid" && s.format != "actions") usage_error("schedule: --format is grid or actions, got '" + s.format + "'");
+  return pt::cmd_schedule(s);
+}
+
+int run_profile(Cli& cli) {
+  pt::ProfileArgs p;
+  if (!parse(cli, "profile", deck_flags(cli, p) + Flags{{"--out", [&] { p.out = cli.next("--out"); }},
+                                                        {"--reps", [&] { p.reps = static_cast<int>(cli.number("--reps")); }},
+                                                        {"--microbatch", [&] { p.microbatch = cli.number("--microbatch"); }}},
+             deck_positional(p)))
+    return 0;
+  need_deck(p, "profile");
+  if (p.reps < 1) usage_error("profile: --reps must be >= 1");
+  return pt::cmd_profile(p);
+}
+
+int run_emulate(Cli& cli) {
+  pt::EmulateArgs e;
+  if (!parse(cli, "emulate", deck_flags(cli, e) + Flags{{"--ranks", [&] { e.ranks = static_cast<int>(cli.number("--ranks")); }}},
+             deck_positional(e)))
+    return 0;
+  need_deck(e, "emulate");
+  if (e.ranks < 1) usage_error("emulate: --ranks must be >= 1");
+  return pt::cmd_emulate(e);
+}
+
+// Options shared by plan and simulate (PlannerArgs).
+Flags planner_flags(Cli& cli, pt::PlannerArgs& p) {
+  return deck_flags(cli, p) + Flags{{"--ranks", [&] { p.ranks = static_cast<int>(cli.number("--ranks")); }},
+                                    {"--profile", [&] { p.profile = cli.next("--profile"); }},
+                                    {"--bandwidth", [&] { p.bandwidths.push_back(cli.next("--bandwidth")); }},
+                                    {"--latency", [&] { p.latency = cli.real("--latency"); }},
+                                    {"--memory", [&] { p.memory = cli.real("--memory"); }},
+                                    {"--batch", [&] { p.batch = cli.number("--batch"); }},
+                                    {"--profile-batch", [&] { p.profile_batch = cli.number("--profile-batch"); }}};
+}
+
+std::vector<int> positive_ints(Cli& cli, const std::string& flag) {
+  std::vector<int> out;
+  for (const std::string& m : cli.list(flag)) {
+    char* end = nullptr;
+    const long v = std::strtol(m.c_str(), &end, 10);
+    if (*end || v < 1) usage_error(flag + " expects positive integers, got '" + m + "'");
+    out.push_back(static_cast<int>(v));
+  }
+  return out;
+}
+
+int run_plan(Cli& cli) {
+  pt::PlanArgs p;
+  const Flags f = planner_flags(cli, p) + Flags{{"--out", [&] { p.out = cli.next("--out"); }},
+                                                {"--schedules", [&] { p.schedules = cli.list("--schedules"); }},
+                                                {"--microbatches", [&] { p.microbatches = positive_ints(cli, "--microbatches"); }},
+                                                {"--replicas", [&] { p.replicas = cli.next("--replicas"); }},
+                                                {"--bsp-batch", [&] { p.bsp_batch = cli.number("--bsp-batch"); }},
+                                                {"--synthetic-chain", [&] { p.synthetic_chain = static_cast<int>(cli.number("--synthetic-chain")); }}};
+  if (!parse(cli, "plan", f, deck_positional(p))) return 0;
+  if (p.ranks <= 0) usage_error("plan: --ranks N (N >= 1) is required");
+  if (p.deck.empty() && p.profile.empty() && p.synthetic_chain <= 0) usage_error("plan: give a deck or --profile FILE");
+  return pt::cmd_plan(p);
+}
+
+int run_simulate(Cli& cli) {
+  pt::SimulateArgs s;
+  const Flags f = planner_flags(cli, s) + Flags{{"--plan", [&] { s.plan = cli.next("--plan"); }},
+                                                {"--compare", [&] { s.compare = cli.next("--compare"); }},
+                                                {"--trace", [&] { s.trace = cli.next("--trace"); }}};
+  if (!parse(cli, "simulate", f, deck_positional(s))) return 0;
+  if (s.deck.empty() && s.profile.empty()) usage_error("simulate: give a deck or --profile FILE");
+  return pt::cmd_simulate(s);
+}
+
+int run_compare(Cli& cli) {
+  pt::CompareArgs c;
+  const Flags f = {{"--rtol", [&] {
+                      c.rtol = cli.real("--rtol");
+                      if (c.rtol < 0) usage_error("compare: --rtol expects a number >= 0");
+                    }},
+                   {"--quiet", [&] { c.quiet = true; }}};
+  auto two = [&](const std::string& a) { return c.a.empty() ? (c.a = a, true) : c.b.empty() ? (c.b = a, true) : false; };
+  if (!parse(cli, "compare", f, two)) return 0;
+  if (c.b.empty()) usage_error("compare: needs two run directories or weights.h5 files");
+  return pt::cmd_compare(c);
+}
+
+int run_inspect(Cli& cli) {
+  std::string path;
+  if (!parse(cli, "inspect", {}, [&](const std::string& a) { return path.empty() ? (path = a, true) : false; })) return 0;
+  if (path.empty()) usage_error("inspect: give a run directory, checkpoint directory or step folder");
+  return pt::cmd_inspect(path);
+}
+
+int run_keys(Cli& cli) {
+  bool md = false;
+  if (!parse(cli, "keys", {{"--markdown", [&] { md = true; }}}, nullptr)) return 0;
+  return pt::cmd_keys(md);
+}
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> table = {
+      {"train", "DECK [--set key=value]... [--stop-at-step N] [--resume RUN_DIR|FILE]",
+       "                       train the deck's model (under mpirun: as a pipeline)", run_train},
+      {"check", "DECK [--set key=value]... [--json] [--ranks N]",
+       "                       validate the deck (and its layout on N ranks) and print the layer table", run_check},
+      {"schedule", "DECK --ranks N [--steps S] [--set key=value]... [--format grid|actions] [--unit-costs] [--json]\n"
+                   "           [--trace FILE] | --list",
+       "                       build, validate and print the schedule IR: a rank x time grid, each rank's actions\n"
+       "                       ({stage}{F|B|I|W}{unit}), or JSON with the unit-cost makespan, ideal and peak\n"
+       "                       activations; --list prints every registered schedule", run_schedule},
+      {"profile", "DECK [--out profile.json] [--reps N] [--microbatch N]",
+       "                       measure every layer (and, under mpirun, the network)", run_profile},
+      {"emulate", "DECK --ranks N [--set key=value]...",
+       "                       one-process reference: apply the schedule's update rule literally\n"
+       "                       for the layout of N ranks; writes weights.h5 like a run", run_emulate},
+      {"plan", "[DECK] --ranks N [--profile FILE] [--out plan.json] [--bandwidth B[:RANKS]]... [--latency S]\n"
+               "       [--memory BYTES] [--batch B] [--profile-batch P] [--schedules a,b] [--microbatches 1,2,4]\n"
+               "       [--replicas auto|all|pow2] [--bsp-batch B]",
+       "                       choose stages, replication, schedule and microbatches (docs/PLANNER.md);\n"
+       "                       --profile accepts profile.json or a PipeDream graph.txt", run_plan},
+      {"simulate", "[DECK] --ranks N [--profile FILE] [--plan FILE] [--compare RUN_DIR] [--trace FILE]",
+       "                       replay the schedule with profiled costs: time per minibatch, bubble, memory", run_simulate},
+      {"compare", "RUN_A RUN_B [--rtol R] [--quiet]",
+       "                       per-tensor difference of two runs' weights.h5 (exit 10 if beyond R;\n"
+       "                       R = 0 demands bitwise identity)", run_compare},
+      {"inspect", "RUN_DIR|CHECKPOINT_DIR|STEP_DIR",
+       "                       list committed checkpoints, what each holds, and verify every checksum", run_inspect},
+      {"keys", "[--markdown]", "                       list every deck key (docs/DECK.md is generated from it)", run_keys},
+  };
+  return table;
+}
 
 int dispatch(Cli& cli) {
   if (!cli.more()) usage_error("no command given");
   const std::string cmd = cli.args[cli.i++];
-  if (help_flag(cmd)) {
-    std::printf("%s", kUsage);
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::printf("%s", usage_text().c_str());
     return 0;
   }
-  auto deck_flags = [&](pt::DeckArgs& d, const std::string& a) {
-    if (a == "--set") { d.sets.push_back(cli.next("--set")); return true; }
-    if (a.rfind("--set=", 0) == 0) { d.sets.push_back(a.substr(6)); return true; }
-    if (!a.empty() && a[0] != '-' && d.deck.empty()) { d.deck = a; return true; }
-    return false;
-  };
-  auto need_deck = [&](const pt::DeckArgs& d) { if (d.deck.empty()) usage_error(cmd + ": no deck file given"); };
-  if (cmd == "train") {
-    pt::TrainArgs t;
-    while (cli.more()) {
-      std::string a = cli.args[cli.i++];
-      if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
-      if (deck_flags(t, a)) continue;
-      if (a == "--stop-at-step") t.stop_at_step = cli.number(a);
-      else if (a == "--resume") t.resume = cli.next(a);
-      else usage_error("train: unknown option '" + a + "'");
-    }
-    need_deck(t);
-    return pt::cmd_train(t);
+  std::string known;
+  for (const Command& c : commands()) {
+    if (cmd == c.name) return c.run(cli);
+    known += (known.empty() ? "" : ", ") + std::string(c.name);
   }
-  if (cmd == "check") {
-    pt::CheckArgs c;
-    while (cli.more()) {
-      std::string a = cli.args[cli.i++];
-      if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
-      if (deck_flags(c, a)) continue;
-      if (a == "--json") c.json = true;
-      else if (a == "--ranks") c.ranks = static_cast<int>(cli.number(a));
-      else usage_error("check: unknown option '" + a + "'");
-    }
-    need_deck(c);
-    return pt::cmd_check(c);
-  }
-  if (cmd == "schedule") {
-    pt::ScheduleArgs s;
-    while (cli.more()) {
-      std::string a = cli.args[cli.i++];
-      if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
-      if (deck_flags(s, a)) continue;
-      if (a == "--ranks") s.ranks = static_cast<int>(cli.number(a));
-      else if (a == "--steps") s.steps = cli.number(a);
-      else if (a == "--json") s.json = true;
-      else if (a == "--trace") s.trace = cli.next(a);
-      else usage_error("schedule: unknown option '" + a + "'");
-    }
-    need_deck(s);
-    if (s.ranks <= 0) usage_error("schedule: --ranks N (N >= 1) is required");
-    if (s.steps <= 0) usage_error("schedule: --steps must be >= 1");
-    return pt::cmd_schedule(s);
-  }
-  if (cmd == "profile") {
-    pt::ProfileArgs p;
-    while (cli.more()) {
-      std::string a = cli.args[cli.i++];
-      if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
-      if (deck_flags(p, a)) continue;
-      if (a == "--out") p.out = cli.next(a);
-      else if (a == "--reps") p.reps = static_cast<int>(cli.number(a));
-      else if (a == "--microbatch") p.microbatch = cli.number(a);
-      else usage_error("profile: unknown option '" + a + "'");
-    }
-    need_deck(p);
-    if (p.reps < 1) usage_error("profile: --reps must be >= 1");
-    return pt::cmd_profile(p);
-  }
-  if (cmd == "emulate") {
-    pt::EmulateArgs e;
-    while (cli.more()) {
-      std::string a = cli.args[cli.i++];
-      if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
-      if (deck_flags(e, a)) continue;
-      if (a == "--ranks") e.ranks = static_cast<int>(cli.number(a));
-      else usage_error("emulate: unknown option '" + a + "'");
-    }
-    need_deck(e);
-    if (e.ranks < 1) usage_error("emulate: --ranks must be >= 1");
-    return pt::cmd_emulate(e);
-  }
-  // plan / simulate: shared options of the planner (PlannerArgs)
-  auto number_f = [&](const std::string& flag) {
-    std::string v = cli.next(flag);
-    char* end = nullptr;
-    double x = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end) usage_error(flag + " expects a number, got '" + v + "'");
-    return x;
-  };
-  auto planner_flags = [&](pt::PlannerArgs& p, const std::string& a) {
-    if (deck_flags(p, a)) return true;
-    if (a == "--ranks") p.ranks = static_cast<int>(cli.number(a));
-    else if (a == "--profile") p.profile = cli.next(a);
-    else if (a == "--bandwidth") p.bandwidths.push_back(cli.next(a));
-    else if (a == "--latency") p.latency = number_f(a);
-    else if (a == "--memory") p.memory = number_f(a);
-    else if (a == "--batch") p.batch = cli.number(a);
-    else if (a == "--profile-batch") p.profile_batch = cli.number(a);
-    else return false;
-    return true;
-  };
-  auto list = [&](const std::string& flag) {
-    std::vector<std::string> out;
-    std::string v = cli.next(flag), cur;
-    for (char ch : v + ",") {
-      if (ch == ',') { if (!cur.empty()) out.push_back(cur); cur.clear(); }
-      else cur += ch;
-    }
-    return out;
-  };
-  if (cmd == "plan") {
-    pt::PlanArgs p;
-    while (cli.more()) {
-      std::string a = cli.args[cli.i++];
-      if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
-      if (planner_flags(p, a)) continue;
-      if (a == "--out") p.out = cli.next(a);
-      else if (a == "--schedules") p.schedules = list(a);
-      else if (a == "--microbatches") {
-        for (auto& m : list(a)) {
-          char* end = nullptr;
-          long v = std::strtol(m.c_str(), &end, 10);
-          if (*end || v < 1) usage_error("--microbatches expects positive integers, got '" + m + "'");
-          p.microbatches.push_back(static_cast<int>(v));
-        }
-      }
-      else if (a == "--replicas") p.replicas = cli.next(a);
-      else if (a == "--bsp-batch") p.bsp_batch = cli.number(a);
-      else if (a == "--synthetic-chain") p.synthetic_chain = static_cast<int>(cli.number(a));  // benchmarks
-      else usage_error("plan: unknown option '" + a + "'");
-    }
-    if (p.ranks <= 0) usage_error("plan: --ranks N (N >= 1) is required");
-    if (p.deck.empty() && p.profile.empty() && p.synthetic_chain <= 0) usage_error("plan: give a deck or --profile FILE");
-    return pt::cmd_plan(p);
-  }
-  if (cmd == "simulate") {
-    pt::SimulateArgs s;
-    while (cli.more()) {
-      std::string a = cli.args[cli.i++];
-      if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
-      if (planner_flags(s, a)) continue;
-      if (a == "--plan") s.plan = cli.next(a);
-      else if (a == "--compare") s.compare = cli.next(a);
-      else if (a == "--trace") s.trace = cli.next(a);
-      else usage_error("simulate: unknown option '" + a + "'");
-    }
-    if (s.deck.empty() && s.profile.empty()) usage_error("simulate: give a deck or --profile FILE");
-    return pt::cmd_simulate(s);
-  }
-  if (cmd == "compare") {
-    pt::CompareArgs c;
-    while (cli.more()) {
-      std::string a = cli.args[cli.i++];
-      if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
-      if (a == "--rtol") {
-        std::string v = cli.next(a);
-        char* end = nullptr;
-        c.rtol = std::strtod(v.c_str(), &end);
-        if (v.empty() || *end || c.rtol < 0) usage_error("compare: --rtol expects a number >= 0, got '" + v + "'");
-      } else if (a == "--quiet") {
-        c.quiet = true;
-      } else if (c.a.empty()) {
-        c.a = a;
-      } else if (c.b.empty()) {
-        c.b = a;
-      } else {
-        usage_error("compare: unexpected argument '" + a + "'");
-      }
-    }
-    if (c.b.empty()) usage_error("compare: needs two run directories or weights.h5 files");
-    return pt::cmd_compare(c);
-  }
-  if (cmd == "inspect") {
-    std::string path;
-    while (cli.more()) {
-      std::string a = cli.args[cli.i++];
-      if (help_flag(a)) { std::printf("%s", kUsage); return 0; }
-      if (path.empty() && !a.empty() && a[0] != '-') path = a;
-      else usage_error("inspect: unexpected argument '" + a + "'");
-    }
-    if (path.empty()) usage_error("inspect: give a run directory, checkpoint directory or step folder");
-    return pt::cmd_inspect(path);
-  }
-  if (cmd == "keys") {
-    bool md = false;
-    while (cli.more()) {
-      std::string a = cli.args[cli.i++];
-      if (a == "--markdown") md = true;
-      else usage_error("keys: unknown option '" + a + "'");
-    }
-    return pt::cmd_keys(md);
-  }
-  usage_error("unknown command '" + cmd + "'; known: train, check, schedule, profile, emulate, plan, simulate, compare, keys");
+  usage_error("unknown command '" + cmd + "'; known: " + known);
 }
 
 }  // namespace

@@ -60,7 +60,8 @@ class Backend {
   // Convolution over n samples. w: [c_out, c_in, k, k]; b may be null.
   virtual void conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
                               float* y) = 0;
-  // dw, db accumulate (+=); dx is overwritten and may be null (first layer).
+  // dw, db accumulate (+=); dx is overwritten. Any of dx, dw, db may be null: the split
+  // backward asks for dx alone (I) and for dw, db alone (W), each bitwise as in one call.
   virtual void conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
                                float* dx, float* dw, float* db) = 0;
 
@@ -82,6 +83,7 @@ class Backend {
   // Layer norm over `cols` features of each of `rows` samples; stats holds (mean, rstd) per row.
   virtual void layernorm_forward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
                                  const float* beta, float* y, float* stats) = 0;
+  // dx, or dgamma and dbeta (together), may be null (the split backward's halves).
   virtual void layernorm_backward(int64_t rows, int64_t cols, const float* x, const float* gamma,
                                   const float* stats, const float* dy, float* dx, float* dgamma, float* dbeta) = 0;
 

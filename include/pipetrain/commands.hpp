@@ -1,5 +1,5 @@
-// The subcommands of build/pipetrain; main.cpp parses the command line into these
-// argument structs and dispatches.
+// The subcommands of build/pipetrain; main.cpp's command table parses the command line
+// into these argument structs and dispatches.
 #pragma once
 #include <string>
 #include <vector>
@@ -24,7 +24,10 @@ struct CheckArgs : DeckArgs {
 struct ScheduleArgs : DeckArgs {
   int ranks = 0;
   long long steps = 1;
-  bool json = false;
+  bool json = false;        // makespan, ideal, bubble, peak activations of the unit-cost replay
+  bool unit_costs = true;   // --unit-costs: F = I = W = 1 per rank (the only cost model here)
+  bool list = false;        // --list: the registered schedules
+  std::string format = "grid";  // grid | actions
   std::string trace;  // write the unit-cost replay as a Chrome trace
 };
 

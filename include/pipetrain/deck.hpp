@@ -2,6 +2,7 @@
 // settings object that is the only source of run settings.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -64,7 +65,7 @@ struct Deck {
     bool split_auto = false;
     std::vector<int64_t> split;     // first layer index of stages 2..K
     std::vector<int64_t> replicas;  // per stage; empty = derive from the rank count
-    std::string schedule, profile, allreduce;
+    std::string schedule, profile, allreduce, placement;
     int64_t microbatches = 1;
   } parallel;
 
@@ -102,8 +103,29 @@ struct KeyDoc {
 std::vector<KeyDoc> deck_key_docs();
 std::string deck_reference_markdown();
 
-// Known layer types and their keys (for messages and docs).
-const std::vector<std::string>& known_layer_types();
+// Known layer types (the layer registry's names, layers.hpp), for messages and docs.
+std::vector<std::string> known_layer_types();
+
+// A deck key's value type and allowed range (docs/DECK.md prints both). Layer types
+// declare their keys with these (layers.hpp, LayerType::keys).
+enum class KeyKind { Int, Float, Bool, String, Enum, IntList, SplitOrAuto };
+struct KeyRange {
+  bool has_lo = false, lo_open = false, has_hi = false, hi_open = false;
+  double lo = 0, hi = 0;
+};
+KeyRange key_ge(double v);
+KeyRange key_gt(double v);
+KeyRange key_between(double lo, double hi, bool hi_open = false);
+// One key of a [[model.layers]] table; `field` returns the LayerSpec member it fills
+// (Int -> int64_t, Float -> double, Bool -> bool, String -> std::string).
+struct LayerKey {
+  std::string key;
+  KeyKind kind;
+  bool required;
+  KeyRange range;
+  std::string doc;
+  std::function<void*(LayerSpec&)> field;
+};
 
 // Levenshtein-based suggestion: "" when nothing is close.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);

@@ -1,11 +1,19 @@
 // Layers: forward and backward of one link of the model chain on a backend, with the
 // parameters they declare, the extra state they keep for backward, and their FLOPs.
 // Layers are stateless between calls: every buffer is passed in, so many microbatches
-// (and weight versions) can be in flight at once.
+// (and weight versions) can be in flight at once. Backward has two halves for the
+// zero-bubble schedules: backward_input (the input gradient) and backward_weight (the
+// weight gradient); a layer that does not split runs its fused backward as the first half.
+//
+// Every layer type registers itself once, beside its class (PT_REGISTER_LAYER in its .cpp,
+// as LAMMPS registers a pair style): the deck's keys and checks, docs/DECK.md, the factory
+// and the PyTorch equivalent all come from that entry.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pipetrain/backend.hpp"
@@ -53,9 +61,22 @@ class Layer {
   virtual bool is_loss() const { return false; }
 
   virtual void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const = 0;
-  // dw accumulates (+=). dx is overwritten; it is null for the first layer of the model.
+  // The fused backward: dw accumulates (+=); dx is overwritten; it is null for the first
+  // layer of the model.
   virtual void backward(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy,
                         float* dx, float* dw, const float* aux, int64_t n) const = 0;
+
+  // Split backward. A layer whose weight gradient can run apart from its input gradient
+  // returns true from splits_backward(): backward_input then computes dx only and
+  // backward_weight accumulates dw only, each bitwise what the fused backward computes.
+  // Defaults: the fused backward in backward_input, nothing in backward_weight.
+  virtual bool splits_backward() const { return false; }
+  virtual void backward_input(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy,
+                              float* dx, float* dw, const float* aux, int64_t n) const {
+    backward(c, w, x, y, dy, dx, dw, aux, n);
+  }
+  virtual void backward_weight(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy,
+                               float* dw, const float* aux, int64_t n) const {}
 
   virtual double flops_forward() const { return static_cast<double>(out_.numel()); }  // per sample
   virtual double flops_backward() const { return 2.0 * static_cast<double>(in_.numel()); }
@@ -65,6 +86,33 @@ class Layer {
   LayerSpec spec_;
   Shape in_, out_;
 };
+
+// ---- the layer registry -------------------------------------------------------------------
+
+struct LayerType {
+  std::string name;     // the deck's `type`
+  std::string doc;      // what it computes (docs/DECK.md, docs/MODELS.md)
+  std::string pytorch;  // its exact PyTorch equivalent (docs/MODELS.md)
+  std::vector<LayerKey> keys;  // deck keys besides type and name
+  bool loss = false;           // a loss: the last layer of the chain
+  // Defaults that depend on other keys (e.g. pooling stride = kernel), after parsing.
+  std::function<void(LayerSpec&)> finish;
+  // Checks across keys: {key, message} of the first violation, or {"", ""}.
+  std::function<std::pair<std::string, std::string>(const LayerSpec&)> check;
+  // Build the layer for its input shape; a shape that does not fit is a located error
+  // (require_input helps); prev_desc says what produced the input.
+  std::function<std::unique_ptr<Layer>(const LayerSpec&, const Shape& in, const std::string& prev_desc)> make;
+};
+
+bool register_layer_type(LayerType t);
+#define PT_REGISTER_LAYER(id, ...) \
+  namespace { [[maybe_unused]] const bool pt_layer_registered_##id = ::pt::register_layer_type(__VA_ARGS__); }
+const LayerType* find_layer_type(const std::string& name);
+std::vector<const LayerType*> layer_types();  // in registration-independent order (by name)
+
+// For factories: the input must have this rank ("a flat [F]", "an image [C, H, W]"), else
+// a located error naming the layer, the producer and its shape.
+void require_input(const LayerSpec& s, const Shape& in, int rank, const char* what, const std::string& prev_desc);
 
 // Build a layer for its input shape; a shape that does not fit is a located error.
 std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, const std::string& prev_desc);

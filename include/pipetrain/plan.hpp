@@ -28,6 +28,7 @@
 
 #include "pipetrain/profile.hpp"
 #include "pipetrain/schedule.hpp"
+#include "pipetrain/schedules.hpp"
 #include "pipetrain/sim.hpp"
 
 namespace pt {
@@ -42,7 +43,7 @@ namespace pt {
 //   gpipe:      in flight ceil(U/r), 1 version
 //   pipedream:  in flight d, d versions (weight stashing)
 //   2bw:        in flight <= d (d used: an upper bound), 2 versions
-enum class MemoryRule { one_f_one_b, gpipe, pipedream, two_bw };
+// (MemoryRule is the registry's, schedules.hpp.)
 
 // A layer chain for one schedule kind, microbatch count and minibatch size.
 struct ChainCosts {
@@ -57,10 +58,11 @@ struct ChainCosts {
   bool amortized = false;  // pipedream family: one allreduce and step per `replicas` minibatches
   bool serial_allreduce = false;  // T = compute + allreduce instead of max (no overlap, as this runtime)
   MemoryRule rule = MemoryRule::one_f_one_b;
+  int ranks = 1;  // the job's ranks (the zero-bubble rules' deepest depth)
 
   int layers() const { return static_cast<int>(compute.size()); }
   double in_bytes(int i) const { return i == 0 ? input_bytes : out[static_cast<size_t>(i) - 1]; }
-  static ChainCosts from_profile(const Profile& p, ScheduleKind kind, int microbatches, int64_t batch_size);
+  static ChainCosts from_profile(const Profile& p, const ScheduleDef& kind, int microbatches, int64_t batch_size);
 };
 
 int rule_in_flight(const ChainCosts& c, int depth, int replicas);

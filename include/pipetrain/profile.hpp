@@ -18,6 +18,7 @@ struct LayerProfile {
   int index = 0;
   std::string name, type;
   double forward_s = 0, backward_s = 0;  // per microbatch of `microbatch` samples
+  double backward_weight_s = 0;          // the weight-gradient part (W) of backward_s; I = the rest
   double output_bytes = 0;               // activation sent downstream, per microbatch
   double stash_bytes = 0;                // kept for backward per microbatch (outputs + saved extras)
   double param_bytes = 0;

@@ -35,6 +35,7 @@ struct TraceEvent {
   Op op;
   int32_t mb;
   int64_t bytes;
+  int stage = 0;
 };
 std::string chrome_trace_json(const std::vector<TraceEvent>& events, const Layout& layout, const std::string& title);
 

@@ -29,7 +29,7 @@ class WeightStore {
  public:
   WeightStore(Backend& be, size_t n);
   // Prepare for an IR whose relative version 0 is the current latest version.
-  void prepare(const Schedule& ir, int rank, size_t from = 0);
+  void prepare(const Schedule& ir, int rank, int stage, size_t from = 0);
   // Replace the held versions (resume): absolute ids, the latest, and the IR's base id.
   void restore(const std::vector<std::pair<int64_t, std::vector<float>>>& versions, int64_t latest, int64_t base);
   const float* read(int32_t rel_version) const;

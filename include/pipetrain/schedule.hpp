@@ -1,7 +1,10 @@
-// The schedule IR: for every worker (stage, replica), the ordered list of actions it runs.
-// Generators build it per schedule kind; the replay engine walks it with a cost model,
-// matching messages and collectives (the validator proves it deadlock-free this way, the
-// simulator predicts timings, the grid printer draws it). No schedule logic lives elsewhere.
+// The schedule IR: for every rank, the ordered list of actions it runs. Every action names
+// the stage it works on; a rank hosts one stage (contiguous placement) or several (looped,
+// V). Schedules are registered once (schedules.hpp): a generator emits compute actions
+// (F, B, I, W), and common passes add the updates, the weight versions and the messages.
+// The replay engine walks the IR with a cost model, matching messages and collectives (the
+// validator proves it deadlock-free this way, the simulator predicts timings, the grid and
+// the text form draw it). No schedule logic lives elsewhere.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -12,49 +15,77 @@
 
 namespace pt {
 
-// Stages and replicas. Ranks are stage-major: stage 0's replicas first.
+struct ScheduleDef;
+
+// Where stages live. Contiguous: rank group g holds stage g. Looped (interleaved): group g
+// holds stages g, g+p, g+2p, ... V: group g holds stages g and 2p-1-g.
+enum class Placement : uint8_t { contiguous, looped, v };
+const char* placement_name(Placement p);
+Placement placement_from_name(const std::string& name);  // throws bad_input naming the choices
+
+// Stages, their placement on rank groups, and replicas per group. A rank group (pipeline
+// position) is `replicas[g]` ranks that each hold every stage of the group; ranks are
+// group-major (group 0's replicas first). Contiguous placement has one stage per group, so
+// replicas[s] is stage s's replica count there.
 struct Layout {
   std::vector<int> first;     // first layer of each stage, plus the layer count at the end
-  std::vector<int> replicas;  // per stage
+  std::vector<int> replicas;  // per rank group
+  Placement placement = Placement::contiguous;
 
-  int stages() const { return static_cast<int>(replicas.size()); }
+  int stages() const { return static_cast<int>(first.size()) - 1; }
+  int groups() const { return static_cast<int>(replicas.size()); }
+  int chunks() const { return groups() ? stages() / groups() : 0; }  // stages per rank
+  int group_of(int stage) const;
+  int replicas_of(int stage) const { return replicas[static_cast<size_t>(group_of(stage))]; }
   int ranks() const;
   int rank_of(int stage, int replica) const;
-  int stage_of(int rank) const;
+  int group_of_rank(int rank) const;
   int replica_of(int rank) const;
+  std::vector<int> stages_of_rank(int rank) const;  // ascending
+  // The one stage of a rank; an internal error when the rank hosts several.
+  int stage_of(int rank) const;
   int first_layer(int s) const { return first[static_cast<size_t>(s)]; }
   int end_layer(int s) const { return first[static_cast<size_t>(s) + 1]; }
-  int replica_for(int stage, int64_t mb) const { return static_cast<int>(mb % replicas[static_cast<size_t>(stage)]); }
-  // Ranks in stages s..K-1 divided by the replicas of s, rounded up: the minibatches a
-  // replica of s keeps in flight in 1F1B (PipeDream's NOAM for the input stage).
+  int replica_for(int stage, int64_t mb) const { return static_cast<int>(mb % replicas_of(stage)); }
+  // The rank that runs unit `mb` of `stage`.
+  int rank_for(int stage, int64_t mb) const { return rank_of(stage, replica_for(stage, mb)); }
+  // Contiguous placement: ranks in stages s..K-1 divided by the replicas of s, rounded up:
+  // the minibatches a replica of s keeps in flight in 1F1B (PipeDream's NOAM).
   int in_flight_depth(int s) const;
-  std::string str() const;        // "2 stages: layers 0-1 | 2-6, replicas 1-1"
+  std::string str() const;          // "2 stages: layers 0-1 | 2-6, replicas 1-1 (2 ranks)"
   std::string replication() const;  // "2-1-1"
 
-  // From the deck's [parallel] section for `ranks` MPI ranks and a model of `layers` layers.
-  static Layout from_deck(const Deck& d, int layers, int ranks);
-  static Layout make(const std::vector<int>& first_layers, int layers, const std::vector<int>& replicas);
+  // From the deck's [parallel] section for `ranks` MPI ranks and a model of `layers` layers;
+  // `placement` is the one the schedule needs when the deck says "auto".
+  static Layout from_deck(const Deck& d, int layers, int ranks, Placement schedule_placement);
+  static Layout make(const std::vector<int>& first_layers, int layers, const std::vector<int>& replicas,
+                     Placement placement = Placement::contiguous);
 };
 
-enum class Op : uint8_t { forward, backward, send_act, recv_act, send_grad, recv_grad, allreduce, optimizer_step };
+// FORWARD F, fused BACKWARD B, or its halves: BACKWARD_INPUT I (the input gradient, on the
+// critical path) and BACKWARD_WEIGHT W (the weight gradient, movable into bubbles).
+enum class Op : uint8_t {
+  forward, backward, backward_input, backward_weight, send_act, recv_act, send_grad, recv_grad, allreduce, optimizer_step
+};
+constexpr int kOpCount = 10;
 const char* op_name(Op op);  // "FORWARD", ...
-bool is_compute(Op op);
+bool is_compute(Op op);      // F, B, I, W: read a weight version
+bool is_backward(Op op);     // B or I: consumes the gradient, produces the input gradient
+bool is_comm(Op op);
 
 struct Action {
   Op op;
-  int32_t mb;       // microbatch id within the schedule (optimizer_step/allreduce: update group)
-  int32_t version;  // forward/backward: weight version read; optimizer_step: version produced
+  int16_t stage;    // the stage this action works on
+  int32_t mb;       // unit id within the IR (allreduce/optimizer_step: update group)
+  int32_t version;  // compute: weight version read (relative to the IR); optimizer_step: version produced
   int32_t peer;     // communication: peer rank; otherwise -1
 };
-
-enum class ScheduleKind { gpipe, one_f_one_b, model_parallel, bsp, pipedream, pipedream_vsync, pipedream_nostash, two_bw, eval };
-ScheduleKind schedule_kind(const std::string& name);  // deck name -> kind
-const char* schedule_name(ScheduleKind k);
-bool is_flush(ScheduleKind k);   // gpipe, 1f1b, model-parallel, bsp: one version, update after the whole minibatch
-bool is_async(ScheduleKind k);   // pipedream family and 2bw: no flush
+// Text form: "0F3" (stage 0 forwards unit 3), B, I, W; "0U1" update group 1; "0A1"
+// allreduce; "0<1:r2" receive from rank 2 (< activation, ( gradient); "0>1:r2" send.
+std::string action_text(const Action& a);
 
 struct Schedule {
-  ScheduleKind kind = ScheduleKind::one_f_one_b;
+  const ScheduleDef* def = nullptr;
   Layout layout;
   int64_t steps = 0;         // minibatches (optimizer steps of the model) covered
   int microbatches = 1;      // units per minibatch (1 for the pipedream family)
@@ -64,27 +95,33 @@ struct Schedule {
   int64_t groups(int stage) const;
   // Version ids count minibatches applied; a step of stage s adds version_stride(s).
   int64_t version_stride(int stage) const;
+  bool training() const;
   std::vector<std::vector<Action>> workers;  // by rank
 
-  std::string grid() const;  // rank x time grid (unit costs)
+  std::string name() const;
+  std::string grid() const;     // rank x time grid (unit costs)
+  std::string actions() const;  // per rank, the action list in the text form (compute only)
 };
 
-// Build the training IR of `steps` minibatches, or the forward-only evaluation IR of
-// `units` microbatches (kind eval).
-Schedule make_schedule(ScheduleKind kind, const Layout& layout, int64_t steps, int microbatches);
+// Build the training IR of `steps` minibatches of the named kind, or the forward-only
+// evaluation IR of `units` microbatches.
+Schedule make_schedule(const ScheduleDef& def, const Layout& layout, int64_t steps, int microbatches);
+Schedule make_schedule(const std::string& name, const Layout& layout, int64_t steps, int microbatches);
 Schedule make_eval_schedule(const Layout& layout, int64_t units);
 
 // ---- replay: the one walk over the IR -------------------------------------------------
 
 struct CostModel {
-  // Seconds for a compute action of a worker (forward/backward/optimizer_step).
+  // Seconds for a compute action of a worker (F, B, I, W, optimizer_step).
   std::function<double(int rank, const Action&)> compute;
   // Seconds from a send's post to its arrival (bytes of that message inside).
   std::function<double(int src, int dst, const Action&)> transfer;
   // Seconds of an allreduce among the replicas of `stage`, from the last arrival.
   std::function<double(int stage)> allreduce;
 };
-CostModel unit_costs();  // forward 1, backward 2, everything else 0
+// Each rank's work per unit is F = I = W = 1 (fused B = 2), split evenly over the stages it
+// holds (a rank of v chunks spends 1/v of that per chunk); everything else is free.
+CostModel unit_costs(const Layout& layout);
 
 struct ReplayEvent {
   int32_t index;  // action index in the worker's list
@@ -98,27 +135,32 @@ struct Replay {
 };
 Replay replay(const Schedule& s, const CostModel& costs);
 
-// Validate: deadlock-free, every send received, every microbatch forwarded once per stage
-// on the right replica and backwarded after its forward on the same worker, allreduces
-// matched among replicas, and the version rules of the kind. Throws Exit::internal with
-// a message naming worker and action (a generator bug), or returns the message.
+// Validate: deadlock-free, every send received, every unit forwarded once per stage on the
+// right replica and backwarded (B, or I then W) after its forward on the same worker,
+// weight gradients in unit order, allreduces matched among replicas, and the version rule
+// of the kind. Returns "" or the message naming worker and action.
 std::string validate(const Schedule& s);
 
 // The consistent cut at update boundary `version` (relative; a multiple of every stage's
 // version stride): per rank, the number of its actions that run before the checkpoint
-// (right after its optimizer step producing `version`), and the indices of its sends made
-// before the cut whose receives come after the receiver's cut ("crossing" messages: the
-// sender saves their payload and sends them again on resume).
+// (right after its last optimizer step producing `version`), and the indices of its sends
+// made before the cut whose receives come after the receiver's cut ("crossing" messages:
+// the sender saves their payload and sends them again on resume).
 struct Cut {
   std::vector<size_t> position;
   std::vector<std::vector<size_t>> crossing;
 };
 Cut consistent_cut(const Schedule& s, int64_t version);
 
-// Weight-version liveness on one worker: the most versions held at once under the store's
-// policy (update in place when the latest version has no remaining readers, else copy).
-int max_versions_held(const Schedule& s, int rank);
-// Most microbatches in flight (forwarded, not yet backwarded) on one worker.
-int max_in_flight(const Schedule& s, int rank);
+// Weight-version liveness of one stage on one worker: the most versions held at once under
+// the store's policy (update in place when the latest version has no remaining readers,
+// else copy).
+int max_versions_held(const Schedule& s, int rank, int stage);
+// Units of one stage in flight on a worker: forwarded and not yet done with their backward
+// (B, or W when the backward is split, which keeps the activations until W).
+int max_in_flight(const Schedule& s, int rank, int stage);
+// A rank's peak activations over all its stages, in units of a whole rank's share of one
+// microbatch (a stage of a v-chunk rank counts 1/v).
+double peak_activations(const Schedule& s, int rank);
 
 }  // namespace pt

@@ -9,7 +9,7 @@
 
 #include "pipetrain/deck.hpp"
 #include "pipetrain/profile.hpp"
-#include "pipetrain/schedule.hpp"
+#include "pipetrain/schedules.hpp"
 
 namespace pt {
 
@@ -49,7 +49,7 @@ struct ClusterModel {
 
 // What to simulate: a layout, a schedule kind and its microbatch count, the minibatch size.
 struct SimConfig {
-  ScheduleKind kind = ScheduleKind::one_f_one_b;
+  const ScheduleDef* def = &schedule_def("1f1b");
   Layout layout;
   int microbatches = 1;     // units per minibatch (forced to 1 for the pipedream family)
   int64_t batch_size = 0;   // samples per minibatch; 0 = the profile's microbatch
@@ -84,7 +84,7 @@ struct StagePrediction {
 struct SimResult {
   bool ok = true;
   std::string error;
-  ScheduleKind kind = ScheduleKind::one_f_one_b;
+  const ScheduleDef* def = nullptr;
   Layout layout;
   int microbatches = 1;
   int64_t batch_size = 0;

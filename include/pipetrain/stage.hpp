@@ -1,7 +1,8 @@
 // A stage: the model slice [first, last) on one backend, its flat parameter layout, the
 // per-microbatch activation slot (stage input, every layer output, every layer's saved
-// extras), and forward/backward/inference over a slot. Used by the executor, the
-// profiler and the sequential emulator alike.
+// extras, and, for split-backward schedules, the output gradient of every layer whose
+// weight gradient runs later), and forward/backward/inference over a slot. Used by the
+// executor, the profiler and the sequential emulator alike.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -20,7 +21,10 @@ struct PollHook {
 
 class Stage {
  public:
-  Stage(Backend& be, const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb);
+  // keep_output_grads: slots also hold each splitting layer's output gradient, from
+  // backward_input until backward_weight (the zero-bubble schedules).
+  Stage(Backend& be, const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb,
+        bool keep_output_grads = false);
 
   int first() const { return first_; }
   int last() const { return last_; }
@@ -41,6 +45,7 @@ class Stage {
   struct Slot {
     float* input = nullptr;
     std::vector<float*> out, aux;  // per layer of the slice
+    std::vector<float*> dout;      // per layer: its output gradient kept for backward_weight, or null
     int32_t* labels = nullptr;     // last stage only
   };
   int64_t slot_floats() const { return slot_floats_; }  // per slot, for train_mb samples
@@ -53,6 +58,14 @@ class Stage {
   // loss). dx: where the gradient of the stage input goes (null: not needed).
   void backward(const Slot& s, const float* params, float* grads, const float* dy, float* dx, const LayerCtx& ctx,
                 int64_t n, PollHook poll) const;
+  // The split backward (needs keep_output_grads): backward_input computes dx and every
+  // layer's output gradient (kept in the slot; layers that do not split accumulate their
+  // grads here); backward_weight then accumulates the splitting layers' grads. Together
+  // they give bitwise what backward gives.
+  void backward_input(const Slot& s, const float* params, float* grads, const float* dy, float* dx, const LayerCtx& ctx,
+                      int64_t n, PollHook poll) const;
+  void backward_weight(const Slot& s, const float* params, float* grads, const LayerCtx& ctx, int64_t n, PollHook poll) const;
+  bool keeps_output_grads() const { return keep_dout_; }
 
   // Forward without keeping activations (evaluation): returns the last non-loss output,
   // in scratch owned by the stage, valid until the next call.
@@ -73,8 +86,12 @@ class Stage {
   const Model& model_;
   int first_, last_;
   int64_t train_mb_, eval_mb_;
+  bool keep_dout_;
   int64_t num_params_ = 0, slot_floats_ = 0, max_numel_ = 0;
   std::vector<int64_t> offset_;
+  // The buffer that receives layer l's input gradient in a backward pass: the output
+  // gradient slot of the next non-view layer below l when it splits, else scratch.
+  float* grad_target(const Slot& s, int l, const float* cur_dy, float* dx) const;
   mutable Buffer scratch_a_, scratch_b_, eval_aux_, eval_loss_;
 };
 

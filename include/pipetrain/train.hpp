@@ -5,7 +5,7 @@
 
 #include "pipetrain/deck.hpp"
 #include "pipetrain/model.hpp"
-#include "pipetrain/schedule.hpp"
+#include "pipetrain/schedules.hpp"
 
 namespace pt {
 
@@ -17,15 +17,12 @@ Deck resolve_auto_split(const Deck& deck, int world_size, std::string* plan_json
 struct TrainSetup {
   std::unique_ptr<Model> model;
   Layout layout;
-  ScheduleKind kind = ScheduleKind::one_f_one_b;
+  const ScheduleDef* def = nullptr;  // the schedule's registry entry
   int microbatches = 1;  // units per minibatch (1 for the pipedream family)
   int64_t mb_size = 0;   // samples per unit
   static TrainSetup from_deck(const Deck& deck, int world_size);
 
-  bool per_minibatch_units() const {
-    return kind == ScheduleKind::pipedream || kind == ScheduleKind::pipedream_vsync ||
-           kind == ScheduleKind::pipedream_nostash;
-  }
+  bool per_minibatch_units() const { return def->per_minibatch_units; }
   // Minibatches per epoch for N training samples: whole minibatches only, and for the
   // pipedream schedules a multiple of every replica count (each update group complete).
   int64_t steps_per_epoch(const Deck& deck, int64_t N) const;
@@ -36,9 +33,8 @@ struct TrainSetup {
   // least common multiple: update boundaries every stage shares (checkpoints happen there).
   int64_t version_stride(int stage) const;
   int64_t boundary_stride() const;
-  // summary.json's formulas: weight versions held (pipedream: depth = K - s on a straight
-  // pipeline; 2bw: 2; else 1) and microbatches in flight (gpipe M, model-parallel 1, else
-  // the 1F1B depth, bounded by one update group's units for flush schedules).
+  // summary.json's formulas, from the entry's memory rule (schedules.hpp): weight versions
+  // held and units in flight per stage; -1 where the rule is the generator's replay.
   int versions_formula(int stage) const;
   // The schedule runs in segments that drain at their end: an epoch, or the steps up to
   // the next evaluation (train.eval_every). Returns the length of the segment starting

@@ -18,21 +18,17 @@
 
 #include "pipetrain/data.hpp"
 #include "pipetrain/error.hpp"
+#include "pipetrain/layers.hpp"
+#include "pipetrain/schedules.hpp"
 
 namespace pt {
 namespace {
 
-enum class Kind { Int, Float, Bool, String, Enum, IntList, SplitOrAuto };
-
-struct Range {
-  bool has_lo = false, lo_open = false, has_hi = false, hi_open = false;
-  double lo = 0, hi = 0;
-};
-Range ge(double v) { Range r; r.has_lo = true; r.lo = v; return r; }
-Range gt(double v) { Range r = ge(v); r.lo_open = true; return r; }
-Range between(double lo, double hi, bool hi_open = false) {
-  Range r = ge(lo); r.has_hi = true; r.hi = hi; r.hi_open = hi_open; return r;
-}
+using Kind = KeyKind;
+using Range = KeyRange;
+Range ge(double v) { return key_ge(v); }
+Range gt(double v) { return key_gt(v); }
+Range between(double lo, double hi, bool hi_open = false) { return key_between(lo, hi, hi_open); }
 
 // One deck key. `field` returns the address of the Deck member it fills; its C++ type
 // follows `kind`: Int -> int64_t, Float -> double, Bool -> bool, String/Enum -> std::string,
@@ -46,15 +42,6 @@ struct KeySpec {
   std::vector<std::string> choices;
   std::string doc;
   std::function<void*(Deck&)> field;
-};
-
-struct LayerKey {
-  std::string key;
-  Kind kind;
-  bool required;
-  Range range;
-  std::string doc;
-  std::function<void*(LayerSpec&)> field;
 };
 
 const std::vector<std::string> kSections = {"run", "data", "model", "train", "parallel", "checkpoint", "cluster"};
@@ -105,9 +92,10 @@ const std::vector<KeySpec>& schema() {
       {"train.eval_batch_size", Kind::Int, "500", false, between(1, 1e7), {}, "samples per microbatch when evaluating the test set", F(d.train.eval_batch_size)},
       {"train.nonfinite", Kind::Enum, "\"abort\"", false, {}, {"abort", "skip"}, "on a non-finite loss or gradient: abort the job, or drop that update deterministically", F(d.train.nonfinite)},
 
-      {"parallel.split", Kind::SplitOrAuto, "[]", false, gt(0), {}, "first layer index of stages 2..K (e.g. [2, 4, 5]), or \"auto\" to profile and plan", F(d.parallel)},
-      {"parallel.replicas", Kind::IntList, "[]", false, between(1, 1e6), {}, "replicas per stage, stage-major rank order (default: 1 each; one stage on N ranks: [N])", F(d.parallel.replicas)},
-      {"parallel.schedule", Kind::Enum, "\"1f1b\"", false, {}, {"1f1b", "gpipe", "model-parallel", "bsp", "pipedream", "pipedream-vsync", "pipedream-nostash", "2bw"}, "pipeline schedule", F(d.parallel.schedule)},
+      {"parallel.split", Kind::SplitOrAuto, "[]", false, gt(0), {}, "first layer index of stages 2..K (e.g. [2, 4, 5]; p x v stages for looped/v placements), or \"auto\" to profile and plan", F(d.parallel)},
+      {"parallel.replicas", Kind::IntList, "[]", false, between(1, 1e6), {}, "replicas per rank group (per stage when contiguous), group-major rank order (default: 1 each; one stage on N ranks: [N])", F(d.parallel.replicas)},
+      {"parallel.schedule", Kind::Enum, "\"1f1b\"", false, {}, schedule_names(), "pipeline schedule (`pipetrain schedule --list` says what each does)", F(d.parallel.schedule)},
+      {"parallel.placement", Kind::Enum, "\"auto\"", false, {}, {"auto", "contiguous", "looped", "v"}, "stages on ranks: contiguous (one stage per rank), looped (rank r holds r, r+p, ...), v (r and 2p-1-r); auto = the schedule's", F(d.parallel.placement)},
       {"parallel.microbatches", Kind::Int, "1", false, between(1, 1e6), {}, "microbatches per minibatch (flush schedules and 2bw); must divide train.batch_size", F(d.parallel.microbatches)},
       {"parallel.profile", Kind::String, "\"\"", false, {}, {}, "split = \"auto\": read this profile.json instead of profiling", F(d.parallel.profile)},
       {"parallel.allreduce", Kind::Enum, "\"mpi\"", false, {}, {"mpi", "nccl"}, "replica gradient reduction (nccl needs CUDA=1 and run.device = \"cuda\")", F(d.parallel.allreduce)},
@@ -124,32 +112,8 @@ const std::vector<KeySpec>& schema() {
 }
 #undef F
 
-#define L(expr) [](LayerSpec& l) -> void* { return &(expr); }
-const std::map<std::string, std::vector<LayerKey>>& layer_schema() {
-  static const std::map<std::string, std::vector<LayerKey>> s = {
-      {"linear", {{"out", Kind::Int, true, gt(0), "output features", L(l.out)},
-                  {"bias", Kind::Bool, false, {}, "add a bias (default true)", L(l.bias)}}},
-      {"conv2d", {{"channels", Kind::Int, true, gt(0), "output channels", L(l.channels)},
-                  {"kernel", Kind::Int, true, gt(0), "square kernel size", L(l.kernel)},
-                  {"stride", Kind::Int, false, gt(0), "stride (default 1)", L(l.stride)},
-                  {"padding", Kind::Int, false, ge(0), "zero padding (default 0)", L(l.padding)},
-                  {"bias", Kind::Bool, false, {}, "add a bias (default true)", L(l.bias)}}},
-      {"maxpool2d", {{"kernel", Kind::Int, true, gt(0), "square window", L(l.kernel)},
-                     {"stride", Kind::Int, false, gt(0), "stride (default = kernel)", L(l.stride)},
-                     {"padding", Kind::Int, false, ge(0), "padding (default 0)", L(l.padding)}}},
-      {"avgpool2d", {{"kernel", Kind::Int, true, gt(0), "square window", L(l.kernel)},
-                     {"stride", Kind::Int, false, gt(0), "stride (default = kernel)", L(l.stride)},
-                     {"padding", Kind::Int, false, ge(0), "zero padding, counted in the average (default 0)", L(l.padding)}}},
-      {"relu", {}},
-      {"gelu", {}},
-      {"flatten", {}},
-      {"layernorm", {{"eps", Kind::Float, false, gt(0), "epsilon (default 1e-5)", L(l.eps)}}},
-      {"dropout", {{"p", Kind::Float, true, between(0, 1, true), "drop probability", L(l.p)}}},
-      {"softmax_cross_entropy", {}},
-  };
-  return s;
-}
-#undef L
+// The keys of each layer type, from the layer registry (layers.hpp).
+const std::vector<LayerKey>& layer_keys(const std::string& type) { return find_layer_type(type)->keys; }
 
 std::string kind_name(Kind k) {
   switch (k) {
@@ -442,7 +406,6 @@ class Parser {
     if (arr && arr->empty()) bad(where(*ln, "model.layers"), "model.layers", "must hold at least one layer");
     if (!arr || !arr->is_array_of_tables())
       bad(where(*ln, "model.layers"), "model.layers", "must be an array of tables ([[model.layers]]), got " + node_type_name(*ln));
-    const auto& ls = layer_schema();
     std::vector<std::string> types = known_layer_types();
     std::string type_list;
     for (auto& t : types) type_list += (type_list.empty() ? "" : ", ") + t;
@@ -457,15 +420,15 @@ class Parser {
       const std::string tkey = "model.layers." + std::to_string(i) + ".type";
       if (!tn->as_string()) bad(where(*tn, tkey), base + ".type", "must be a string, got " + node_text(*tn) + " (" + node_type_name(*tn) + ")");
       spec.type = tn->as_string()->get();
-      auto it = ls.find(spec.type);
-      if (it == ls.end()) {
+      const LayerType* type = find_layer_type(spec.type);
+      if (!type) {
         std::string dym = did_you_mean(spec.type, types);
         bad(where(*tn, tkey), base + ".type",
             "unknown layer type '" + spec.type + "'" + (dym.empty() ? "" : "; did you mean '" + dym + "'?") +
                 " (known: " + type_list + ")");
       }
       std::vector<std::string> allowed = {"type", "name"};
-      for (auto& k : it->second) allowed.push_back(k.key);
+      for (auto& k : type->keys) allowed.push_back(k.key);
       for (auto&& [k, v] : t) {
         std::string key(k.str());
         if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
@@ -486,7 +449,7 @@ class Parser {
       } else {
         spec.name = spec.type + std::to_string(i);
       }
-      for (auto& k : it->second) {
+      for (auto& k : type->keys) {
         const std::string full = "model.layers." + std::to_string(i) + "." + k.key;
         if (auto v = t.get(k.key)) {
           // layer keys report as model.layers[i].key
@@ -496,21 +459,27 @@ class Parser {
                spec.where + ": key '" + base + "." + k.key + "': required for a " + spec.type + " layer (" + k.doc + ")", true);
         }
       }
-      if (spec.type == "conv2d" && spec.stride == 0) spec.stride = 1;
-      if ((spec.type == "maxpool2d" || spec.type == "avgpool2d") && spec.stride == 0) spec.stride = spec.kernel;
-      if ((spec.type == "maxpool2d" || spec.type == "avgpool2d") && spec.padding * 2 > spec.kernel)
-        bad(where(*t.get("padding"), "model.layers." + std::to_string(i) + ".padding"), base + ".padding",
-            "must be at most half the kernel, kernel / 2 = " + std::to_string(spec.kernel / 2) + " (kernel = " +
-                std::to_string(spec.kernel) + "), got " + std::to_string(spec.padding));
-      if (spec.type == "softmax_cross_entropy" && i + 1 != arr->size())
-        bad(spec.where, base + ".type", "softmax_cross_entropy must be the last layer, but it is layer " +
+      if (type->finish) type->finish(spec);
+      if (type->check) {
+        const auto [key, msg] = type->check(spec);
+        if (!msg.empty()) {
+          const toml::node* kn = key.empty() ? nullptr : t.get(key);
+          bad(kn ? where(*kn, "model.layers." + std::to_string(i) + "." + key) : spec.where, base + "." + (key.empty() ? "type" : key), msg);
+        }
+      }
+      if (type->loss && i + 1 != arr->size())
+        bad(spec.where, base + ".type", spec.type + " is a loss and must be the last layer, but it is layer " +
                                             std::to_string(i) + " of " + std::to_string(arr->size()));
       deck.model.layers.push_back(spec);
     }
     const LayerSpec& last = deck.model.layers.back();
-    if (last.type != "softmax_cross_entropy")
+    if (!find_layer_type(last.type)->loss) {
+      std::string losses;
+      for (const LayerType* lt : layer_types())
+        if (lt->loss) losses += (losses.empty() ? "'" : ", '") + lt->name + "'";
       bad(last.where, "model.layers[" + std::to_string(last.index) + "].type",
-          "the last layer must be the loss 'softmax_cross_entropy', got '" + last.type + "'");
+          "the last layer must be a loss (" + losses + "), got '" + last.type + "'");
+    }
   }
 
   void store_layer(const toml::node& n, const std::string& lookup_key, const std::string& shown_key,
@@ -704,6 +673,25 @@ SetResult apply_sets(toml::table& root, const std::vector<std::string>& sets) {
 
 // ---------------------------------------------------------------------------
 
+KeyRange key_ge(double v) {
+  KeyRange r;
+  r.has_lo = true;
+  r.lo = v;
+  return r;
+}
+KeyRange key_gt(double v) {
+  KeyRange r = key_ge(v);
+  r.lo_open = true;
+  return r;
+}
+KeyRange key_between(double lo, double hi, bool hi_open) {
+  KeyRange r = key_ge(lo);
+  r.has_hi = true;
+  r.hi = hi;
+  r.hi_open = hi_open;
+  return r;
+}
+
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
   auto dist = [](const std::string& a, const std::string& b) {
     std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -724,12 +712,6 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
   }
   size_t limit = std::max<size_t>(2, word.size() / 3);
   return best_d <= limit ? best : "";
-}
-
-const std::vector<std::string>& known_layer_types() {
-  static const std::vector<std::string> t = {"linear", "conv2d", "maxpool2d", "avgpool2d", "relu", "gelu",
-                                              "flatten", "layernorm", "dropout", "softmax_cross_entropy"};
-  return t;
 }
 
 std::string Deck::where(const std::string& key) const {
@@ -786,7 +768,7 @@ std::string value_text(const KeySpec& s, Deck& d) {
 std::string layer_text(const LayerSpec& l) {
   std::ostringstream o;
   o << "[[model.layers]]\ntype = " << toml_string(l.type) << "\nname = " << toml_string(l.name) << "\n";
-  for (auto& k : layer_schema().at(l.type)) {
+  for (auto& k : layer_keys(l.type)) {
     void* p = k.field(const_cast<LayerSpec&>(l));
     o << k.key << " = ";
     switch (k.kind) {
@@ -880,11 +862,11 @@ std::string deck_reference_markdown() {
        "| `latency` | float | `0.0` | >= 0 | seconds per message |\n";
   o << "\n## [[model.layers]]\n\nThe model is a chain; layer indices count from 0 in file order. Each table has `type`,\n"
        "an optional `name`, and the keys of its type. Shapes are inferred from the data; the last layer must be\n"
-       "`softmax_cross_entropy`.\n\n| type | keys |\n|---|---|\n";
-  for (auto& t : known_layer_types()) {
-    o << "| `" << t << "` | ";
+       "a loss.\n\n| type | what it computes | keys |\n|---|---|---|\n";
+  for (const LayerType* t : layer_types()) {
+    o << "| `" << t->name << "` | " << t->doc << (t->loss ? " (a loss: the last layer)" : "") << " | ";
     std::string keys;
-    for (auto& k : layer_schema().at(t))
+    for (auto& k : t->keys)
       keys += (keys.empty() ? "" : "; ") + ("`" + k.key + "` (" + kind_name(k.kind) + (k.required ? ", required" : "") +
                                             (range_text(k.range).empty() ? "" : ", " + range_text(k.range)) + "): " + k.doc);
     o << (keys.empty() ? "none" : keys) << " |\n";

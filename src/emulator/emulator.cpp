@@ -98,11 +98,11 @@ int cmd_emulate(const EmulateArgs& a) {
       for (int s = 0; s < K; ++s) {
         const int r = L.replicas[static_cast<size_t>(s)], d = L.in_flight_depth(s);
         int64_t f = 0, b = 0;
-        switch (setup.kind) {
-          case ScheduleKind::pipedream: f = b = pipedream_version(m, r, d); break;
-          case ScheduleKind::pipedream_vsync: f = b = r * (v0 / r); break;
-          case ScheduleKind::pipedream_nostash: f = pipedream_version(m, r, d); b = r * (m / r); break;
-          case ScheduleKind::two_bw: f = b = std::max<int64_t>(0, m / M - 1); break;
+        switch (setup.def->versions) {
+          case VersionRule::stash: f = b = pipedream_version(m, r, d); break;
+          case VersionRule::vsync: f = b = r * (v0 / r); break;
+          case VersionRule::nostash: f = pipedream_version(m, r, d); b = r * (m / r); break;
+          case VersionRule::two_bw: f = b = std::max<int64_t>(0, m / M - 1); break;
           default: f = b = m / M;
         }
         vf[static_cast<size_t>(s)] = base[static_cast<size_t>(s)] + f;
@@ -179,12 +179,12 @@ int cmd_emulate(const EmulateArgs& a) {
     }
   }
   write_weights_h5(dir + "/weights.h5", model, per_layer);
-  nlohmann::json j = {{"emulated_schedule", schedule_name(setup.kind)}, {"layout", L.str()}, {"steps", total},
+  nlohmann::json j = {{"emulated_schedule", setup.def->name}, {"layout", L.str()}, {"steps", total},
                       {"step_losses", step_loss}};
   write_file_atomic(dir + "/emulator.json", j.dump(1) + "\n");
   for (auto& x : st) be->release_int(x.labels);
   std::printf("emulated %s on %s for %lld steps; final step loss %.6f; wrote %s/{weights.h5, emulator.json}\n",
-              schedule_name(setup.kind), L.str().c_str(), static_cast<long long>(total),
+              setup.def->name.c_str(), L.str().c_str(), static_cast<long long>(total),
               step_loss.empty() ? 0.0 : step_loss.back(), dir.c_str());
   return 0;
 }

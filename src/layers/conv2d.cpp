@@ -1,54 +1,74 @@
 // 2-D convolution layer (square kernel, stride, zero padding), weights [out, in, k, k].
+// Backward splits into the data gradient (dx) and the filter and bias gradients (dw, db).
 #include <cmath>
 
-#include "layer_types.hpp"
+#include "layer_util.hpp"
 
 namespace pt::layers {
+namespace {
 
-Conv2d::Conv2d(const LayerSpec& s, Shape in) : Layer(s, in) {
-  g_.c_in = in.c();
-  g_.h_in = in.h();
-  g_.w_in = in.w();
-  g_.kernel = s.kernel;
-  g_.stride = s.stride;
-  g_.padding = s.padding;
-  const int64_t hp = in.h() + 2 * s.padding, wp = in.w() + 2 * s.padding;
-  if (s.kernel > hp || s.kernel > wp)
-    shape_error("kernel " + std::to_string(s.kernel) + " does not fit the input " + in.str() + " with padding " +
-                std::to_string(s.padding));
-  g_.c_out = s.channels;
-  g_.h_out = (hp - s.kernel) / s.stride + 1;
-  g_.w_out = (wp - s.kernel) / s.stride + 1;
-  out_ = Shape::chw(g_.c_out, g_.h_out, g_.w_out);
+class Conv2d final : public Layer {
+ public:
+  Conv2d(const LayerSpec& s, Shape in) : Layer(s, in), g_(window_geom(s, in, s.channels)) {
+    out_ = Shape::chw(g_.c_out, g_.h_out, g_.w_out);
+  }
+
+  std::vector<ParamTensor> params() const override {
+    std::vector<ParamTensor> p = {{"weight", {g_.c_out, g_.c_in, g_.kernel, g_.kernel}, 0, wsz()}};
+    if (spec_.bias) p.push_back({"bias", {g_.c_out}, wsz(), g_.c_out});
+    return p;
+  }
+  void init_params(float* host, uint64_t seed) const override {
+    const float bound = 1.0f / std::sqrt(static_cast<float>(g_.c_in * g_.kernel * g_.kernel));
+    int t = 0;
+    for (auto& p : params()) init_uniform(host + p.offset, p.size, bound, seed, index(), t++);
+  }
+  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float*, int64_t n) const override {
+    c.be.conv2d_forward(g_, n, x, w, spec_.bias ? w + wsz() : nullptr, y);
+  }
+  void backward(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float* dw,
+                const float*, int64_t n) const override {
+    c.be.conv2d_backward(g_, n, x, w, dy, dx, dw, spec_.bias ? dw + wsz() : nullptr);
+  }
+  bool splits_backward() const override { return true; }
+  void backward_input(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float*,
+                      const float*, int64_t n) const override {
+    if (dx) c.be.conv2d_backward(g_, n, x, w, dy, dx, nullptr, nullptr);
+  }
+  void backward_weight(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dw,
+                       const float*, int64_t n) const override {
+    c.be.conv2d_backward(g_, n, x, w, dy, nullptr, dw, spec_.bias ? dw + wsz() : nullptr);
+  }
+  double flops_forward() const override { return 2.0 * g_.c_out * g_.h_out * g_.w_out * g_.c_in * g_.kernel * g_.kernel; }
+  double flops_backward() const override { return 2.0 * flops_forward(); }
+
+ private:
+  int64_t wsz() const { return g_.c_out * g_.c_in * g_.kernel * g_.kernel; }
+  WindowGeom g_;
+};
+
+LayerType conv2d_type() {
+  LayerType t;
+  t.name = "conv2d";
+  t.doc = "2-D convolution, square kernel, zero padding";
+  t.pytorch = "torch.nn.Conv2d(in, channels, kernel, stride, padding, bias)";
+  t.keys = {PT_LAYER_KEY("channels", KeyKind::Int, true, key_gt(0), "output channels", channels),
+            PT_LAYER_KEY("kernel", KeyKind::Int, true, key_gt(0), "square kernel size", kernel),
+            PT_LAYER_KEY("stride", KeyKind::Int, false, key_gt(0), "stride (default 1)", stride),
+            PT_LAYER_KEY("padding", KeyKind::Int, false, key_ge(0), "zero padding (default 0)", padding),
+            PT_LAYER_KEY("bias", KeyKind::Bool, false, KeyRange{}, "add a bias (default true)", bias)};
+  t.finish = [](LayerSpec& s) {
+    if (s.stride == 0) s.stride = 1;
+  };
+  t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
+    require_input(s, in, 3, "an image [C, H, W]", prev);
+    return std::make_unique<Conv2d>(s, in);
+  };
+  return t;
 }
 
-std::vector<ParamTensor> Conv2d::params() const {
-  const int64_t wsz = g_.c_out * g_.c_in * g_.kernel * g_.kernel;
-  std::vector<ParamTensor> p = {{"weight", {g_.c_out, g_.c_in, g_.kernel, g_.kernel}, 0, wsz}};
-  if (spec_.bias) p.push_back({"bias", {g_.c_out}, wsz, g_.c_out});
-  return p;
-}
+}  // namespace
 
-void Conv2d::init_params(float* host, uint64_t seed) const {
-  const float bound = 1.0f / std::sqrt(static_cast<float>(g_.c_in * g_.kernel * g_.kernel));
-  int t = 0;
-  for (auto& p : params()) init_uniform(host + p.offset, p.size, bound, seed, index(), t++);
-}
-
-void Conv2d::forward(const LayerCtx& c, const float* w, const float* x, float* y, float*, int64_t n) const {
-  const int64_t wsz = g_.c_out * g_.c_in * g_.kernel * g_.kernel;
-  c.be.conv2d_forward(g_, n, x, w, spec_.bias ? w + wsz : nullptr, y);
-}
-
-void Conv2d::backward(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx,
-                      float* dw, const float*, int64_t n) const {
-  const int64_t wsz = g_.c_out * g_.c_in * g_.kernel * g_.kernel;
-  c.be.conv2d_backward(g_, n, x, w, dy, dx, dw, spec_.bias ? dw + wsz : nullptr);
-}
-
-double Conv2d::flops_forward() const {
-  return 2.0 * g_.c_out * g_.h_out * g_.w_out * g_.c_in * g_.kernel * g_.kernel;
-}
-double Conv2d::flops_backward() const { return 2.0 * flops_forward(); }
+PT_REGISTER_LAYER(conv2d, conv2d_type())
 
 }  // namespace pt::layers

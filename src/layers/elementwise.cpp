@@ -1,46 +1,89 @@
-// Elementwise layers: relu, gelu, dropout (flatten is a view and has no kernels).
-#include "layer_types.hpp"
+// Elementwise layers without parameters: relu, gelu, dropout, and flatten (a view: its
+// output is its input reinterpreted, no kernels).
+#include "layer_util.hpp"
 #include "pipetrain/rng.hpp"
 
 namespace pt::layers {
+namespace {
 
-void Relu::forward(const LayerCtx& c, const float*, const float* x, float* y, float*, int64_t n) const {
-  c.be.relu_forward(static_cast<size_t>(n * in_.numel()), x, y);
-}
-void Relu::backward(const LayerCtx& c, const float*, const float*, const float* y, const float* dy, float* dx,
-                    float*, const float*, int64_t n) const {
-  if (dx) c.be.relu_backward(static_cast<size_t>(n * in_.numel()), y, dy, dx);
-}
+class Relu final : public Layer {
+ public:
+  using Layer::Layer;
+  void forward(const LayerCtx& c, const float*, const float* x, float* y, float*, int64_t n) const override {
+    c.be.relu_forward(static_cast<size_t>(n * in_.numel()), x, y);
+  }
+  void backward(const LayerCtx& c, const float*, const float*, const float* y, const float* dy, float* dx, float*,
+                const float*, int64_t n) const override {
+    if (dx) c.be.relu_backward(static_cast<size_t>(n * in_.numel()), y, dy, dx);
+  }
+};
 
-void Gelu::forward(const LayerCtx& c, const float*, const float* x, float* y, float*, int64_t n) const {
-  c.be.gelu_forward(static_cast<size_t>(n * in_.numel()), x, y);
-}
-void Gelu::backward(const LayerCtx& c, const float*, const float* x, const float*, const float* dy, float* dx,
-                    float*, const float*, int64_t n) const {
-  if (dx) c.be.gelu_backward(static_cast<size_t>(n * in_.numel()), x, dy, dx);
-}
+class Gelu final : public Layer {
+ public:
+  using Layer::Layer;
+  void forward(const LayerCtx& c, const float*, const float* x, float* y, float*, int64_t n) const override {
+    c.be.gelu_forward(static_cast<size_t>(n * in_.numel()), x, y);
+  }
+  void backward(const LayerCtx& c, const float*, const float* x, const float*, const float* dy, float* dx, float*,
+                const float*, int64_t n) const override {
+    if (dx) c.be.gelu_backward(static_cast<size_t>(n * in_.numel()), x, dy, dx);
+  }
+  double flops_forward() const override { return 20.0 * out_.numel(); }
+};
 
 // The mask is keyed by (seed, layer index, global sample id, element): the same on any
 // rank and in any layout; backward recomputes it instead of storing it.
-void Dropout::forward(const LayerCtx& c, const float*, const float* x, float* y, float*, int64_t n) const {
-  const int64_t f = in_.numel();
-  if (!c.training || spec_.p == 0.0) {
-    c.be.copy(y, x, static_cast<size_t>(n * f));
-    return;
+class Dropout final : public Layer {
+ public:
+  using Layer::Layer;
+  void forward(const LayerCtx& c, const float*, const float* x, float* y, float*, int64_t n) const override {
+    const int64_t f = in_.numel();
+    if (!c.training || spec_.p == 0.0) return c.be.copy(y, x, static_cast<size_t>(n * f));
+    const uint64_t key = rng_key(c.seed, Stream::dropout, static_cast<uint64_t>(index()));
+    c.be.dropout_forward(n, f, static_cast<float>(spec_.p), key, c.sample0, x, y);
   }
-  const uint64_t key = rng_key(c.seed, Stream::dropout, static_cast<uint64_t>(index()));
-  c.be.dropout_forward(n, f, static_cast<float>(spec_.p), key, c.sample0, x, y);
-}
-void Dropout::backward(const LayerCtx& c, const float*, const float*, const float*, const float* dy, float* dx,
-                       float*, const float*, int64_t n) const {
-  if (!dx) return;
-  const int64_t f = in_.numel();
-  if (spec_.p == 0.0) {
-    c.be.copy(dx, dy, static_cast<size_t>(n * f));
-    return;
+  void backward(const LayerCtx& c, const float*, const float*, const float*, const float* dy, float* dx, float*,
+                const float*, int64_t n) const override {
+    if (!dx) return;
+    const int64_t f = in_.numel();
+    if (spec_.p == 0.0) return c.be.copy(dx, dy, static_cast<size_t>(n * f));
+    const uint64_t key = rng_key(c.seed, Stream::dropout, static_cast<uint64_t>(index()));
+    c.be.dropout_backward(n, f, static_cast<float>(spec_.p), key, c.sample0, dy, dx);
   }
-  const uint64_t key = rng_key(c.seed, Stream::dropout, static_cast<uint64_t>(index()));
-  c.be.dropout_backward(n, f, static_cast<float>(spec_.p), key, c.sample0, dy, dx);
+};
+
+class Flatten final : public Layer {
+ public:
+  Flatten(const LayerSpec& s, Shape in) : Layer(s, in) { out_ = Shape::vec(in.numel()); }
+  bool is_view() const override { return true; }
+  void forward(const LayerCtx&, const float*, const float*, float*, float*, int64_t) const override {}
+  void backward(const LayerCtx&, const float*, const float*, const float*, const float*, float*, float*, const float*,
+                int64_t) const override {}
+  double flops_forward() const override { return 0; }
+  double flops_backward() const override { return 0; }
+};
+
+template <class L>
+LayerType simple(const char* name, const char* doc, const char* pytorch, std::vector<LayerKey> keys = {}) {
+  LayerType t;
+  t.name = name;
+  t.doc = doc;
+  t.pytorch = pytorch;
+  t.keys = std::move(keys);
+  t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
+    if (in.is_tokens) require_input(s, in, 1, "a float", prev);
+    return std::make_unique<L>(s, in);
+  };
+  return t;
 }
+
+}  // namespace
+
+PT_REGISTER_LAYER(relu, simple<Relu>("relu", "max(x, 0)", "torch.nn.ReLU()"))
+PT_REGISTER_LAYER(gelu, simple<Gelu>("gelu", "exact (erf) GELU", "torch.nn.GELU()"))
+PT_REGISTER_LAYER(flatten, simple<Flatten>("flatten", "reinterpret a sample as a flat [F] vector", "torch.nn.Flatten()"))
+PT_REGISTER_LAYER(dropout, simple<Dropout>("dropout", "inverted dropout, mask keyed by (seed, layer, sample, element)",
+                                           "torch.nn.Dropout(p) (another random stream)",
+                                           {PT_LAYER_KEY("p", KeyKind::Float, true, key_between(0, 1, true), "drop probability", p)}))
 
 }  // namespace pt::layers

@@ -1,35 +1,60 @@
-// Max and average pooling over square windows.
-#include "layer_types.hpp"
+// Max and average pooling over square windows (no parameters).
+#include "layer_util.hpp"
 
 namespace pt::layers {
+namespace {
 
-Pool2d::Pool2d(const LayerSpec& s, Shape in) : Layer(s, in), max_(s.type == "maxpool2d") {
-  g_.c_in = g_.c_out = in.c();
-  g_.h_in = in.h();
-  g_.w_in = in.w();
-  g_.kernel = s.kernel;
-  g_.stride = s.stride;
-  g_.padding = s.padding;
-  const int64_t hp = in.h() + 2 * s.padding, wp = in.w() + 2 * s.padding;
-  if (s.kernel > hp || s.kernel > wp)
-    shape_error("kernel " + std::to_string(s.kernel) + " does not fit the input " + in.str());
-  g_.h_out = (hp - s.kernel) / s.stride + 1;
-  g_.w_out = (wp - s.kernel) / s.stride + 1;
-  out_ = Shape::chw(g_.c_out, g_.h_out, g_.w_out);
+class Pool2d final : public Layer {
+ public:
+  Pool2d(const LayerSpec& s, Shape in) : Layer(s, in), g_(window_geom(s, in, 0)), max_(s.type == "maxpool2d") {
+    out_ = Shape::chw(g_.c_out, g_.h_out, g_.w_out);
+  }
+  int64_t aux_per_sample() const override { return max_ ? out_.numel() : 0; }
+  void forward(const LayerCtx& c, const float*, const float* x, float* y, float* aux, int64_t n) const override {
+    if (max_) c.be.maxpool_forward(g_, n, x, y, reinterpret_cast<int32_t*>(aux));
+    else c.be.avgpool_forward(g_, n, x, y);
+  }
+  void backward(const LayerCtx& c, const float*, const float* x, const float* y, const float* dy, float* dx, float*,
+                const float* aux, int64_t n) const override {
+    if (!dx) return;
+    if (max_) c.be.maxpool_backward(g_, n, dy, reinterpret_cast<const int32_t*>(aux), dx);
+    else c.be.avgpool_backward(g_, n, x, y, dy, dx);
+  }
+  double flops_forward() const override { return static_cast<double>(out_.numel()) * g_.kernel * g_.kernel; }
+
+ private:
+  WindowGeom g_;
+  bool max_;
+};
+
+LayerType pool_type(const char* name, const char* doc, const char* pytorch, const char* padding_doc) {
+  LayerType t;
+  t.name = name;
+  t.doc = doc;
+  t.pytorch = pytorch;
+  t.keys = {PT_LAYER_KEY("kernel", KeyKind::Int, true, key_gt(0), "square window", kernel),
+            PT_LAYER_KEY("stride", KeyKind::Int, false, key_gt(0), "stride (default = kernel)", stride),
+            PT_LAYER_KEY("padding", KeyKind::Int, false, key_ge(0), padding_doc, padding)};
+  t.finish = [](LayerSpec& s) {
+    if (s.stride == 0) s.stride = s.kernel;
+  };
+  t.check = [](const LayerSpec& s) -> std::pair<std::string, std::string> {
+    if (s.padding * 2 <= s.kernel) return {"", ""};
+    return {"padding", "must be at most half the kernel, kernel / 2 = " + std::to_string(s.kernel / 2) + " (kernel = " +
+                           std::to_string(s.kernel) + "), got " + std::to_string(s.padding)};
+  };
+  t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
+    require_input(s, in, 3, "an image [C, H, W]", prev);
+    return std::make_unique<Pool2d>(s, in);
+  };
+  return t;
 }
 
-void Pool2d::forward(const LayerCtx& c, const float*, const float* x, float* y, float* aux, int64_t n) const {
-  if (max_) c.be.maxpool_forward(g_, n, x, y, reinterpret_cast<int32_t*>(aux));
-  else c.be.avgpool_forward(g_, n, x, y);
-}
+}  // namespace
 
-void Pool2d::backward(const LayerCtx& c, const float*, const float* x, const float* y, const float* dy, float* dx,
-                      float*, const float* aux, int64_t n) const {
-  if (!dx) return;
-  if (max_) c.be.maxpool_backward(g_, n, dy, reinterpret_cast<const int32_t*>(aux), dx);
-  else c.be.avgpool_backward(g_, n, x, y, dy, dx);
-}
-
-double Pool2d::flops_forward() const { return static_cast<double>(out_.numel()) * g_.kernel * g_.kernel; }
+PT_REGISTER_LAYER(maxpool2d, pool_type("maxpool2d", "max over square windows", "torch.nn.MaxPool2d(kernel, stride, padding)",
+                                       "padding (default 0)"))
+PT_REGISTER_LAYER(avgpool2d, pool_type("avgpool2d", "mean over square windows", "torch.nn.AvgPool2d(kernel, stride, padding)",
+                                       "zero padding, counted in the average (default 0)"))
 
 }  // namespace pt::layers

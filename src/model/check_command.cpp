@@ -36,7 +36,7 @@ int cmd_check(const CheckArgs& a) {
     std::printf("%s: ok\n", deck.path.c_str());
     std::printf("%s", setup.model->table().c_str());
     std::printf("layout on %d rank%s: %s; schedule %s, %d microbatch%s of %lld\n", size, size == 1 ? "" : "s",
-                  setup.layout.str().c_str(), schedule_name(setup.kind), setup.microbatches,
+                  setup.layout.str().c_str(), setup.def->name.c_str(), setup.microbatches,
                   setup.microbatches == 1 ? "" : "es", static_cast<long long>(setup.mb_size));
   }
   return 0;

@@ -16,9 +16,6 @@
 namespace pt {
 namespace {
 
-bool per_minibatch_kind(ScheduleKind k) {
-  return k == ScheduleKind::pipedream || k == ScheduleKind::pipedream_vsync || k == ScheduleKind::pipedream_nostash;
-}
 
 // Divisors of B up to 4N (at least 8); at most 8 of them, keeping 1, the powers of two and
 // the largest. Large jobs (more than `exact` ranks) try only the three largest powers of
@@ -44,17 +41,17 @@ std::vector<int> auto_microbatches(int64_t B, int ranks, int exact) {
   return keep;
 }
 
-PlanCandidate run_candidate(const Profile& p, const ClusterModel& net, const std::string& label, ScheduleKind kind,
+PlanCandidate run_candidate(const Profile& p, const ClusterModel& net, const std::string& label, const ScheduleDef& kind,
                             int M, int64_t B, const Layout& layout, double dp_obj, double cap, int64_t budget) {
   PlanCandidate c;
   c.label = label;
-  c.schedule = schedule_name(kind);
-  c.microbatches = per_minibatch_kind(kind) ? 1 : M;
+  c.schedule = kind.name;
+  c.microbatches = kind.per_minibatch_units ? 1 : M;
   c.batch_size = B;
   c.layout = layout;
   c.dp_objective = dp_obj;
   SimConfig cfg;
-  cfg.kind = kind;
+  cfg.def = &kind;
   cfg.layout = layout;
   cfg.microbatches = c.microbatches;
   cfg.batch_size = B;
@@ -90,7 +87,7 @@ bool better(const PlanCandidate& a, const PlanCandidate& b) {
 // waiting for each other at their allreduce, transfers on the critical path.
 PlanCandidate refine(const Profile& p, const ClusterModel& net, const PlanCandidate& start, const PlanOptions& o) {
   PlanCandidate cur = start;
-  const ScheduleKind kind = schedule_kind(start.schedule);
+  const ScheduleDef& kind = schedule_def(start.schedule);
   int spent = 0;
   for (bool improved = true; improved && spent < o.refine_steps;) {
     improved = false;
@@ -184,10 +181,10 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
 
   PlanCandidate best;
   bool have = false;
-  std::vector<std::pair<ScheduleKind, std::vector<int>>> ms_per_kind;  // for the straight baseline: M by preference
+  std::vector<std::pair<const ScheduleDef*, std::vector<int>>> ms_per_kind;  // for the straight baseline: M by preference
   for (const std::string& name : o.schedules) {
-    const ScheduleKind kind = schedule_kind(name);
-    std::vector<int> ms = per_minibatch_kind(kind) ? std::vector<int>{1} : Ms;
+    const ScheduleDef& kind = schedule_def(name);
+    std::vector<int> ms = kind.per_minibatch_units ? std::vector<int>{1} : Ms;
     // large jobs: from the most microbatches down, stop at the first that fits (fewer
     // microbatches only add bubble; they are tried when memory rules the larger out)
     if (large) std::sort(ms.rbegin(), ms.rend());
@@ -200,11 +197,12 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
       for (int variant = 0; variant < (serial_too ? 2 : 1); ++variant) {
         ChainCosts cc = ChainCosts::from_profile(p, kind, M, B);
         cc.serial_allreduce = variant == 1;
+        cc.ranks = N;
         const DpResult dp = run_dp(cc, dpo);
         PlanCandidate c;
         c.label = variant ? "plan (serial)" : "plan";
         c.schedule = name;
-        c.microbatches = per_minibatch_kind(kind) ? 1 : M;
+        c.microbatches = kind.per_minibatch_units ? 1 : M;
         c.batch_size = B;
         c.fits = false;
         if (!dp.ok) {
@@ -217,10 +215,10 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
         for (const Layout& t : tried) seen = seen || (t.first == layout.first && t.replicas == layout.replicas);
         if (seen) continue;
         tried.push_back(layout);
-        if (kind == ScheduleKind::two_bw && M < layout.stages()) {
+        if (kind.check && !kind.check(layout, c.microbatches).empty()) {
           c.layout = layout;
           c.dp_objective = dp.objective;
-          c.note = "2bw needs M >= stages";
+          c.note = kind.check(layout, c.microbatches);
           plan.candidates.push_back(c);
           continue;
         }
@@ -245,14 +243,14 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
       if (std::find(order.begin(), order.end(), km.second) == order.end()) order.push_back(km.second);
     for (int M : ms)  // then the rest
       if (B % M == 0 && std::find(order.begin(), order.end(), M) == order.end()) order.push_back(M);
-    ms_per_kind.push_back({kind, order});
+    ms_per_kind.push_back({&kind, order});
   }
 
   if (o.baselines) {
     // bsp: one stage, every rank a replica, one microbatch per replica
     const int64_t bb = o.bsp_batch > 0 ? o.bsp_batch : B;
     Layout dpl = Layout::make({0}, L, {N});
-    plan.bsp = run_candidate(p, net, "bsp", ScheduleKind::bsp, N, bb, dpl, 0.0, o.memory_cap, o.sim_budget);
+    plan.bsp = run_candidate(p, net, "bsp", schedule_def("bsp"), N, bb, dpl, 0.0, o.memory_cap, o.sim_budget);
     plan.has_bsp = plan.bsp.sim.ok;
     // the straight pipeline: N stages of one replica, each kind at its best M that replays
     if (L >= N && N > 1) {
@@ -262,26 +260,27 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
       bool sh = false;
       if (large && have)  // large jobs: the chosen plan's schedule first, others only if it fails
         std::stable_sort(ms_per_kind.begin(), ms_per_kind.end(), [&](const auto& a, const auto& b) {
-          return schedule_name(a.first) == best.schedule && schedule_name(b.first) != best.schedule;
+          return a.first->name == best.schedule && b.first->name != best.schedule;
         });
-      for (auto& [kind, order0] : ms_per_kind) {
+      for (auto& [kdef, order0] : ms_per_kind) {
+        const ScheduleDef& kind = *kdef;
         if (large && sh) break;
         std::vector<int> order = order0;  // then smaller powers of two, for a replay within budget
         for (int64_t M = 1; M <= B; M *= 2)
-          if (B % M == 0 && std::find(order.begin(), order.end(), M) == order.end() && !per_minibatch_kind(kind))
+          if (B % M == 0 && std::find(order.begin(), order.end(), M) == order.end() && !kind.per_minibatch_units)
             order.push_back(static_cast<int>(M));
         std::stable_sort(order.begin() + static_cast<long>(order0.size()), order.end(), std::greater<int>());
         for (int M : order) {
-          if (kind == ScheduleKind::two_bw && M < N) continue;  // N stages need M >= N
           // the replay of N stages costs about (minibatches x M x N x 6) actions at least
-          const int64_t min_steps = is_async(kind) ? (per_minibatch_kind(kind) ? 2 * N + 1 : 3) : 2;
+          const int64_t min_steps = !kind.flush ? (kind.per_minibatch_units ? 2 * N + 1 : 3) : 2;
           if (o.sim_budget > 0 && min_steps * M * static_cast<int64_t>(N) * 6 > o.sim_budget) continue;
-          const ChainCosts cc = ChainCosts::from_profile(p, kind, M, B);
+          ChainCosts cc = ChainCosts::from_profile(p, kind, M, B);
+          cc.ranks = N;
           const DpResult dp = plan_dp(cc, net, N, so);
           plan.dp_evaluations += dp.evaluations;
           if (!dp.ok) continue;
           const Layout layout = dp.layout(L);
-          if (kind == ScheduleKind::two_bw && M < layout.stages()) continue;
+          if (kind.check && !kind.check(layout, M).empty()) continue;
           PlanCandidate c = run_candidate(p, net, "straight", kind, M, B, layout, dp.objective, o.memory_cap, o.sim_budget);
           if (!c.sim.ok) continue;  // too large to replay: try the next M
           if (!order0.empty() && M != order0.front() && c.note.empty()) c.note = "M limited by the replay budget";

@@ -106,7 +106,7 @@ int cmd_plan(const PlanArgs& a) {
   if (a.replicas == "all") o.replicas = ReplicaSet::all;
   else if (a.replicas == "pow2") o.replicas = ReplicaSet::powers_of_two;
   else if (a.replicas != "auto") fail(Exit::bad_input, "command line: --replicas expects auto, all or pow2, got '" + a.replicas + "'", true);
-  for (const std::string& s : o.schedules) (void)schedule_kind(s);  // unknown names fail here
+  for (const std::string& s : o.schedules) (void)schedule_def(s);  // unknown names fail here
   Plan plan = choose_plan(in.profile, in.cluster, a.ranks, in.batch, o);
   if (rank != 0) return plan.ok ? 0 : static_cast<int>(Exit::bad_input);
   std::printf("profile: %s (%zu layers, microbatch %lld)\n", in.profile.source.c_str(), in.profile.layers.size(),

@@ -19,9 +19,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-bool per_minibatch_kind(ScheduleKind k) {
-  return k == ScheduleKind::pipedream || k == ScheduleKind::pipedream_vsync || k == ScheduleKind::pipedream_nostash;
-}
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
@@ -79,11 +76,11 @@ struct ChainModel {
 
 }  // namespace
 
-ChainCosts ChainCosts::from_profile(const Profile& p, ScheduleKind kind, int microbatches, int64_t batch_size) {
+ChainCosts ChainCosts::from_profile(const Profile& p, const ScheduleDef& kind, int microbatches, int64_t batch_size) {
   ChainCosts c;
   const double pmb = p.microbatch > 0 ? static_cast<double>(p.microbatch) : 1.0;
   const double B = batch_size > 0 ? static_cast<double>(batch_size) : pmb;
-  const bool per_mb = per_minibatch_kind(kind);
+  const bool per_mb = kind.per_minibatch_units;
   c.units = per_mb ? 1 : std::max(1, microbatches);
   c.amortized = per_mb;
   const double unit = B / c.units;
@@ -96,33 +93,18 @@ ChainCosts ChainCosts::from_profile(const Profile& p, ScheduleKind kind, int mic
   }
   c.input_bytes = p.input_bytes * unit / pmb;
   c.optimizer_s_per_byte = p.optimizer_s_per_byte;
-  switch (kind) {
-    case ScheduleKind::gpipe: c.rule = MemoryRule::gpipe; break;
-    case ScheduleKind::pipedream:
-    case ScheduleKind::pipedream_vsync: c.rule = MemoryRule::pipedream; break;
-    case ScheduleKind::two_bw: c.rule = MemoryRule::two_bw; break;
-    default: c.rule = MemoryRule::one_f_one_b;
-  }
+  c.rule = kind.memory;
   return c;
 }
 
+// The registry's rules (schedules.hpp); the DP does not know stage 0's replicas yet, so
+// the zero-bubble rules take d0 as the deepest possible depth, the whole job.
 int rule_in_flight(const ChainCosts& c, int depth, int replicas) {
-  switch (c.rule) {
-    case MemoryRule::one_f_one_b: return std::min(depth, ceil_div(c.units, replicas));
-    case MemoryRule::gpipe: return ceil_div(c.units, replicas);
-    case MemoryRule::pipedream:
-    case MemoryRule::two_bw: return depth;
-  }
-  return depth;
+  const int n = memory_in_flight(c.rule, depth, std::max(depth, c.ranks), replicas, c.units);
+  return n < 0 ? depth : n;
 }
 
-int rule_versions(const ChainCosts& c, int depth) {
-  switch (c.rule) {
-    case MemoryRule::pipedream: return depth;
-    case MemoryRule::two_bw: return 2;
-    default: return 1;
-  }
-}
+int rule_versions(const ChainCosts& c, int depth) { return std::max(1, memory_versions(c.rule, depth)); }
 
 double stage_memory(const ChainCosts& c, int i, int j, int r, int depth) {
   static const ClusterModel none = ClusterModel::single(1.0);

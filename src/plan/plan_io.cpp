@@ -8,11 +8,12 @@
 
 #include "pipetrain/error.hpp"
 #include "pipetrain/plan.hpp"
+#include "pipetrain/schedules.hpp"
 
 namespace pt {
 namespace {
 
-bool per_minibatch_kind(const std::string& s) { return s == "pipedream" || s == "pipedream-vsync" || s == "pipedream-nostash"; }
+bool per_minibatch_kind(const std::string& s) { return schedule_def(s).per_minibatch_units; }
 
 // "15-1"; long layouts run-length encoded: "128(x8)-64"
 std::string replication_str(const Layout& l) {

@@ -45,7 +45,7 @@ Executor::~Executor() {
 int Executor::tag(int kind, int64_t mb) const { return static_cast<int>((mb % ctx_.tag_modulus()) * 4 + kind); }
 
 void Executor::ensure_pools(const Schedule& ir) {
-  const int need_slots = std::max(1, max_in_flight(ir, ctx_.rank()));
+  const int need_slots = std::max(1, max_in_flight(ir, ctx_.rank(), ctx_.stage()));
   const bool has_next = !ctx_.last_stage(), has_prev = !ctx_.first_stage();
   const size_t in_floats = static_cast<size_t>(stage_.train_mb() * stage_.in_shape().numel());
   const size_t out_floats = static_cast<size_t>(stage_.train_mb() * stage_.out_shape().numel());
@@ -150,7 +150,7 @@ bool Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
   PT_CHECK(mb_size_ == stage_.train_mb(), "IR microbatch " << mb_size_ << " != stage slot size " << stage_.train_mb());
   ensure_pools(ir);
   const size_t from = resume ? static_cast<size_t>(resume->position) : 0;
-  weights_.prepare(ir, ctx_.rank(), from);
+  weights_.prepare(ir, ctx_.rank(), ctx_.stage(), from);
   const auto& acts = ir.workers[static_cast<size_t>(ctx_.rank())];
   recv_positions_.clear();
   for (size_t i = from; i < acts.size(); ++i)

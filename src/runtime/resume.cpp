@@ -80,10 +80,10 @@ ResumePoint choose_resume(const std::string& path, const Deck& deck, const Train
                                   " and " + std::to_string(deck.run.seed) + " in the deck: the data order would differ", true);
     }
     const bool exact = why.empty() && meta.ranks == ctx.size() && meta.split == split && meta.replicas == setup.layout.replicas &&
-                       meta.schedule == schedule_name(setup.kind) && meta.microbatches == setup.microbatches;
-    if (why.empty() && !exact && !meta.epoch_complete && !is_flush(setup.kind))
+                       meta.schedule == setup.def->name && meta.microbatches == setup.microbatches;
+    if (why.empty() && !exact && !meta.epoch_complete && !setup.def->flush)
       fail(Exit::bad_input, c.step_dir + ": resuming a " + meta.schedule + " run in the middle of epoch " +
-                                std::to_string(meta.epoch + 1) + " with " + schedule_name(setup.kind) + " on another layout (split " +
+                                std::to_string(meta.epoch + 1) + " with " + setup.def->name + " on another layout (split " +
                                 nlohmann::json(split).dump() + ", replicas " + setup.layout.replication() +
                                 ") would start that schedule from a state it cannot have; use the checkpoint's layout (split " +
                                 nlohmann::json(meta.split).dump() + ", replicas " + nlohmann::json(meta.replicas).dump() +
@@ -130,7 +130,7 @@ ResumePoint choose_resume(const std::string& path, const Deck& deck, const Train
                                      optimizer_buffers);
       if (!meta.epoch_complete) {
         // the same step of the same epoch in this layout's IR: a flush schedule has nothing in flight there
-        Schedule ir = make_schedule(setup.kind, setup.layout, meta.epoch_steps, setup.microbatches);
+        Schedule ir = make_schedule(*setup.def, setup.layout, meta.epoch_steps, setup.microbatches);
         const Cut cut = consistent_cut(ir, meta.step - meta.epoch_start);
         PT_CHECK(cut.crossing[static_cast<size_t>(ctx.rank())].empty(), "flush schedule cut with messages in flight");
         rp.state.position = static_cast<int64_t>(cut.position[static_cast<size_t>(ctx.rank())]);

@@ -128,8 +128,8 @@ void write_run_outputs(const RunOutputs& o) {
   nlohmann::json summary = {
       {"status", o.status},
       {"deck", o.deck.path},
-      {"schedule", schedule_name(o.setup.kind)},
-      {"valid_gradients", o.setup.kind != ScheduleKind::pipedream_nostash},
+      {"schedule", o.setup.def->name},
+      {"valid_gradients", o.setup.def->valid_gradients},
       {"ranks", ctx.size()},
       {"stages", layout.stages()},
       {"split", split},
@@ -173,12 +173,12 @@ void write_run_outputs(const RunOutputs& o) {
     for (size_t i = 0; i + 4 < traces[r].size(); i += 5)
       events.push_back({static_cast<int>(r), traces[r][i], traces[r][i + 1], static_cast<Op>(static_cast<int>(traces[r][i + 2])),
                         static_cast<int32_t>(traces[r][i + 3]), static_cast<int64_t>(traces[r][i + 4])});
-  write_file_atomic(o.run_dir + "/trace.json", chrome_trace_json(events, layout, std::string("pipetrain ") + schedule_name(o.setup.kind)));
+  write_file_atomic(o.run_dir + "/trace.json", chrome_trace_json(events, layout, "pipetrain " + o.setup.def->name));
   write_weights_h5(o.run_dir + "/weights.h5", model, per_layer);
   std::printf("wrote %s/{summary.json, metrics.jsonl, trace.json, weights.h5, deck.toml}\n", o.run_dir.c_str());
   std::printf("PERF schedule=%s ranks=%d stages=%d replicas=%s microbatches=%d samples_per_s=%.1f bubble=%.3f "
               "test_accuracy=%.4f train_wall_s=%.2f network_bytes_per_sample=%.0f comm_reduction_vs_bsp=%.3f\n",
-              schedule_name(o.setup.kind), ctx.size(), layout.stages(), layout.replication().c_str(), o.setup.microbatches,
+              o.setup.def->name.c_str(), ctx.size(), layout.stages(), layout.replication().c_str(), o.setup.microbatches,
               samples / std::max(1e-9, o.train_time_this_run), bubble_sum / ctx.size(), o.final_accuracy, o.train_time,
               (p2p + ar_net) / std::max(1.0, samples), bsp_net > 0 ? 1.0 - (p2p + ar_net) / std::max(1.0, samples) / bsp_net : 0.0);
   std::fflush(stdout);

@@ -17,14 +17,15 @@ TrainSetup TrainSetup::from_deck(const Deck& deck, int world_size) {
   TrainSetup t;
   DataInfo info = data_info(deck);
   t.model = std::make_unique<Model>(deck, info.shape, info.classes);
-  t.layout = Layout::from_deck(deck, t.model->size(), world_size);
-  t.kind = schedule_kind(deck.parallel.schedule);
+  t.def = &schedule_def(deck.parallel.schedule);
+  t.layout = Layout::from_deck(deck, t.model->size(), world_size, t.def->placement);
   t.microbatches = t.per_minibatch_units() ? 1 : static_cast<int>(deck.parallel.microbatches);
-  if (t.kind == ScheduleKind::two_bw && t.microbatches < t.layout.stages())
-    fail(Exit::bad_input,
-         deck.where("parallel.microbatches") + ": key 'parallel.microbatches': 2bw needs at least one microbatch per stage (M >= K), got M = " +
-             std::to_string(t.microbatches) + " for " + std::to_string(t.layout.stages()) + " stages",
-         true);
+  if (t.def->check) {
+    const std::string why = t.def->check(t.layout, t.microbatches);
+    if (!why.empty())
+      fail(Exit::bad_input, deck.where("parallel.microbatches") + ": key 'parallel.microbatches' (schedule " + t.def->name +
+                                ", " + t.layout.str() + "): " + why, true);
+  }
   t.mb_size = deck.train.batch_size / t.microbatches;
   if (deck.train.eval_every % t.boundary_stride() != 0)
     fail(Exit::bad_input, deck.where("train.eval_every") + ": key 'train.eval_every': " + std::to_string(deck.train.eval_every) +
@@ -34,9 +35,7 @@ TrainSetup TrainSetup::from_deck(const Deck& deck, int world_size) {
   return t;
 }
 
-int64_t TrainSetup::version_stride(int stage) const {
-  return per_minibatch_units() ? layout.replicas[static_cast<size_t>(stage)] : 1;
-}
+int64_t TrainSetup::version_stride(int stage) const { return per_minibatch_units() ? layout.replicas_of(stage) : 1; }
 
 int64_t TrainSetup::boundary_stride() const {
   int64_t l = 1;
@@ -70,25 +69,8 @@ int64_t TrainSetup::segment_steps(int64_t done, int64_t spe, int64_t total, int6
   return n;
 }
 
-int TrainSetup::versions_formula(int stage) const {
-  switch (kind) {
-    case ScheduleKind::pipedream:
-    case ScheduleKind::pipedream_vsync: return layout.in_flight_depth(stage);
-    case ScheduleKind::two_bw: return 2;
-    default: return 1;
-  }
-}
+int TrainSetup::versions_formula(int stage) const { return rule_versions(def->memory, layout, stage); }
 
-int TrainSetup::in_flight_formula(int stage) const {
-  const int r = layout.replicas[static_cast<size_t>(stage)];
-  const int per_replica = (microbatches + r - 1) / r;
-  switch (kind) {
-    case ScheduleKind::gpipe: return per_replica;
-    case ScheduleKind::model_parallel: return 1;
-    case ScheduleKind::one_f_one_b:
-    case ScheduleKind::bsp: return std::min(per_replica, layout.in_flight_depth(stage));
-    default: return layout.in_flight_depth(stage);
-  }
-}
+int TrainSetup::in_flight_formula(int stage) const { return rule_in_flight(def->memory, layout, stage, microbatches); }
 
 }  // namespace pt

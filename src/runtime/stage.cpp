@@ -8,8 +8,8 @@
 
 namespace pt {
 
-Stage::Stage(Backend& be, const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb)
-    : be_(be), model_(model), first_(first), last_(last), train_mb_(train_mb), eval_mb_(eval_mb) {
+Stage::Stage(Backend& be, const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb, bool keep_output_grads)
+    : be_(be), model_(model), first_(first), last_(last), train_mb_(train_mb), eval_mb_(eval_mb), keep_dout_(keep_output_grads) {
   PT_CHECK(0 <= first && first < last && last <= model.size(), "bad stage [" << first << ", " << last << ")");
   int64_t aux_max = 0;
   slot_floats_ = in_shape().numel();
@@ -20,6 +20,7 @@ Stage::Stage(Backend& be, const Model& model, int first, int last, int64_t train
     num_params_ += layer.num_params();
     if (!layer.is_view()) slot_floats_ += layer.out_shape().numel();
     slot_floats_ += layer.aux_per_sample();
+    if (keep_dout_ && layer.splits_backward()) slot_floats_ += layer.out_shape().numel();
     aux_max = std::max(aux_max, layer.aux_per_sample());
     max_numel_ = std::max({max_numel_, layer.in_shape().numel(), layer.out_shape().numel()});
   }
@@ -49,6 +50,9 @@ Stage::Slot Stage::carve(float* base, int32_t* labels) const {
     s.out.push_back(y);
     s.aux.push_back(layer.aux_per_sample() ? p : nullptr);
     p += train_mb_ * layer.aux_per_sample();
+    const bool keep = keep_dout_ && layer.splits_backward();
+    s.dout.push_back(keep ? p : nullptr);
+    if (keep) p += train_mb_ * layer.out_shape().numel();
     prev = y;
   }
   PT_CHECK(p - base == slot_floats_, "slot layout " << (p - base) << " != " << slot_floats_);
@@ -91,6 +95,50 @@ void Stage::backward(const Slot& s, const float* params, float* grads, const flo
     else target = (cur_dy == scratch_a_.data()) ? scratch_b_.data() : scratch_a_.data();
     backward_layer(l, s, params, grads, cur_dy, target, ctx, n);
     cur_dy = target;
+    poll();
+  }
+}
+
+float* Stage::grad_target(const Slot& s, int l, const float* cur_dy, float* dx) const {
+  for (int j = l - 1; j >= first_; --j) {
+    if (model_.layer(j).is_view()) continue;
+    if (float* d = s.dout[static_cast<size_t>(j - first_)]) return d;
+    break;
+  }
+  if (l == first_) return dx;
+  return cur_dy == scratch_a_.data() ? scratch_b_.data() : scratch_a_.data();
+}
+
+void Stage::backward_input(const Slot& s, const float* params, float* grads, const float* dy, float* dx,
+                           const LayerCtx& ctx, int64_t n, PollHook poll) const {
+  PT_CHECK(keep_dout_, "backward_input on a stage built without output-gradient slots");
+  const float* cur_dy = dy;
+  for (int l = last_ - 1; l >= first_; --l) {
+    const Layer& layer = model_.layer(l);
+    const size_t i = static_cast<size_t>(l - first_);
+    if (layer.is_view()) {  // gradient passes through unchanged
+      if (l == first_ && dx) be_.copy(dx, cur_dy, static_cast<size_t>(n * layer.in_shape().numel()));
+      continue;
+    }
+    if (s.dout[i] && cur_dy != s.dout[i]) {  // the stage's incoming gradient: keep it for W
+      be_.copy(s.dout[i], cur_dy, static_cast<size_t>(n * layer.out_shape().numel()));
+      cur_dy = s.dout[i];
+    }
+    float* target = l == first_ ? dx : grad_target(s, l, cur_dy, dx);
+    const float* x = i == 0 ? s.input : s.out[i - 1];
+    layer.backward_input(ctx, params + offset_[i], x, s.out[i], cur_dy, target, grads + offset_[i], s.aux[i], n);
+    cur_dy = target;
+    poll();
+  }
+}
+
+void Stage::backward_weight(const Slot& s, const float* params, float* grads, const LayerCtx& ctx, int64_t n,
+                            PollHook poll) const {
+  for (int l = last_ - 1; l >= first_; --l) {
+    const size_t i = static_cast<size_t>(l - first_);
+    if (!s.dout[i]) continue;
+    const float* x = i == 0 ? s.input : s.out[i - 1];
+    model_.layer(l).backward_weight(ctx, params + offset_[i], x, s.out[i], s.dout[i], grads + offset_[i], s.aux[i], n);
     poll();
   }
 }

@@ -182,7 +182,7 @@ CheckpointMeta Trainer::meta(int64_t step, bool epoch_complete) const {
   m.epoch_steps = epoch_steps_;
   m.epoch_start = epoch_start_;
   m.epoch_complete = epoch_complete;
-  m.schedule = schedule_name(setup_.kind);
+  m.schedule = setup_.def->name;
   m.split.assign(setup_.layout.first.begin() + 1, setup_.layout.first.end() - 1);
   m.replicas = setup_.layout.replicas;
   m.microbatches = setup_.microbatches;
@@ -373,10 +373,10 @@ int Trainer::run() {
     std::printf("model: %d layers, %lld parameters\n", model.size(), static_cast<long long>(model.num_params(0, model.size())));
     std::printf("layout: %s\n", layout.str().c_str());
     std::printf("schedule: %s, %d microbatch%s of %lld per minibatch of %lld; %lld steps (%lld per epoch)%s\n",
-                schedule_name(setup_.kind), setup_.microbatches, setup_.microbatches == 1 ? "" : "es",
+                setup_.def->name.c_str(), setup_.microbatches, setup_.microbatches == 1 ? "" : "es",
                 static_cast<long long>(setup_.mb_size), static_cast<long long>(B), static_cast<long long>(total_steps_),
                 static_cast<long long>(spe_),
-                setup_.kind == ScheduleKind::pipedream_nostash
+                !setup_.def->valid_gradients
                     ? "  ** ablation baseline: backward uses the latest weights, gradients are INVALID **" : "");
     std::printf("run directory: %s; checkpoints: %s\n", run_dir_.c_str(), ckpt_dir.c_str());
     if (resume.valid)
@@ -428,7 +428,7 @@ int Trainer::run() {
     epoch_steps_ = TrainSetup::segment_steps(steps_done, spe_, total_steps_, deck_.train.eval_every);
     if (resume_state && resume_state->position > 0) epoch_steps_ = resume_state->epoch_steps;
     if (in_epoch == 0 && !(resume_state && resume_state->position > 0)) epoch_loss_ = epoch_samples_ = epoch_time_ = 0;
-    Schedule ir = make_schedule(setup_.kind, layout, epoch_steps_, setup_.microbatches);
+    Schedule ir = make_schedule(*setup_.def, layout, epoch_steps_, setup_.microbatches);
     if (std::string err = validate(ir); !err.empty()) fail(Exit::internal, "schedule invalid: " + err);
     if (perm_epoch != epoch_) perm = epoch_permutation(N, static_cast<uint64_t>(deck_.run.seed), epoch_), perm_epoch = epoch_;
     const std::vector<int64_t> segment(perm.begin() + in_epoch * B, perm.end());

@@ -10,12 +10,12 @@ WeightStore::WeightStore(Backend& be, size_t n) : be_(be), n_(n) {
   id_.push_back(0);
 }
 
-void WeightStore::prepare(const Schedule& ir, int rank, size_t from) {
+void WeightStore::prepare(const Schedule& ir, int rank, int stage, size_t from) {
   if (from == 0) {
     base_ = latest_id_;
     PT_CHECK(held() == 1, "an IR must start with one live version, have " << held());
   }
-  const size_t need = static_cast<size_t>(max_versions_held(ir, rank));
+  const size_t need = static_cast<size_t>(max_versions_held(ir, rank, stage));
   while (pool_.size() < need) {  // allocated once, before the first step of the IR
     pool_.emplace_back(be_, n_);
     id_.push_back(-1);
@@ -23,7 +23,7 @@ void WeightStore::prepare(const Schedule& ir, int rank, size_t from) {
   uses_.clear();
   const auto& acts = ir.workers[static_cast<size_t>(rank)];
   for (size_t i = from; i < acts.size(); ++i)
-    if (is_compute(acts[i].op)) ++uses_[acts[i].version];
+    if (acts[i].stage == stage && is_compute(acts[i].op)) ++uses_[acts[i].version];
 }
 
 void WeightStore::restore(const std::vector<std::pair<int64_t, std::vector<float>>>& versions, int64_t latest,

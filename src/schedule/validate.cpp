@@ -1,185 +1,240 @@
-// Schedule validation (structure, routing, version rules, then a replay for deadlocks and
-// unmatched messages), weight-version liveness, and the rank x time grid.
+// Schedule validation (structure, routing, the backward halves, update placement, the
+// version rule, then a replay for deadlocks and unmatched messages) and the per-worker
+// memory measures: units in flight, weight versions held, peak activations.
 #include <algorithm>
 #include <map>
 #include <set>
-#include <sstream>
 
+#include "passes.hpp"
 #include "pipetrain/error.hpp"
-#include "pipetrain/schedule.hpp"
 
 namespace pt {
 namespace {
 
 std::string where(const Schedule& S, int w, size_t i) {
   const Action& a = S.workers[static_cast<size_t>(w)][i];
-  std::string s = "rank " + std::to_string(w) + " (stage " + std::to_string(S.layout.stage_of(w)) + ", replica " +
-                  std::to_string(S.layout.replica_of(w)) + ") action " + std::to_string(i) + " " + op_name(a.op) +
-                  " mb " + std::to_string(a.mb);
+  std::string s = "rank " + std::to_string(w) + " (stage " + std::to_string(a.stage) + ", replica " +
+                  std::to_string(S.layout.replica_of(w)) + ") action " + std::to_string(i) + " " + op_name(a.op) + " mb " +
+                  std::to_string(a.mb);
   if (a.peer >= 0) s += " peer " + std::to_string(a.peer);
   return s;
 }
 
+// What one worker has done with one of its stages so far.
+struct LaneState {
+  std::set<int32_t> got_act, forwarded, got_grad, input_done, backwarded;  // input_done: B or I ran; backwarded: B or W
+  std::vector<int32_t> input_order, weight_order;  // units in I order and in W order
+  std::map<int32_t, int32_t> fwd_version;
+  std::map<int64_t, int64_t> finished_in_group;
+  std::set<int64_t> versions = {0};
+  int64_t latest = 0, steps = 0;
+};
+
+class Validator {
+ public:
+  explicit Validator(const Schedule& S) : S_(S), L_(S.layout), K_(L_.stages()), U_(S.units()) {
+    fwd_count_.assign(static_cast<size_t>(K_), std::vector<int>(static_cast<size_t>(U_), 0));
+    bwd_count_ = fwd_count_;
+    v0_.assign(static_cast<size_t>(U_), 0);
+  }
+
+  std::string run() {
+    if (static_cast<int>(S_.workers.size()) != L_.ranks())
+      return "schedule has " + std::to_string(S_.workers.size()) + " workers for " + std::to_string(L_.ranks()) + " ranks";
+    for (int w = 0; w < L_.ranks(); ++w)
+      if (std::string e = worker(w); !e.empty()) return e;
+    for (int s = 0; s < K_; ++s)
+      for (int64_t m = 0; m < U_; ++m) {
+        const int f = fwd_count_[static_cast<size_t>(s)][static_cast<size_t>(m)], b = bwd_count_[static_cast<size_t>(s)][static_cast<size_t>(m)];
+        if (f != 1) return "stage " + std::to_string(s) + " forwards microbatch " + std::to_string(m) + " " + std::to_string(f) + " times";
+        if (S_.training() && b != 1)
+          return "stage " + std::to_string(s) + " backwards microbatch " + std::to_string(m) + " " + std::to_string(b) + " times";
+      }
+    Replay rp = replay(S_, unit_costs(L_));
+    return rp.ok ? "" : rp.error;
+  }
+
+ private:
+  std::string worker(int w) {
+    const std::vector<int> hosted = L_.stages_of_rank(w);
+    std::map<int, LaneState> lanes;
+    const auto& acts = S_.workers[static_cast<size_t>(w)];
+    for (size_t i = 0; i < acts.size(); ++i) {
+      const Action& a = acts[i];
+      if (std::find(hosted.begin(), hosted.end(), a.stage) == hosted.end())
+        return where(S_, w, i) + ": stage " + std::to_string(a.stage) + " is not held by this rank";
+      if (std::string e = routing(w, i); !e.empty()) return e;
+      if (std::string e = action(w, i, lanes[a.stage]); !e.empty()) return e;
+    }
+    for (int s : hosted) {
+      LaneState& l = lanes[s];
+      const std::string who = "rank " + std::to_string(w) + " stage " + std::to_string(s);
+      if (S_.training() && l.steps != S_.groups(s))
+        return who + ": " + std::to_string(l.steps) + " optimizer steps, expected " + std::to_string(S_.groups(s));
+      if (S_.training() && l.forwarded.size() != l.backwarded.size())
+        return who + ": " + std::to_string(l.forwarded.size() - l.backwarded.size()) + " microbatches forwarded but never backwarded";
+      if (l.weight_order != l.input_order)
+        return who + ": weight gradients (W) run in another order than input gradients (I); gradient sums would differ";
+    }
+    return "";
+  }
+
+  // Unit range, replica and peer of a communication or compute action.
+  std::string routing(int w, size_t i) const {
+    const Action& a = S_.workers[static_cast<size_t>(w)][i];
+    if (!is_comm(a.op) && !is_compute(a.op)) return "";
+    if (a.mb < 0 || a.mb >= U_) return where(S_, w, i) + ": microbatch out of range 0.." + std::to_string(U_ - 1);
+    if (L_.replica_for(a.stage, a.mb) != L_.replica_of(w))
+      return where(S_, w, i) + ": microbatch " + std::to_string(a.mb) + " belongs to replica " +
+             std::to_string(L_.replica_for(a.stage, a.mb)) + " of stage " + std::to_string(a.stage);
+    if (!is_comm(a.op)) return "";
+    const int other = (a.op == Op::send_act || a.op == Op::recv_grad) ? a.stage + 1 : a.stage - 1;
+    if (other < 0 || other >= K_) return where(S_, w, i) + ": no stage " + std::to_string(other) + " to talk to";
+    const int want = L_.rank_for(other, a.mb);
+    return a.peer == want ? "" : where(S_, w, i) + ": peer should be rank " + std::to_string(want);
+  }
+
+  std::string action(int w, size_t i, LaneState& l) {
+    const Action& a = S_.workers[static_cast<size_t>(w)][i];
+    const int s = a.stage;
+    auto at = [&](const std::string& msg) { return where(S_, w, i) + ": " + msg; };
+    switch (a.op) {
+      case Op::recv_act: return l.got_act.insert(a.mb).second ? "" : at("activation received twice");
+      case Op::send_act: return l.forwarded.count(a.mb) ? "" : at("sends an activation before its FORWARD");
+      case Op::forward:
+        if (s > 0 && !l.got_act.count(a.mb)) return at("FORWARD before its RECV_ACT");
+        if (!l.forwarded.insert(a.mb).second) return at("forwarded twice");
+        ++fwd_count_[static_cast<size_t>(s)][static_cast<size_t>(a.mb)];
+        return version(w, i, l);
+      case Op::recv_grad:
+        if (!S_.training()) return at("gradient in an evaluation schedule");
+        return l.got_grad.insert(a.mb).second ? "" : at("gradient received twice");
+      case Op::backward:
+      case Op::backward_input: return backward(w, i, l);
+      case Op::backward_weight:
+        if (!l.input_done.count(a.mb) || l.backwarded.count(a.mb) ||
+            std::find(l.input_order.begin(), l.input_order.end(), a.mb) == l.input_order.end())
+          return at("BACKWARD_WEIGHT before its BACKWARD_INPUT, or twice");
+        l.weight_order.push_back(a.mb);
+        return finish(w, i, l);
+      case Op::send_grad: return l.input_done.count(a.mb) ? "" : at("sends a gradient before its BACKWARD");
+      case Op::allreduce: return L_.replicas_of(s) > 1 ? "" : at("ALLREDUCE on an unreplicated stage");
+      case Op::optimizer_step: return update(w, i, l);
+    }
+    return "";
+  }
+
+  std::string backward(int w, size_t i, LaneState& l) {
+    const Action& a = S_.workers[static_cast<size_t>(w)][i];
+    auto at = [&](const std::string& msg) { return where(S_, w, i) + ": " + msg; };
+    if (!S_.training()) return at("BACKWARD in an evaluation schedule");
+    if (!l.forwarded.count(a.mb)) return at("BACKWARD before its FORWARD on this worker");
+    if (a.stage < K_ - 1 && !l.got_grad.count(a.mb)) return at("BACKWARD before its RECV_GRAD");
+    if (!l.input_done.insert(a.mb).second) return at("backwarded twice");
+    ++bwd_count_[static_cast<size_t>(a.stage)][static_cast<size_t>(a.mb)];
+    if (a.op == Op::backward_input) {
+      l.input_order.push_back(a.mb);
+      return version(w, i, l);
+    }
+    if (std::string e = version(w, i, l); !e.empty()) return e;
+    return finish(w, i, l);
+  }
+
+  // B or W: the unit's backward is complete (its update group may now update).
+  std::string finish(int w, size_t i, LaneState& l) {
+    const Action& a = S_.workers[static_cast<size_t>(w)][i];
+    const int64_t g = S_.group_of(a.stage, a.mb);
+    if (g < l.steps) return where(S_, w, i) + ": runs after the update of its group " + std::to_string(g);
+    l.backwarded.insert(a.mb);
+    ++l.finished_in_group[g];
+    return a.op == Op::backward_weight ? version(w, i, l) : "";
+  }
+
+  std::string update(int w, size_t i, LaneState& l) {
+    const Action& a = S_.workers[static_cast<size_t>(w)][i];
+    auto at = [&](const std::string& msg) { return where(S_, w, i) + ": " + msg; };
+    if (!S_.training()) return at("OPTIMIZER_STEP in an evaluation schedule");
+    const int64_t want = l.latest + S_.version_stride(a.stage);
+    if (a.version != want) return at("produces version " + std::to_string(a.version) + ", expected " + std::to_string(want));
+    if (a.mb != l.steps) return at("updates group " + std::to_string(a.mb) + ", expected " + std::to_string(l.steps));
+    int64_t need = 0;
+    for (int64_t m : replica_units(S_, a.stage, L_.replica_of(w))) need += S_.group_of(a.stage, m) == a.mb;
+    if (l.finished_in_group[a.mb] != need)
+      return at("updates before " + std::to_string(need - l.finished_in_group[a.mb]) + " backward(s) of its group finished");
+    l.latest = a.version;
+    l.versions.insert(l.latest);
+    ++l.steps;
+    return "";
+  }
+
+  // The version a compute action reads exists here and follows the schedule's rule.
+  std::string version(int w, size_t i, LaneState& l) {
+    const Action& a = S_.workers[static_cast<size_t>(w)][i];
+    auto at = [&](const std::string& msg) { return where(S_, w, i) + ": " + msg; };
+    if (!l.versions.count(a.version) || a.version > l.latest)
+      return at("reads weight version " + std::to_string(a.version) + ", which does not exist yet (latest " + std::to_string(l.latest) + ")");
+    auto f = l.fwd_version.find(a.mb);
+    const int32_t fv = f == l.fwd_version.end() ? -1 : f->second;
+    const int32_t want = rule_version(S_, a.op, a.stage, a.mb, l.latest, fv, v0_[static_cast<size_t>(a.mb)]);
+    if (a.op == Op::forward) {
+      l.fwd_version[a.mb] = a.version;
+      if (a.stage == 0) v0_[static_cast<size_t>(a.mb)] = a.version;
+    }
+    if (a.version == want) return "";
+    switch (S_.def->versions) {
+      case VersionRule::stash:
+        return at("stashing violated: reads version " + std::to_string(a.version) + ", forward read " + std::to_string(fv));
+      case VersionRule::vsync:
+        return at("vertical sync violated: reads version " + std::to_string(a.version) + ", the rule gives " + std::to_string(want));
+      case VersionRule::two_bw:
+        return at("2BW reads version " + std::to_string(a.version) + ", the rule W(t-1) gives " + std::to_string(want));
+      case VersionRule::flush:
+        return at("flush schedule reads version " + std::to_string(a.version) + " in step " + std::to_string(want));
+      default: return at("reads version " + std::to_string(a.version) + ", the rule gives " + std::to_string(want));
+    }
+  }
+
+  const Schedule& S_;
+  const Layout& L_;
+  const int K_;
+  const int64_t U_;
+  std::vector<std::vector<int>> fwd_count_, bwd_count_;
+  std::vector<int32_t> v0_;
+};
+
 }  // namespace
 
-std::string validate(const Schedule& S) {
-  const Layout& L = S.layout;
-  const int K = L.stages();
-  const bool training = S.kind != ScheduleKind::eval;
-  if (static_cast<int>(S.workers.size()) != L.ranks())
-    return "schedule has " + std::to_string(S.workers.size()) + " workers for " + std::to_string(L.ranks()) + " ranks";
-  const int64_t U = S.units();
-  // forwards/backwards of each unit per stage
-  std::vector<std::vector<int>> fwd_count(static_cast<size_t>(K), std::vector<int>(static_cast<size_t>(U), 0));
-  std::vector<std::vector<int>> bwd_count = fwd_count;
-  std::vector<std::vector<int32_t>> fwd_version(static_cast<size_t>(K), std::vector<int32_t>(static_cast<size_t>(U), -1));
+std::string validate(const Schedule& S) { return Validator(S).run(); }
 
-  for (int w = 0; w < L.ranks(); ++w) {
-    const int s = L.stage_of(w), r = L.replica_of(w);
-    const auto& acts = S.workers[static_cast<size_t>(w)];
-    std::set<int32_t> got_act, forwarded, got_grad, backwarded;
-    int64_t version = 0, steps = 0;
-    std::set<int64_t> versions = {0};
-    for (size_t i = 0; i < acts.size(); ++i) {
-      const Action& a = acts[i];
-      const bool comm = a.op == Op::send_act || a.op == Op::recv_act || a.op == Op::send_grad || a.op == Op::recv_grad;
-      if (comm || is_compute(a.op)) {
-        if (a.mb < 0 || a.mb >= U) return where(S, w, i) + ": microbatch out of range 0.." + std::to_string(U - 1);
-        if (L.replica_for(s, a.mb) != r)
-          return where(S, w, i) + ": microbatch " + std::to_string(a.mb) + " belongs to replica " +
-                 std::to_string(L.replica_for(s, a.mb)) + " of stage " + std::to_string(s);
-      }
-      auto expect_peer = [&](int stage) -> std::string {
-        if (stage < 0 || stage >= K) return where(S, w, i) + ": no stage " + std::to_string(stage) + " to talk to";
-        const int want = L.rank_of(stage, L.replica_for(stage, a.mb));
-        if (a.peer != want) return where(S, w, i) + ": peer should be rank " + std::to_string(want);
-        return "";
-      };
-      std::string e;
-      switch (a.op) {
-        case Op::recv_act:
-          if (!(e = expect_peer(s - 1)).empty()) return e;
-          if (!got_act.insert(a.mb).second) return where(S, w, i) + ": activation received twice";
-          break;
-        case Op::send_act:
-          if (!(e = expect_peer(s + 1)).empty()) return e;
-          if (!forwarded.count(a.mb)) return where(S, w, i) + ": sends an activation before its FORWARD";
-          break;
-        case Op::forward:
-          if (s > 0 && !got_act.count(a.mb)) return where(S, w, i) + ": FORWARD before its RECV_ACT";
-          if (!forwarded.insert(a.mb).second) return where(S, w, i) + ": forwarded twice";
-          ++fwd_count[static_cast<size_t>(s)][static_cast<size_t>(a.mb)];
-          if (!versions.count(a.version) || a.version > version)
-            return where(S, w, i) + ": reads weight version " + std::to_string(a.version) + ", which does not exist yet (latest " +
-                   std::to_string(version) + ")";
-          fwd_version[static_cast<size_t>(s)][static_cast<size_t>(a.mb)] = a.version;
-          break;
-        case Op::recv_grad:
-          if (!training) return where(S, w, i) + ": gradient in an evaluation schedule";
-          if (!(e = expect_peer(s + 1)).empty()) return e;
-          if (!got_grad.insert(a.mb).second) return where(S, w, i) + ": gradient received twice";
-          break;
-        case Op::backward:
-          if (!training) return where(S, w, i) + ": BACKWARD in an evaluation schedule";
-          if (!forwarded.count(a.mb)) return where(S, w, i) + ": BACKWARD before its FORWARD on this worker";
-          if (s < K - 1 && !got_grad.count(a.mb)) return where(S, w, i) + ": BACKWARD before its RECV_GRAD";
-          if (!backwarded.insert(a.mb).second) return where(S, w, i) + ": backwarded twice";
-          ++bwd_count[static_cast<size_t>(s)][static_cast<size_t>(a.mb)];
-          if (!versions.count(a.version) || a.version > version)
-            return where(S, w, i) + ": reads weight version " + std::to_string(a.version) + ", which does not exist";
-          break;
-        case Op::send_grad:
-          if (!(e = expect_peer(s - 1)).empty()) return e;
-          if (!backwarded.count(a.mb)) return where(S, w, i) + ": sends a gradient before its BACKWARD";
-          break;
-        case Op::allreduce:
-          if (L.replicas[static_cast<size_t>(s)] < 2) return where(S, w, i) + ": ALLREDUCE on an unreplicated stage";
-          break;
-        case Op::optimizer_step:
-          if (!training) return where(S, w, i) + ": OPTIMIZER_STEP in an evaluation schedule";
-          if (a.version != version + S.version_stride(s))
-            return where(S, w, i) + ": produces version " + std::to_string(a.version) + ", expected " +
-                   std::to_string(version + S.version_stride(s));
-          if (a.mb != steps) return where(S, w, i) + ": updates group " + std::to_string(a.mb) + ", expected " + std::to_string(steps);
-          version = a.version;
-          versions.insert(version);
-          ++steps;
-          break;
-      }
-    }
-    if (training && steps != S.groups(s))
-      return "rank " + std::to_string(w) + ": " + std::to_string(steps) + " optimizer steps, expected " + std::to_string(S.groups(s));
-    if (training && forwarded.size() != backwarded.size())
-      return "rank " + std::to_string(w) + ": " + std::to_string(forwarded.size() - backwarded.size()) +
-             " microbatches forwarded but never backwarded";
-  }
-  for (int s = 0; s < K; ++s)
-    for (int64_t m = 0; m < U; ++m) {
-      if (fwd_count[static_cast<size_t>(s)][static_cast<size_t>(m)] != 1)
-        return "stage " + std::to_string(s) + " forwards microbatch " + std::to_string(m) + " " +
-               std::to_string(fwd_count[static_cast<size_t>(s)][static_cast<size_t>(m)]) + " times";
-      if (training && bwd_count[static_cast<size_t>(s)][static_cast<size_t>(m)] != 1)
-        return "stage " + std::to_string(s) + " backwards microbatch " + std::to_string(m) + " " +
-               std::to_string(bwd_count[static_cast<size_t>(s)][static_cast<size_t>(m)]) + " times";
-    }
-
-  // Version rules of the kind.
-  for (int w = 0; w < L.ranks() && training; ++w) {
-    const int s = L.stage_of(w);
-    const auto& acts = S.workers[static_cast<size_t>(w)];
-    for (size_t i = 0; i < acts.size(); ++i) {
-      const Action& a = acts[i];
-      if (!is_compute(a.op)) continue;
-      const int32_t fv = fwd_version[static_cast<size_t>(s)][static_cast<size_t>(a.mb)];
-      const int64_t g = S.group_of(s, a.mb);
-      switch (S.kind) {
-        case ScheduleKind::pipedream:
-          if (a.version != fv) return where(S, w, i) + ": stashing violated: backward reads version " + std::to_string(a.version) + ", forward read " + std::to_string(fv);
-          break;
-        case ScheduleKind::pipedream_vsync: {
-          const int64_t stride = S.version_stride(s);
-          const int64_t want = stride * (fwd_version[0][static_cast<size_t>(a.mb)] / stride);
-          if (a.version != want)
-            return where(S, w, i) + ": vertical sync violated: reads version " + std::to_string(a.version) + ", stage 0 chose " +
-                   std::to_string(fwd_version[0][static_cast<size_t>(a.mb)]) + " (this stage's version " + std::to_string(want) + ")";
-          break;
-        }
-        case ScheduleKind::two_bw:
-          if (a.version != std::max<int64_t>(0, g - 1))
-            return where(S, w, i) + ": 2BW reads version " + std::to_string(a.version) + " for minibatch " + std::to_string(g) +
-                   ", the rule W(t-1) gives " + std::to_string(std::max<int64_t>(0, g - 1));
-          break;
-        case ScheduleKind::pipedream_nostash:
-          break;
-        default:  // flush: every compute action of step g reads version g
-          if (a.version != g) return where(S, w, i) + ": flush schedule reads version " + std::to_string(a.version) + " in step " + std::to_string(g);
-      }
-    }
-  }
-
-  Replay rp = replay(S, unit_costs());
-  if (!rp.ok) return rp.error;
-  return "";
-}
-
-int max_in_flight(const Schedule& S, int rank) {
+int max_in_flight(const Schedule& S, int rank, int stage) {
   int cur = 0, best = 0;
   for (const Action& a : S.workers[static_cast<size_t>(rank)]) {
+    if (a.stage != stage) continue;
     if (a.op == Op::forward) best = std::max(best, ++cur);
-    if (a.op == Op::backward) --cur;
+    if (a.op == Op::backward || a.op == Op::backward_weight) --cur;
   }
   return best;
 }
 
-int max_versions_held(const Schedule& S, int rank) {
+double peak_activations(const Schedule& S, int rank) {
+  int cur = 0, best = 0;
+  for (const Action& a : S.workers[static_cast<size_t>(rank)]) {
+    if (a.op == Op::forward) best = std::max(best, ++cur);
+    if (a.op == Op::backward || a.op == Op::backward_weight) --cur;
+  }
+  return static_cast<double>(best) / std::max(1, S.layout.chunks());
+}
+
+int max_versions_held(const Schedule& S, int rank, int stage) {
   const auto& acts = S.workers[static_cast<size_t>(rank)];
   std::map<int32_t, int> uses;
   for (const Action& a : acts)
-    if (is_compute(a.op)) ++uses[a.version];
+    if (a.stage == stage && is_compute(a.op)) ++uses[a.version];
   int32_t latest = 0;
   std::set<int32_t> held = {0};
   size_t best = 1;
   for (const Action& a : acts) {
+    if (a.stage != stage) continue;
     if (is_compute(a.op)) {
       if (--uses[a.version] == 0 && a.version != latest) held.erase(a.version);
     } else if (a.op == Op::optimizer_step) {
@@ -190,51 +245,6 @@ int max_versions_held(const Schedule& S, int rank) {
     }
   }
   return static_cast<int>(best);
-}
-
-std::string Schedule::grid() const {
-  Replay rp = replay(*this, unit_costs());
-  std::ostringstream o;
-  if (!rp.ok) {
-    o << "schedule does not replay: " << rp.error << "\n";
-    return o.str();
-  }
-  const int T = static_cast<int>(rp.makespan + 0.5);
-  const int width = 4, max_cols = 160;
-  o << schedule_name(kind) << ": " << layout.str() << ", " << steps << (steps == 1 ? " minibatch" : " minibatches");
-  if (microbatches > 1) o << " x " << microbatches << " microbatches";
-  o << "\nunit costs: F = 1, B = 2; '.' idle; U optimizer step\n";
-  o << "time        ";
-  for (int t = 0; t < std::min(T, max_cols); t += 5) o << std::left << std::string(std::to_string(t)).append(5 * width - std::to_string(t).size(), ' ');
-  o << "\n";
-  for (size_t w = 0; w < workers.size(); ++w) {
-    std::vector<std::string> cells(static_cast<size_t>(T + 1), ".");
-    for (auto& e : rp.events[w]) {
-      const Action& a = workers[w][static_cast<size_t>(e.index)];
-      std::string label;
-      if (a.op == Op::forward) label = "F" + std::to_string(a.mb);
-      else if (a.op == Op::backward) label = "B" + std::to_string(a.mb);
-      else if (a.op == Op::optimizer_step) label = "U";
-      else continue;
-      int t0 = static_cast<int>(e.start + 0.5), t1 = std::max(t0 + 1, static_cast<int>(e.end + 0.5));
-      if (a.op == Op::optimizer_step) {
-        if (t0 > 0 && t0 - 1 < static_cast<int>(cells.size())) cells[static_cast<size_t>(t0 - 1)] += "U";
-        continue;
-      }
-      for (int t = t0; t < t1 && t < static_cast<int>(cells.size()); ++t) cells[static_cast<size_t>(t)] = label;
-    }
-    char head[32];
-    std::snprintf(head, sizeof head, "r%-2zu s%d/%d    ", w, layout.stage_of(static_cast<int>(w)), layout.replica_of(static_cast<int>(w)));
-    o << head;
-    for (int t = 0; t < std::min(T, max_cols); ++t) {
-      std::string c = cells[static_cast<size_t>(t)];
-      if (c.size() > static_cast<size_t>(width - 1)) c = c.substr(0, static_cast<size_t>(width - 1));
-      o << c << std::string(static_cast<size_t>(width) - c.size(), ' ');
-    }
-    if (T > max_cols) o << "... (" << T << " units)";
-    o << "\n";
-  }
-  return o.str();
 }
 
 }  // namespace pt

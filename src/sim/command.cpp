@@ -25,7 +25,7 @@ int cmd_simulate(const SimulateArgs& a) {
     std::vector<int> first = {0};
     first.insert(first.end(), run.split.begin(), run.split.end());
     cfg.layout = Layout::make(first, L, run.replicas);
-    cfg.kind = schedule_kind(run.schedule);
+    cfg.def = &schedule_def(run.schedule);
     cfg.microbatches = run.microbatches;
     cfg.batch_size = run.batch_size;
     from = a.compare + "/summary.json";
@@ -34,7 +34,7 @@ int cmd_simulate(const SimulateArgs& a) {
     if (f.layers != L)
       fail(Exit::bad_input, a.plan + ": the plan is for " + std::to_string(f.layers) + " layers, the profile has " + std::to_string(L), true);
     cfg.layout = f.layout();
-    cfg.kind = schedule_kind(f.schedule);
+    cfg.def = &schedule_def(f.schedule);
     cfg.microbatches = f.microbatches;
     if (a.batch <= 0) cfg.batch_size = f.batch_size;
     from = a.plan;
@@ -44,13 +44,13 @@ int cmd_simulate(const SimulateArgs& a) {
     Plan p = choose_plan(in.profile, in.cluster, a.ranks, in.batch, o);
     if (!p.ok) fail(Exit::bad_input, "parallel.split = \"auto\": " + p.error, true);
     cfg.layout = p.layout;
-    cfg.kind = schedule_kind(p.schedule);
+    cfg.def = &schedule_def(p.schedule);
     cfg.microbatches = p.microbatches;
     from = "the planner (parallel.split = \"auto\")";
   } else if (in.deck) {
     if (a.ranks <= 0) fail(Exit::bad_input, "command line: simulate: --ranks N is required", true);
-    cfg.layout = Layout::from_deck(*in.deck, L, a.ranks);
-    cfg.kind = schedule_kind(in.deck->parallel.schedule);
+    cfg.def = &schedule_def(in.deck->parallel.schedule);
+    cfg.layout = Layout::from_deck(*in.deck, L, a.ranks, cfg.def->placement);
     cfg.microbatches = static_cast<int>(in.deck->parallel.microbatches);
     from = in.deck->path;
   } else {
@@ -67,7 +67,7 @@ int cmd_simulate(const SimulateArgs& a) {
   if (in.memory > 0 && r.max_memory > in.memory)
     std::printf("WARNING: peak memory %.3g GB exceeds the cap of %.3g GB per rank\n", r.max_memory / 1e9, in.memory / 1e9);
   if (!a.trace.empty()) {
-    write_file_atomic(a.trace, sim_trace_json(r, std::string("simulated ") + schedule_name(r.kind)));
+    write_file_atomic(a.trace, sim_trace_json(r, "simulated " + r.def->name));
     std::printf("wrote %s\n", a.trace.c_str());
   }
   if (!a.compare.empty()) std::printf("\n%s", compare_report(r, run).c_str());

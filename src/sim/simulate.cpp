@@ -13,14 +13,18 @@
 namespace pt {
 namespace {
 
-bool per_minibatch_units(ScheduleKind k) {
-  return k == ScheduleKind::pipedream || k == ScheduleKind::pipedream_vsync || k == ScheduleKind::pipedream_nostash;
-}
-
-// Per-stage sums of the profile, at the profile's microbatch.
+// Per-stage sums of the profile, at the profile's microbatch. bwd_w is the weight-gradient
+// part of the backward (W; I = bwd - bwd_w); dgrad the output gradients W keeps per unit.
 struct StageSums {
-  double fwd = 0, bwd = 0, params = 0, opt_bytes = 0, stash = 0, in = 0, out = 0;
+  double fwd = 0, bwd = 0, bwd_w = 0, params = 0, opt_bytes = 0, stash = 0, dgrad = 0, in = 0, out = 0;
 };
+
+// The W share of a layer's backward: measured, or half of it for a parametrised layer of a
+// profile without the split (graph.txt).
+double weight_backward_s(const LayerProfile& lp) {
+  if (lp.backward_weight_s > 0 || lp.param_bytes <= 0) return lp.backward_weight_s;
+  return 0.5 * lp.backward_s;
+}
 
 StageSums stage_sums(const Profile& p, const Layout& l, int s) {
   StageSums t;
@@ -31,9 +35,11 @@ StageSums stage_sums(const Profile& p, const Layout& l, int s) {
     const LayerProfile& lp = p.layers[static_cast<size_t>(i)];
     t.fwd += lp.forward_s;
     t.bwd += lp.backward_s;
+    t.bwd_w += weight_backward_s(lp);
     t.params += lp.param_bytes;
     t.opt_bytes += lp.optimizer_bytes;
     t.stash += lp.stash_bytes;
+    if (lp.param_bytes > 0) t.dgrad += lp.output_bytes;
   }
   t.in = f == 0 ? p.input_bytes : p.layers[static_cast<size_t>(f - 1)].output_bytes;
   t.out = p.layers[static_cast<size_t>(e - 1)].output_bytes;
@@ -42,40 +48,44 @@ StageSums stage_sums(const Profile& p, const Layout& l, int s) {
 
 double profile_mb(const Profile& p) { return p.microbatch > 0 ? static_cast<double>(p.microbatch) : 1.0; }
 
+std::vector<StageSums> all_sums(const Profile& p, const Layout& l) {
+  std::vector<StageSums> st;
+  for (int s = 0; s < l.stages(); ++s) st.push_back(stage_sums(p, l, s));
+  return st;
+}
+
 }  // namespace
 
 double unit_samples(const SimConfig& cfg, const Profile& p) {
   const double B = cfg.batch_size > 0 ? static_cast<double>(cfg.batch_size) : profile_mb(p);
-  return per_minibatch_units(cfg.kind) ? B : B / std::max(1, cfg.microbatches);
+  return cfg.def->per_minibatch_units ? B : B / std::max(1, cfg.microbatches);
 }
 
 CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConfig& cfg) {
   const Layout& L = cfg.layout;
   const double scale = unit_samples(cfg, p) / profile_mb(p);
-  std::vector<StageSums> st;
-  for (int s = 0; s < L.stages(); ++s) st.push_back(stage_sums(p, L, s));
-  std::vector<int> stage_of(static_cast<size_t>(L.ranks()));
-  for (int r = 0; r < L.ranks(); ++r) stage_of[static_cast<size_t>(r)] = L.stage_of(r);
+  const std::vector<StageSums> st = all_sums(p, L);
   CostModel m;
   const double opt_per_byte = p.optimizer_s_per_byte;
-  m.compute = [st, stage_of, scale, opt_per_byte](int rank, const Action& a) {
-    const StageSums& t = st[static_cast<size_t>(stage_of[static_cast<size_t>(rank)])];
+  m.compute = [st, scale, opt_per_byte](int, const Action& a) {
+    const StageSums& t = st[static_cast<size_t>(a.stage)];
     switch (a.op) {
       case Op::forward: return t.fwd * scale;
       case Op::backward: return t.bwd * scale;
+      case Op::backward_input: return (t.bwd - t.bwd_w) * scale;
+      case Op::backward_weight: return t.bwd_w * scale;
       case Op::optimizer_step: return opt_per_byte * t.params;
       default: return 0.0;
     }
   };
-  m.transfer = [st, stage_of, scale, c](int src, int dst, const Action& a) {
-    const StageSums& t = st[static_cast<size_t>(stage_of[static_cast<size_t>(src)])];
+  m.transfer = [st, scale, c](int src, int dst, const Action& a) {
+    const StageSums& t = st[static_cast<size_t>(a.stage)];
     const double bytes = (a.op == Op::send_act ? t.out : t.in) * scale;
-    return c.p2p_seconds(c.level_of(src, dst), bytes);
+    return c.p2p_seconds(c.level_of(std::min(src, dst), std::max(src, dst)), bytes);
   };
   std::vector<double> ar;
   for (int s = 0; s < L.stages(); ++s) {
-    const int r = L.replicas[static_cast<size_t>(s)];
-    const int first = L.rank_of(s, 0);
+    const int r = L.replicas_of(s), first = L.rank_of(s, 0);
     ar.push_back(c.allreduce_seconds(c.level_of(first, first + r - 1), r, st[static_cast<size_t>(s)].params));
   }
   m.allreduce = [ar](int stage) { return ar[static_cast<size_t>(stage)]; };
@@ -84,180 +94,170 @@ CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConf
 
 MemoryBreakdown worker_memory(const Profile& p, const Schedule& s, int rank, double samples_per_unit) {
   const Layout& L = s.layout;
-  const int st = L.stage_of(rank);
-  const StageSums t = stage_sums(p, L, st);
   const double scale = samples_per_unit / profile_mb(p);
   MemoryBreakdown m;
-  m.in_flight = std::max(1, max_in_flight(s, rank));
-  m.versions = max_versions_held(s, rank);
-  const double n = m.in_flight;
-  m.activations = n * (t.in + t.stash) * scale;
-  m.buffers = n * ((st + 1 < L.stages() ? t.out : 0.0) + (st > 0 ? t.in : 0.0)) * scale;
-  m.gradients = t.params;
-  m.weights = m.versions * t.params;
-  m.optimizer = t.opt_bytes;
+  for (int st : L.stages_of_rank(rank)) {
+    const StageSums t = stage_sums(p, L, st);
+    const int n = std::max(1, max_in_flight(s, rank, st)), versions = max_versions_held(s, rank, st);
+    const double per_unit = t.in + t.stash + (s.def->split_backward ? t.dgrad : 0.0);
+    m.in_flight = std::max(m.in_flight, n);
+    m.versions = std::max(m.versions, versions);
+    m.activations += n * per_unit * scale;
+    m.buffers += n * ((st + 1 < L.stages() ? t.out : 0.0) + (st > 0 ? t.in : 0.0)) * scale;
+    m.gradients += t.params;
+    m.weights += versions * t.params;
+    m.optimizer += t.opt_bytes;
+  }
   return m;
 }
 
-SimResult simulate(const Profile& p, const ClusterModel& c, const SimConfig& cfg_in) {
-  SimConfig cfg = cfg_in;
-  if (per_minibatch_units(cfg.kind)) cfg.microbatches = 1;
-  if (cfg.batch_size <= 0) cfg.batch_size = static_cast<int64_t>(profile_mb(p));
-  SimResult out;
-  out.kind = cfg.kind;
-  out.layout = cfg.layout;
-  out.microbatches = cfg.microbatches;
-  out.batch_size = cfg.batch_size;
+namespace {
+
+// Minibatches to replay: warm-up W, window n, total S (with the drain). Flush schedules
+// repeat exactly from the second minibatch on (the first may differ when an allreduce of
+// the previous step delays a stage), so the window is minibatch 1. Asynchronous ones need
+// D = the deepest in-flight depth in units to fill and to drain: W = ceil(D / M)
+// minibatches are left out at each end. Returns "" or why the replay is impossible.
+std::string replay_window(const SimConfig& cfg, int64_t* W, int64_t* n, int64_t* S) {
   const Layout& L = cfg.layout;
-  const int K = L.stages();
-  const int M = cfg.microbatches;
-  if (L.end_layer(K - 1) != static_cast<int>(p.layers.size())) {
-    out.ok = false;
-    out.error = "layout covers " + std::to_string(L.end_layer(K - 1)) + " layers but the profile has " +
-                std::to_string(p.layers.size());
-    return out;
-  }
-  if (cfg.kind == ScheduleKind::two_bw && M < K) {
-    out.ok = false;
-    out.error = "2bw needs at least one microbatch per stage (M >= K)";
-    return out;
-  }
+  const int M = cfg.microbatches, K = L.stages();
+  const bool async = !cfg.def->flush, per_mb = cfg.def->per_minibatch_units;
   int64_t lcm = 1;
   for (int r : L.replicas) lcm = std::lcm(lcm, static_cast<int64_t>(r));
-
-  // Warm-up W, window n, drain: flush schedules end every minibatch with a flush, so one
-  // warm-up minibatch suffices; asynchronous ones fill the pipeline for D units first.
-  // Flush schedules repeat exactly from the second minibatch on (the first may differ when
-  // an allreduce of the previous step delays a stage), so the window is minibatch 1.
-  // Asynchronous ones need D = the deepest in-flight depth in units to fill and to drain:
-  // W = ceil(D / M) minibatches are left out at each end.
-  int64_t W = 1, n = 1, S = 2;
-  if (is_async(cfg.kind)) {
+  auto round_up = [&](int64_t x) { return per_mb ? (x + lcm - 1) / lcm * lcm : x; };
+  *W = 1, *n = 1, *S = 2;
+  if (async) {
     int D = 1;
     for (int s = 0; s < K; ++s) D = std::max(D, L.in_flight_depth(s));
-    W = std::max(1, (D + M - 1) / M);
-    n = per_minibatch_units(cfg.kind) ? std::max<int64_t>(2, lcm) : 2;
-    if (per_minibatch_units(cfg.kind)) n = (n + lcm - 1) / lcm * lcm;
-    S = 2 * W + n;
-    if (per_minibatch_units(cfg.kind)) S = (S + lcm - 1) / lcm * lcm;
+    *W = std::max(1, (D + M - 1) / M);
+    *n = round_up(per_mb ? std::max<int64_t>(2, lcm) : 2);
+    *S = round_up(2 * *W + *n);
   } else if (cfg.minibatches > 0) {
-    S = std::max<int64_t>(2, cfg.minibatches);
-    n = S - 1;
+    *S = std::max<int64_t>(2, cfg.minibatches);
+    *n = *S - 1;
   }
-  if (cfg.minibatches > 0 && is_async(cfg.kind)) {
-    S = std::max<int64_t>(cfg.minibatches, 2 * W + 1);
-    if (per_minibatch_units(cfg.kind)) S = (S + lcm - 1) / lcm * lcm;
-    n = S - 2 * W;
+  if (cfg.minibatches > 0 && async) {
+    *S = round_up(std::max<int64_t>(cfg.minibatches, 2 * *W + 1));
+    *n = *S - 2 * *W;
   }
   if (cfg.max_actions > 0) {
     // every unit visits every stage: about 6 actions per unit and stage, plus updates
     auto actions = [&](int64_t steps) { return steps * M * K * 6 + steps * L.ranks() * 2; };
-    if (actions(S) > cfg.max_actions) {  // shrink the window (and, async, the drain) first
-      if (is_async(cfg.kind)) {
-        n = per_minibatch_units(cfg.kind) ? lcm : 1;
-        W = std::max<int64_t>(1, W);
-        S = 2 * W + n;
-        if (per_minibatch_units(cfg.kind)) S = (S + lcm - 1) / lcm * lcm;
-      } else {
-        n = 1;
-        S = 2;
-      }
+    if (actions(*S) > cfg.max_actions) {  // shrink the window (and, async, the drain) first
+      *n = async ? (per_mb ? lcm : 1) : 1;
+      *S = async ? round_up(2 * *W + *n) : 2;
     }
-    if (actions(S) > cfg.max_actions) {
-      out.ok = false;
-      out.error = "too large to replay: about " + std::to_string(actions(S)) + " actions (limit " +
-                  std::to_string(cfg.max_actions) + ")";
-      return out;
-    }
+    if (actions(*S) > cfg.max_actions)
+      return "too large to replay: about " + std::to_string(actions(*S)) + " actions (limit " + std::to_string(cfg.max_actions) + ")";
   }
-  if (per_minibatch_units(cfg.kind) && lcm > 100000) {
-    out.ok = false;
-    out.error = "replica counts " + L.replication() + " need a multiple of " + std::to_string(lcm) + " minibatches";
-    return out;
-  }
-  out.minibatches = S;
-  out.warmup = W;
-  out.window = n;
+  if (per_mb && lcm > 100000) return "replica counts " + L.replication() + " need a multiple of " + std::to_string(lcm) + " minibatches";
+  return "";
+}
 
-  Schedule sched = make_schedule(cfg.kind, L, S, M);
-  const CostModel cost = make_cost_model(p, c, cfg);
-  Replay rp = replay(sched, cost);
-  if (!rp.ok) {
-    out.ok = false;
-    out.error = rp.error;
-    return out;
-  }
-  out.makespan = rp.makespan;
-  const double su = unit_samples(cfg, p);
-  const int64_t units_per_mb = M;
-
-  // completion of minibatch g: the end of its last BACKWARD on any worker
-  std::vector<double> done(static_cast<size_t>(S), 0.0);
-  const int R = L.ranks();
-  for (int w = 0; w < R; ++w)
-    for (const ReplayEvent& e : rp.events[static_cast<size_t>(w)]) {
-      const Action& a = sched.workers[static_cast<size_t>(w)][static_cast<size_t>(e.index)];
-      if (a.op != Op::backward) continue;
-      const int64_t g = a.mb / units_per_mb;
+// The window: from the completion of minibatch W-1 to that of W+n-1 (a minibatch completes
+// with its last B or W on any worker).
+void measure_window(const Schedule& sched, const Replay& rp, SimResult& out) {
+  std::vector<double> done(static_cast<size_t>(out.minibatches), 0.0);
+  for (size_t w = 0; w < rp.events.size(); ++w)
+    for (const ReplayEvent& e : rp.events[w]) {
+      const Action& a = sched.workers[w][static_cast<size_t>(e.index)];
+      if (a.op != Op::backward && a.op != Op::backward_weight) continue;
+      const int64_t g = a.mb / sched.microbatches;
       done[static_cast<size_t>(g)] = std::max(done[static_cast<size_t>(g)], e.end);
     }
-  for (int64_t g = 1; g < S; ++g) done[static_cast<size_t>(g)] = std::max(done[static_cast<size_t>(g)], done[static_cast<size_t>(g - 1)]);
-  out.window_start = done[static_cast<size_t>(W - 1)];
-  out.window_end = done[static_cast<size_t>(W + n - 1)];
-  const double len = out.window_end - out.window_start;
-  out.time_per_minibatch = len / static_cast<double>(n);
-  out.time_per_sample = out.time_per_minibatch / static_cast<double>(cfg.batch_size);
+  for (size_t g = 1; g < done.size(); ++g) done[g] = std::max(done[g], done[g - 1]);
+  out.window_start = done[static_cast<size_t>(out.warmup - 1)];
+  out.window_end = done[static_cast<size_t>(out.warmup + out.window - 1)];
+  out.time_per_minibatch = (out.window_end - out.window_start) / static_cast<double>(out.window);
+  out.time_per_sample = out.time_per_minibatch / static_cast<double>(out.batch_size);
   out.samples_per_s = out.time_per_sample > 0 ? 1.0 / out.time_per_sample : 0.0;
+}
 
-  // bubble, traffic, memory
-  double bubble_sum = 0, p2p = 0, ar_payload = 0, ar_wire = 0;
-  std::vector<double> stage_params(static_cast<size_t>(K));
-  std::vector<StageSums> sums;
-  for (int s = 0; s < K; ++s) sums.push_back(stage_sums(p, L, s));
-  out.stages.resize(static_cast<size_t>(K));
-  const double scale = su / profile_mb(p);
-  for (int s = 0; s < K; ++s) {
-    const StageSums& t = sums[static_cast<size_t>(s)];
+void stage_predictions(const Profile& p, const SimConfig& cfg, const CostModel& cost, SimResult& out) {
+  const Layout& L = cfg.layout;
+  const double su = unit_samples(cfg, p), scale = su / profile_mb(p);
+  out.stages.resize(static_cast<size_t>(L.stages()));
+  for (int s = 0; s < L.stages(); ++s) {
+    const StageSums t = stage_sums(p, L, s);
     StagePrediction& sp = out.stages[static_cast<size_t>(s)];
     sp.first = L.first_layer(s);
     sp.last = L.end_layer(s) - 1;
-    sp.replicas = L.replicas[static_cast<size_t>(s)];
+    sp.replicas = L.replicas_of(s);
     sp.samples_per_unit = su;
     sp.forward_s = t.fwd * scale;
     sp.backward_s = t.bwd * scale;
     sp.optimizer_s = p.optimizer_s_per_byte * t.params;
     sp.allreduce_s = cost.allreduce(s);
-    stage_params[static_cast<size_t>(s)] = t.params;
   }
-  out.memory.resize(static_cast<size_t>(R));
-  for (int w = 0; w < R; ++w) {
-    const int s = L.stage_of(w);
-    const int r = L.replicas[static_cast<size_t>(s)];
+}
+
+// Bubble, traffic and memory per worker from the replay.
+void worker_measures(const Profile& p, const SimConfig& cfg, const Schedule& sched, const Replay& rp, SimResult& out) {
+  const Layout& L = cfg.layout;
+  const double su = unit_samples(cfg, p), scale = su / profile_mb(p), len = out.window_end - out.window_start;
+  const std::vector<StageSums> sums = all_sums(p, L);
+  double bubble_sum = 0, p2p = 0, ar_payload = 0, ar_wire = 0;
+  out.memory.resize(static_cast<size_t>(L.ranks()));
+  for (int w = 0; w < L.ranks(); ++w) {
     double busy = 0;
     for (const ReplayEvent& e : rp.events[static_cast<size_t>(w)]) {
       const Action& a = sched.workers[static_cast<size_t>(w)][static_cast<size_t>(e.index)];
-      if (a.op == Op::forward || a.op == Op::backward || a.op == Op::optimizer_step)
+      const StageSums& t = sums[static_cast<size_t>(a.stage)];
+      const int r = L.replicas_of(a.stage);
+      if (is_compute(a.op) || a.op == Op::optimizer_step)
         busy += std::max(0.0, std::min(e.end, out.window_end) - std::max(e.start, out.window_start));
-      if (a.op == Op::send_act || a.op == Op::send_grad)
-        p2p += (a.op == Op::send_act ? sums[static_cast<size_t>(s)].out : sums[static_cast<size_t>(s)].in) * scale;
-      if (a.op == Op::allreduce) {
-        ar_payload += stage_params[static_cast<size_t>(s)];
-        ar_wire += 2.0 * (r - 1) / r * stage_params[static_cast<size_t>(s)];
-      }
+      if (a.op == Op::send_act || a.op == Op::send_grad) p2p += (a.op == Op::send_act ? t.out : t.in) * scale;
+      if (a.op == Op::allreduce) ar_payload += t.params, ar_wire += 2.0 * (r - 1) / r * t.params;
     }
     const double frac = len > 0 ? busy / len : 1.0;
     bubble_sum += 1.0 - frac;
-    out.stages[static_cast<size_t>(s)].busy_fraction += frac / r;
-    MemoryBreakdown mem = worker_memory(p, sched, w, su);
+    const MemoryBreakdown mem = worker_memory(p, sched, w, su);
     out.memory[static_cast<size_t>(w)] = mem;
     out.max_memory = std::max(out.max_memory, mem.total());
-    if (mem.total() >= out.stages[static_cast<size_t>(s)].memory.total()) out.stages[static_cast<size_t>(s)].memory = mem;
+    for (int s : L.stages_of_rank(w)) {
+      StagePrediction& sp = out.stages[static_cast<size_t>(s)];
+      sp.busy_fraction += frac / L.replicas_of(s);
+      if (mem.total() >= sp.memory.total()) sp.memory = mem;
+    }
   }
-  out.bubble = std::max(0.0, bubble_sum / R);
-  const double samples = static_cast<double>(S) * static_cast<double>(cfg.batch_size);
+  out.bubble = std::max(0.0, bubble_sum / L.ranks());
+  const double samples = static_cast<double>(out.minibatches) * static_cast<double>(cfg.batch_size);
   out.bytes_p2p_per_sample = p2p / samples;
   out.bytes_allreduce_per_sample = ar_payload / samples;
   out.network_bytes_per_sample = (p2p + ar_wire) / samples;
+}
+
+}  // namespace
+
+SimResult simulate(const Profile& p, const ClusterModel& c, const SimConfig& cfg_in) {
+  SimConfig cfg = cfg_in;
+  if (cfg.def->per_minibatch_units) cfg.microbatches = 1;
+  if (cfg.batch_size <= 0) cfg.batch_size = static_cast<int64_t>(profile_mb(p));
+  SimResult out;
+  out.def = cfg.def;
+  out.layout = cfg.layout;
+  out.microbatches = cfg.microbatches;
+  out.batch_size = cfg.batch_size;
+  const Layout& L = cfg.layout;
+  auto fail_with = [&](const std::string& e) { out.ok = false, out.error = e; return out; };
+  if (L.end_layer(L.stages() - 1) != static_cast<int>(p.layers.size()))
+    return fail_with("layout covers " + std::to_string(L.end_layer(L.stages() - 1)) + " layers but the profile has " +
+                     std::to_string(p.layers.size()));
+  if (cfg.def->check)
+    if (std::string why = cfg.def->check(L, cfg.microbatches); !why.empty()) return fail_with(why);
+  int64_t W, n, S;
+  if (std::string why = replay_window(cfg, &W, &n, &S); !why.empty()) return fail_with(why);
+  out.minibatches = S;
+  out.warmup = W;
+  out.window = n;
+  Schedule sched = make_schedule(*cfg.def, L, S, cfg.microbatches);
+  const CostModel cost = make_cost_model(p, c, cfg);
+  Replay rp = replay(sched, cost);
+  if (!rp.ok) return fail_with(rp.error);
+  out.makespan = rp.makespan;
+  measure_window(sched, rp, out);
+  stage_predictions(p, cfg, cost, out);
+  worker_measures(p, cfg, sched, rp, out);
   if (cfg.keep_schedule) {
     out.schedule = std::move(sched);
     out.replay = std::move(rp);
@@ -270,7 +270,7 @@ std::string sim_trace_json(const SimResult& r, const std::string& title) {
   for (size_t w = 0; w < r.replay.events.size(); ++w)
     for (const ReplayEvent& e : r.replay.events[w]) {
       const Action& a = r.schedule.workers[w][static_cast<size_t>(e.index)];
-      ev.push_back({static_cast<int>(w), e.start, e.end, a.op, a.mb, 0});
+      ev.push_back({static_cast<int>(w), e.start, e.end, a.op, a.mb, 0, a.stage});
     }
   return chrome_trace_json(ev, r.layout, title);
 }
@@ -292,7 +292,7 @@ std::string sim_report(const SimResult& r) {
   std::ostringstream o;
   char b[256];
   if (!r.ok) return "simulation failed: " + r.error + "\n";
-  o << schedule_name(r.kind) << ", " << r.layout.str() << ", " << r.microbatches
+  o << r.def->name << ", " << r.layout.str() << ", " << r.microbatches
     << (r.microbatches == 1 ? " microbatch" : " microbatches") << " per minibatch of " << r.batch_size << "\n";
   std::snprintf(b, sizeof b,
                 "replayed %lld minibatches; steady-state window: minibatches %lld..%lld (%.6g s .. %.6g s)\n",

@@ -270,25 +270,26 @@ TEST(Planner, MemoryRulesMatchTheGenerators) {
     const Layout l = Layout::make(first, K, reps);
     int64_t lcm = 1;
     for (int r : reps) lcm = std::lcm(lcm, static_cast<int64_t>(r));
-    for (ScheduleKind k : {ScheduleKind::one_f_one_b, ScheduleKind::gpipe, ScheduleKind::pipedream, ScheduleKind::two_bw})
+    for (std::string k : {"1f1b", "gpipe", "pipedream", "2bw", "zb-h1", "zb-h2"})
       for (int M = 1; M <= 9; ++M) {
-        const bool pd = k == ScheduleKind::pipedream;
-        if ((pd && M > 1) || (k == ScheduleKind::two_bw && M < K)) continue;
-        const Schedule s = make_schedule(k, l, pd ? 6 * lcm : 6, M);
+        const ScheduleDef& def = schedule_def(k);
+        const bool pd = def.per_minibatch_units;
+        if ((pd && M > 1) || (def.check && !def.check(l, M).empty())) continue;
+        const Schedule s = make_schedule(def, l, pd ? 6 * lcm : 6, M);
         ChainCosts c;
         c.units = pd ? 1 : M;
-        c.rule = k == ScheduleKind::gpipe ? MemoryRule::gpipe : pd ? MemoryRule::pipedream
-                 : k == ScheduleKind::two_bw ? MemoryRule::two_bw : MemoryRule::one_f_one_b;
+        c.rule = def.memory;
+        c.ranks = l.ranks();
         for (int st = 0; st < K; ++st) {
           int inflight = 0, vers = 0;
           for (int q = 0; q < reps[static_cast<size_t>(st)]; ++q) {
-            inflight = std::max(inflight, max_in_flight(s, l.rank_of(st, q)));
-            vers = std::max(vers, max_versions_held(s, l.rank_of(st, q)));
+            inflight = std::max(inflight, max_in_flight(s, l.rank_of(st, q), st));
+            vers = std::max(vers, max_versions_held(s, l.rank_of(st, q), st));
           }
           const int d = l.in_flight_depth(st), r = reps[static_cast<size_t>(st)];
-          if (k == ScheduleKind::two_bw) EXPECT_LE(inflight, rule_in_flight(c, d, r));  // an upper bound
-          else EXPECT_EQ(inflight, rule_in_flight(c, d, r)) << schedule_name(k) << " " << l.replication() << " M=" << M << " stage " << st;
-          EXPECT_EQ(vers, rule_versions(c, d)) << schedule_name(k) << " " << l.replication() << " M=" << M << " stage " << st;
+          if (k == "2bw" || def.split_backward) EXPECT_LE(inflight, rule_in_flight(c, d, r)) << k;  // upper bounds
+          else EXPECT_EQ(inflight, rule_in_flight(c, d, r)) << k << " " << l.replication() << " M=" << M << " stage " << st;
+          EXPECT_EQ(vers, rule_versions(c, d)) << k << " " << l.replication() << " M=" << M << " stage " << st;
           ++checked;
         }
       }

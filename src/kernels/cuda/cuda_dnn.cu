@@ -205,9 +205,12 @@ void CudaBackend::conv2d_backward(const WindowGeom& g, int64_t n, const float* x
   ConvPlan& p = conv_plan(g, n);
   const float one = 1.0f, zero = 0.0f;
   if (db) PT_CUDNN_CHECK(cudnnConvolutionBackwardBias(dnn_, &one, p.y, dy, &one, p.bias, db));
-  void* ws = p.filter_ws ? dnn_workspace(p.filter_ws) : nullptr;
-  PT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(dnn_, &one, p.x, x, p.y, dy, p.bwd_filter, p.filter_algo, ws,
-                                                p.filter_ws, &one, p.w, dw));
+  void* ws = nullptr;
+  if (dw) {
+    ws = p.filter_ws ? dnn_workspace(p.filter_ws) : nullptr;
+    PT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(dnn_, &one, p.x, x, p.y, dy, p.bwd_filter, p.filter_algo, ws,
+                                                  p.filter_ws, &one, p.w, dw));
+  }
   if (dx) {
     ws = p.data_ws ? dnn_workspace(p.data_ws) : nullptr;
     PT_CUDNN_CHECK(cudnnConvolutionBackwardData(dnn_, &one, p.w, w, p.y, dy, p.bwd_data, p.data_algo, ws, p.data_ws,

@@ -352,9 +352,11 @@ void CudaBackend::layernorm_backward(int64_t rows, int64_t cols, const float* x,
                                      const float* stats, const float* dy, float* dx, float* dgamma, float* dbeta) {
   if (rows == 0) return;
   PT_CHECK(rows <= INT32_MAX, "layernorm rows " << rows);
-  k_layernorm_backward_params<<<blocks_for(static_cast<size_t>(cols)), kThreads, 0, compute_>>>(rows, cols, x, stats,
-                                                                                               dy, dgamma, dbeta);
-  PT_CU_LAUNCHED();
+  if (dgamma) {
+    k_layernorm_backward_params<<<blocks_for(static_cast<size_t>(cols)), kThreads, 0, compute_>>>(rows, cols, x, stats,
+                                                                                                 dy, dgamma, dbeta);
+    PT_CU_LAUNCHED();
+  }
   if (dx) {
     k_layernorm_backward_dx<<<static_cast<unsigned>(rows), kThreads, 0, compute_>>>(cols, x, gamma, stats, dy, dx);
     PT_CU_LAUNCHED();

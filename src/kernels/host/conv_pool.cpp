@@ -138,9 +138,11 @@ void HostBackend::conv2d_backward(const WindowGeom& g, int64_t n, const float* x
         db[c] += acc;
       });
     }
-    im2col(g, gs, x + s0 * in_sz, col);
-    // dW[c_out][K] += dY[c_out][gs*P] * col^T
-    gemm(false, true, g.c_out, K, gs * P, 1.0f, dsrc, gs * P, col, gs * P, 1.0f, dw, K);
+    if (dw) {
+      im2col(g, gs, x + s0 * in_sz, col);
+      // dW[c_out][K] += dY[c_out][gs*P] * col^T
+      gemm(false, true, g.c_out, K, gs * P, 1.0f, dsrc, gs * P, col, gs * P, 1.0f, dw, K);
+    }
     if (dx) {
       // dcol[K][gs*P] = W^T[K][c_out] * dY
       gemm(true, false, K, gs * P, g.c_out, 1.0f, w, K, dsrc, gs * P, 0.0f, dcol, gs * P);

@@ -153,8 +153,10 @@ void HostBackend::layernorm_backward(int64_t rows, int64_t cols, const float* x,
         const float dxhat = dyr[c] * gamma[c];
         sum_dxhat += dxhat;
         sum_dxhat_xhat += dxhat * xhat;
-        dgamma[c] += dyr[c] * xhat;
-        dbeta[c] += dyr[c];
+        if (dgamma) {
+          dgamma[c] += dyr[c] * xhat;
+          dbeta[c] += dyr[c];
+        }
       }
       if (dx) {
         const float a = static_cast<float>(sum_dxhat / cols), b = static_cast<float>(sum_dxhat_xhat / cols);

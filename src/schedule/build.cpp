@@ -1,0 +1,218 @@
+// make_schedule: a registered generator's compute actions, then the common passes: update
+// insertion, version assignment (the one version rule) and communication lowering for any
+// placement. Also the Schedule's group arithmetic and the evaluation schedule.
+#include <climits>
+#include <map>
+
+#include "passes.hpp"
+#include "pipetrain/error.hpp"
+
+namespace pt {
+
+int64_t Schedule::group_of(int stage, int64_t mb) const {
+  if (def->per_minibatch_units) return mb / layout.replicas_of(stage);
+  return mb / microbatches;
+}
+
+int64_t Schedule::groups(int stage) const {
+  if (!training()) return 0;
+  if (def->per_minibatch_units) return units() / layout.replicas_of(stage);
+  return steps;
+}
+
+int64_t Schedule::version_stride(int stage) const { return def->per_minibatch_units ? layout.replicas_of(stage) : 1; }
+bool Schedule::training() const { return def->versions != VersionRule::none; }
+std::string Schedule::name() const { return def ? def->name : "?"; }
+
+int32_t rule_version(const Schedule& S, Op op, int s, int64_t m, int64_t latest, int32_t fwd, int32_t v0) {
+  const bool forward = op == Op::forward;
+  const int64_t stride = S.version_stride(s);
+  switch (S.def->versions) {
+    case VersionRule::flush: return static_cast<int32_t>(S.group_of(s, m));
+    case VersionRule::stash: return forward ? static_cast<int32_t>(latest) : fwd;
+    case VersionRule::vsync:
+      if (!forward) return fwd;
+      return static_cast<int32_t>(s == 0 ? latest : stride * (v0 / stride));
+    case VersionRule::nostash: return static_cast<int32_t>(latest);
+    case VersionRule::two_bw: return static_cast<int32_t>(std::max<int64_t>(0, S.group_of(s, m) - 1));
+    case VersionRule::none: return 0;
+  }
+  return 0;
+}
+
+namespace {
+
+// Per (worker, stage): units left in each update group, and the updates emitted so far.
+struct GroupCounter {
+  std::vector<int64_t> left;
+  int64_t done = 0;
+};
+
+std::map<int, GroupCounter> group_counters(const Schedule& S, int rank) {
+  std::map<int, GroupCounter> out;
+  const int replica = S.layout.replica_of(rank);
+  for (int s : S.layout.stages_of_rank(rank)) {
+    GroupCounter& c = out[s];
+    c.left.assign(static_cast<size_t>(S.groups(s)), 0);
+    for (int64_t m : replica_units(S, s, replica)) ++c.left[static_cast<size_t>(S.group_of(s, m))];
+  }
+  return out;
+}
+
+}  // namespace
+
+void insert_updates(Schedule& S) {
+  if (!S.training()) return;
+  for (int w = 0; w < S.layout.ranks(); ++w) {
+    std::map<int, GroupCounter> counters = group_counters(S, w);
+    std::vector<Action> out;
+    auto flush_done = [&](int s) {
+      GroupCounter& c = counters[s];
+      while (c.done < static_cast<int64_t>(c.left.size()) && c.left[static_cast<size_t>(c.done)] == 0) {
+        const int32_t g = static_cast<int32_t>(c.done++);
+        if (S.layout.replicas_of(s) > 1) out.push_back({Op::allreduce, static_cast<int16_t>(s), g, -1, -1});
+        out.push_back({Op::optimizer_step, static_cast<int16_t>(s), g, -1, -1});
+      }
+    };
+    for (auto& [s, c] : counters) flush_done(s);
+    for (const Action& a : S.workers[static_cast<size_t>(w)]) {
+      out.push_back(a);
+      if (a.op != Op::backward && a.op != Op::backward_weight) continue;
+      --counters[a.stage].left[static_cast<size_t>(S.group_of(a.stage, a.mb))];
+      flush_done(a.stage);
+    }
+    S.workers[static_cast<size_t>(w)] = std::move(out);
+  }
+}
+
+void assign_versions(Schedule& S) {
+  const int64_t U = S.units();
+  std::vector<int32_t> v0(static_cast<size_t>(U), 0);  // stage 0's forward versions (group 0 ranks come first)
+  for (int w = 0; w < S.layout.ranks(); ++w) {
+    std::map<int, int64_t> latest;
+    std::map<int, std::map<int32_t, int32_t>> fwd;
+    for (Action& a : S.workers[static_cast<size_t>(w)]) {
+      if (a.op == Op::optimizer_step) {
+        latest[a.stage] += S.version_stride(a.stage);
+        a.version = static_cast<int32_t>(latest[a.stage]);
+      } else if (is_compute(a.op)) {
+        auto f = fwd[a.stage].find(a.mb);
+        a.version = rule_version(S, a.op, a.stage, a.mb, latest[a.stage], f == fwd[a.stage].end() ? -1 : f->second,
+                                 v0[static_cast<size_t>(a.mb)]);
+        if (a.op == Op::forward) {
+          fwd[a.stage][a.mb] = a.version;
+          if (a.stage == 0) v0[static_cast<size_t>(a.mb)] = a.version;
+        }
+      }
+    }
+  }
+}
+
+void lower_comm(Schedule& S) {
+  const Layout& L = S.layout;
+  const int K = L.stages();
+  for (auto& acts : S.workers) {
+    std::vector<Action> out;
+    out.reserve(acts.size() * 2);
+    for (const Action& a : acts) {
+      const int s = a.stage;
+      auto msg = [&](Op op, int peer_stage) {
+        out.push_back({op, a.stage, a.mb, -1, static_cast<int32_t>(L.rank_for(peer_stage, a.mb))});
+      };
+      if (a.op == Op::forward && s > 0) msg(Op::recv_act, s - 1);
+      if (is_backward(a.op) && s < K - 1) msg(Op::recv_grad, s + 1);
+      out.push_back(a);
+      if (a.op == Op::forward && s < K - 1) msg(Op::send_act, s + 1);
+      if (is_backward(a.op) && s > 0) msg(Op::send_grad, s - 1);
+    }
+    acts = std::move(out);
+  }
+}
+
+int message_boundary(const Action& a) {
+  switch (a.op) {
+    case Op::send_act: return a.stage;
+    case Op::recv_act: return a.stage - 1;
+    case Op::send_grad: return a.stage - 1;
+    case Op::recv_grad: return a.stage;
+    default: return -1;
+  }
+}
+
+MessageKey message_key(int rank, const Action& a) {
+  const bool send = a.op == Op::send_act || a.op == Op::send_grad;
+  const bool grad = a.op == Op::send_grad || a.op == Op::recv_grad;
+  return {send ? rank : a.peer, send ? a.peer : rank, grad ? 1 : 0, message_boundary(a), a.mb};
+}
+
+Schedule make_schedule(const ScheduleDef& def, const Layout& layout, int64_t steps, int microbatches) {
+  Schedule S;
+  S.def = &def;
+  S.layout = layout;
+  S.steps = steps;
+  S.microbatches = def.per_minibatch_units ? 1 : microbatches;
+  PT_CHECK(layout.placement == def.placement, def.name << " runs on the " << placement_name(def.placement)
+                                                       << " placement, the layout is " << placement_name(layout.placement));
+  PT_CHECK(S.units() < INT32_MAX, "schedule too long: " << S.units() << " units");
+  if (def.check) {
+    const std::string why = def.check(layout, S.microbatches);
+    PT_CHECK(why.empty(), def.name << ": " << why);
+  }
+  for (int g = 0; g < layout.groups() && def.per_minibatch_units; ++g)
+    PT_CHECK(S.units() % layout.replicas[static_cast<size_t>(g)] == 0,
+             "the pipedream schedules need the minibatch count (" << S.units() << ") to be a multiple of every replica count");
+  S.workers.resize(static_cast<size_t>(layout.ranks()));
+  def.generate(S);
+  insert_updates(S);
+  assign_versions(S);
+  lower_comm(S);
+  return S;
+}
+
+double unit_makespan(const Schedule& compute_only) {
+  Schedule S = compute_only;
+  insert_updates(S);
+  assign_versions(S);
+  lower_comm(S);
+  const Replay rp = replay(S, unit_costs(S.layout));
+  return rp.ok ? rp.makespan : 1e300;
+}
+
+Schedule make_schedule(const std::string& name, const Layout& layout, int64_t steps, int microbatches) {
+  return make_schedule(schedule_def(name), layout, steps, microbatches);
+}
+
+namespace {
+
+// Evaluation: every unit forwarded once through every stage, each worker in unit order
+// (the stages it holds ascending per unit). Nothing is updated.
+void generate_eval(Schedule& S) {
+  for (int w = 0; w < S.layout.ranks(); ++w) {
+    const int q = S.layout.replica_of(w);
+    for (int64_t m = 0; m < S.units(); ++m)
+      for (int s : S.layout.stages_of_rank(w))
+        if (S.layout.replica_for(s, m) == q) S.workers[static_cast<size_t>(w)].push_back(compute_action(Op::forward, s, m));
+  }
+}
+
+const ScheduleDef& eval_def(Placement p) {
+  static std::map<Placement, ScheduleDef> defs;
+  ScheduleDef& d = defs[p];
+  if (d.name.empty()) {
+    d.name = "eval";
+    d.doc = "forward-only pass over the test set";
+    d.deck_choice = d.planner = false;
+    d.placement = p;
+    d.versions = VersionRule::none;
+    d.generate = generate_eval;
+  }
+  return d;
+}
+
+}  // namespace
+
+Schedule make_eval_schedule(const Layout& layout, int64_t units) {
+  return make_schedule(eval_def(layout.placement), layout, units, 1);
+}
+
+}  // namespace pt

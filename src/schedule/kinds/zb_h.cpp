@@ -1,0 +1,70 @@
+// Zero-bubble schedules with one stage per rank (Qi et al., ICLR 2024), backward split into
+// I (input gradient) and W (weight gradient). Worker of stage s with depth d = the 1F1B
+// in-flight depth, per minibatch of n units: `warm` forwards, then I, W (unless deferred),
+// F repeated, then the deferred W's. zb-h1: warm = d, the first d0 - d W's deferred
+// (1F1B's peak memory, bubble (p-1)(F+I-W)); zb-h2: warm = 2d - 1, 2(d0 - d) deferred
+// (peak 2p-1 units, no bubble at equal F, I, W costs). With fewer microbatches than the
+// H2 warm-up needs (m < 2p - 1) its order can lose to H1's; zb-h2 then keeps H1's order,
+// so it is never slower than zb-h1 at unit costs.
+#include "pipetrain/schedules.hpp"
+
+namespace pt {
+namespace {
+
+void emit_zb_block(std::vector<Action>& acts, int s, const std::vector<int64_t>& u, int64_t warm, int64_t defer) {
+  const int64_t n = static_cast<int64_t>(u.size());
+  int64_t nf = 0, ni = 0, nw = 0;
+  auto at = [&](int64_t i) { return u[static_cast<size_t>(i)]; };
+  for (; nf < std::min(warm, n); ++nf) acts.push_back(compute_action(Op::forward, s, at(nf)));
+  while (ni < n) {
+    acts.push_back(compute_action(Op::backward_input, s, at(ni++)));
+    if (ni > defer) acts.push_back(compute_action(Op::backward_weight, s, at(nw++)));
+    if (nf < n) acts.push_back(compute_action(Op::forward, s, at(nf++)));
+  }
+  while (nw < n) acts.push_back(compute_action(Op::backward_weight, s, at(nw++)));
+}
+
+void generate_pattern(Schedule& S, bool h2) {
+  const Layout& L = S.layout;
+  const int d0 = L.in_flight_depth(0);
+  for (int s = 0; s < L.stages(); ++s)
+    for (int r = 0; r < L.replicas_of(s); ++r) {
+      const std::vector<int64_t> units = replica_units(S, s, r);
+      const int d = L.in_flight_depth(s);
+      const int64_t warm = h2 ? 2 * d - 1 : d, defer = h2 ? 2 * (d0 - d) : d0 - d;
+      auto& acts = S.workers[static_cast<size_t>(L.rank_of(s, r))];
+      for (int64_t g = 0; g < S.groups(s); ++g) {
+        std::vector<int64_t> block;
+        for (int64_t m : units)
+          if (S.group_of(s, m) == g) block.push_back(m);
+        emit_zb_block(acts, s, block, warm, defer);
+      }
+    }
+}
+
+void generate_zb(Schedule& S, bool h2) {
+  generate_pattern(S, h2);
+  if (!h2) return;
+  Schedule h1 = S;
+  for (auto& w : h1.workers) w.clear();
+  generate_pattern(h1, false);
+  if (unit_makespan(h1) < unit_makespan(S)) S.workers = std::move(h1.workers);
+}
+
+ScheduleDef zb_entry(bool h2) {
+  ScheduleDef d;
+  d.name = h2 ? "zb-h2" : "zb-h1";
+  d.doc = h2 ? "zero bubble H2: more warm-up forwards and W's deferred to the tail; no bubble, 2p-1 units of memory"
+             : "zero bubble H1: 1F1B with the weight gradient W split off and deferred; 1F1B's peak memory";
+  d.split_backward = true;
+  d.memory = h2 ? MemoryRule::zb_h2 : MemoryRule::zb_h1;
+  d.generate = [h2](Schedule& S) { generate_zb(S, h2); };
+  return d;
+}
+
+}  // namespace
+
+PT_REGISTER_SCHEDULE(zb_h1, zb_entry(false))
+PT_REGISTER_SCHEDULE(zb_h2, zb_entry(true))
+
+}  // namespace pt
