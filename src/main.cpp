@@ -33,7 +33,7 @@ const char* kUsage =
     "                       for the layout of N ranks; writes weights.h5 like a run\n"
     "  plan [DECK] --ranks N [--profile FILE] [--out plan.json] [--bandwidth B[:RANKS]]... [--latency S]\n"
     "       [--memory BYTES] [--batch B] [--profile-batch P] [--schedules a,b] [--microbatches 1,2,4]\n"
-    "       [--replicas auto|all|pow2] [--bsp-batch B]\n"
+    "       [--replicas auto|all|pow2] [--bsp-batch B] [--cost-model pipetrain|pipedream[,OPTIONS]]\n"
     "                       choose stages, replication, schedule and microbatches (docs/PLANNER.md);\n"
     "                       --profile accepts profile.json or a PipeDream graph.txt\n"
     "  simulate [DECK] --ranks N [--profile FILE] [--plan FILE] [--compare RUN_DIR] [--trace FILE]\n"
@@ -201,6 +201,7 @@ int dispatch(Cli& cli) {
       }
       else if (a == "--replicas") p.replicas = cli.next(a);
       else if (a == "--bsp-batch") p.bsp_batch = cli.number(a);
+      else if (a == "--cost-model") p.cost_model = cli.next(a);  // docs/PLANNER.md
       else if (a == "--synthetic-chain") p.synthetic_chain = static_cast<int>(cli.number(a));  // benchmarks
       else usage_error("plan: unknown option '" + a + "'");
     }
