@@ -209,6 +209,7 @@ int run_plan(Cli& cli) {
                                                 {"--microbatches", [&] { p.microbatches = positive_ints(cli, "--microbatches"); }},
                                                 {"--replicas", [&] { p.replicas = cli.next("--replicas"); }},
                                                 {"--bsp-batch", [&] { p.bsp_batch = cli.number("--bsp-batch"); }},
+                                                {"--cost-model", [&] { p.cost_model = cli.next("--cost-model"); }},
                                                 {"--synthetic-chain", [&] { p.synthetic_chain = static_cast<int>(cli.number("--synthetic-chain")); }}};
   if (!parse(cli, "plan", f, deck_positional(p))) return 0;
   if (p.ranks <= 0) usage_error("plan: --ranks N (N >= 1) is required");
@@ -270,7 +271,7 @@ const std::vector<Command>& commands() {
        "                       for the layout of N ranks; writes weights.h5 like a run", run_emulate},
       {"plan", "[DECK] --ranks N [--profile FILE] [--out plan.json] [--bandwidth B[:RANKS]]... [--latency S]\n"
                "       [--memory BYTES] [--batch B] [--profile-batch P] [--schedules a,b] [--microbatches 1,2,4]\n"
-               "       [--replicas auto|all|pow2] [--bsp-batch B]",
+               "       [--replicas auto|all|pow2] [--bsp-batch B] [--cost-model pipetrain|pipedream[,OPTIONS]]",
        "                       choose stages, replication, schedule and microbatches (docs/PLANNER.md);\n"
        "                       --profile accepts profile.json or a PipeDream graph.txt", run_plan},
       {"simulate", "[DECK] --ranks N [--profile FILE] [--plan FILE] [--compare RUN_DIR] [--trace FILE]",

@@ -55,6 +55,7 @@ struct PlanArgs : PlannerArgs {
   std::string replicas = "auto";        // --replicas auto|all|pow2
   long long bsp_batch = 0;              // --bsp-batch: minibatch of the bsp baseline
   int synthetic_chain = 0;              // --synthetic-chain L (benchmarks, tests)
+  std::string cost_model = "pipetrain";  // --cost-model pipetrain | pipedream[,compression=R][,fewer-machines]
 };
 
 struct SimulateArgs : PlannerArgs {

@@ -171,6 +171,10 @@ struct Plan {
   std::vector<PlanCandidate> candidates;
   double plan_seconds = 0;  // wall time of choose_plan
   int64_t dp_evaluations = 0;
+  // which model chose the layout: "pipetrain" (choose_plan) or "pipedream" (plan_pipedream,
+  // whose own prediction, a JSON object, is in cost_model_json and goes to plan.json)
+  std::string cost_model = "pipetrain";
+  std::string cost_model_json;
 
   std::vector<int> split() const;     // first layer of stages 2..K
   std::vector<int> replicas() const { return layout.replicas; }
@@ -197,6 +201,57 @@ struct PlanFile {
 // conv-like front layers with large activations and few parameters, dense back layers
 // with the reverse; forward 0.2-2 ms, backward 2x forward, at microbatch 32.
 Profile synthetic_chain(int layers, uint64_t seed);
+
+// ---- PipeDream's own cost model (`plan --cost-model pipedream`) ------------------------
+// A reimplementation of the dynamic program of PipeDream's optimizer
+// (optimizer/optimizer_graph_hierarchical.py in msr-fiddle/pipedream), formulas and quirks
+// included, over pipetrain's layer chain (graph.txt DAGs linearised as above, not
+// PipeDream's antichain states). docs/PLANNER.md "PipeDream's cost model" gives the formulas
+// and where they differ from pipetrain's; tests/unit/test_pipedream_model.cpp checks the
+// partitions against PipeDream's own output (tests/fixtures/pipedream_partitions.json).
+
+// Per layer, per minibatch (the profile's values scaled linearly to the minibatch).
+struct PipeDreamChain {
+  std::vector<double> compute;     // forward + backward seconds
+  std::vector<double> activation;  // bytes stashed (PipeDream's activation_size: memory only)
+  std::vector<double> output;      // bytes crossing the cut after the layer (output_activation_size)
+  std::vector<double> params;      // parameter bytes
+  int layers() const { return static_cast<int>(compute.size()); }
+  static PipeDreamChain from_profile(const Profile& p, int64_t batch_size);
+};
+
+// The optimizer's command-line options.
+struct PipeDreamOptions {
+  std::vector<int> machines;       // per level, innermost first (-n: machines per component)
+  std::vector<double> bandwidths;  // per level, bytes/s (-b)
+  double memory_size = 0;          // > 0: --use_memory_constraint with -s memory_size
+  bool straight_pipeline = false;  // --straight_pipeline: one machine per stage
+  bool use_fewer_machines = false;  // --use_fewer_machines
+  double activation_compression_ratio = 0;  // > 0: pipeline transfers / ratio enter the objective
+  // pipetrain's levels (cumulative ranks) as PipeDream's per-level machine counts for
+  // `ranks` ranks; throws pt::Error (bad_input) when a level size does not divide.
+  static PipeDreamOptions from_cluster(const ClusterModel& net, int ranks);
+};
+
+struct PipeDreamStage {
+  int first = 0, end = 0;  // layers first..end-1
+  int replicas = 1;        // at this level
+  double compute = 0;      // the layers' compute per minibatch (as PipeDream prints it)
+};
+
+struct PipeDreamPlan {
+  bool ok = false;
+  std::string error;
+  double time_per_minibatch = 0;   // PipeDream's "time per stage in pipeline" (its objective)
+  double single_machine_time = 0;  // every layer on one machine
+  double data_parallel_time = 0;   // its data-parallel estimate on every machine
+  // per level, innermost first: that level's stages, each outer stage refined in order
+  std::vector<std::vector<PipeDreamStage>> levels;
+  Layout layout;  // the innermost stages; replicas = the product over the levels
+  int unused_machines = 0;  // with use_fewer_machines
+};
+
+PipeDreamPlan plan_pipedream(const PipeDreamChain& c, const PipeDreamOptions& o);
 
 // ---- PipeDream graph.txt profiles -------------------------------------------------------
 

@@ -84,6 +84,55 @@ PlannerInputs planner_inputs(const PlannerArgs& a, bool need_profile) {
   return in;
 }
 
+std::string int_list(const std::vector<int>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+void print_prediction(const char* label, const Plan& plan) {
+  if (!plan.sim.ok) {
+    std::printf("%s: not simulated: %s\n", label, plan.sim.error.c_str());
+    return;
+  }
+  std::printf("%s: %.4f ms per minibatch, %.1f samples/s, bubble %.3f, peak memory %.3g GB per rank%s\n", label,
+              plan.sim.time_per_minibatch * 1e3, plan.sim.samples_per_s, plan.sim.bubble, plan.sim.max_memory / 1e9,
+              plan.fits ? "" : " (exceeds the memory cap)");
+}
+
+void write_plan(const std::string& out, const Plan& plan) {
+  if (!out.empty()) {
+    write_file_atomic(out, plan.to_json());
+    std::printf("wrote %s\n", out.c_str());
+  }
+  std::fflush(stdout);
+}
+
+Plan plan_from_layout(const PlannerInputs& in, int ranks, int64_t batch, const std::string& schedule, const Layout& layout,
+                      double objective) {
+  Plan plan;
+  plan.ok = true;
+  plan.ranks = ranks;
+  plan.layers = static_cast<int>(in.profile.layers.size());
+  plan.batch_size = batch;
+  plan.memory_cap = in.memory;
+  plan.profile_source = in.profile.source;
+  plan.cluster = in.cluster.describe();
+  plan.schedule = schedule;
+  plan.layout = layout;
+  plan.dp_objective = objective;
+  SimConfig cfg;
+  cfg.def = &schedule_def(schedule);
+  cfg.layout = layout;
+  cfg.microbatches = plan.microbatches;
+  cfg.batch_size = batch;
+  cfg.keep_schedule = false;
+  cfg.max_actions = PlanOptions().sim_budget;
+  plan.sim = simulate(in.profile, in.cluster, cfg);
+  plan.fits = plan.sim.ok && (in.memory <= 0 || plan.sim.max_memory <= in.memory);
+  return plan;
+}
+
 int cmd_plan(const PlanArgs& a) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -98,6 +147,9 @@ int cmd_plan(const PlanArgs& a) {
   } else {
     in = planner_inputs(pa);
   }
+  if (a.cost_model.rfind("pipedream", 0) == 0) return cmd_plan_pipedream(a, in);
+  if (a.cost_model != "pipetrain")
+    fail(Exit::bad_input, "command line: --cost-model expects pipetrain or pipedream[,OPTIONS], got '" + a.cost_model + "'", true);
   PlanOptions o;
   if (!a.schedules.empty()) o.schedules = a.schedules;
   o.microbatches = a.microbatches;
@@ -114,19 +166,10 @@ int cmd_plan(const PlanArgs& a) {
   std::printf("%s", plan.table().c_str());
   if (plan.ok) {
     std::printf("\nchosen: %s, %s, %d microbatch%s; split %s\n", plan.schedule.c_str(), plan.layout.str().c_str(),
-                plan.microbatches, plan.microbatches == 1 ? "" : "es", [&] {
-                  std::string s = "[";
-                  for (size_t i = 0; i < plan.split().size(); ++i) s += (i ? ", " : "") + std::to_string(plan.split()[i]);
-                  return s + "]";
-                }().c_str());
-    std::printf("predicted: %.4f ms per minibatch, %.1f samples/s, bubble %.3f, peak memory %.3g GB per rank\n",
-                plan.sim.time_per_minibatch * 1e3, plan.sim.samples_per_s, plan.sim.bubble, plan.sim.max_memory / 1e9);
+                plan.microbatches, plan.microbatches == 1 ? "" : "es", int_list(plan.split()).c_str());
+    print_prediction("predicted", plan);
   }
-  if (!a.out.empty()) {
-    write_file_atomic(a.out, plan.to_json());
-    std::printf("wrote %s\n", a.out.c_str());
-  }
-  std::fflush(stdout);
+  write_plan(a.out, plan);
   if (!plan.ok) {
     std::fprintf(stderr, "pipetrain plan: %s\n", plan.error.c_str());
     return static_cast<int>(Exit::bad_input);

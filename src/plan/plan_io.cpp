@@ -130,6 +130,8 @@ std::string Plan::to_json() const {
   for (const PlanCandidate& c : candidates) cands.push_back(candidate_json(c));
   j["candidates"] = cands;
   j["plan_seconds"] = plan_seconds;
+  j["cost_model"] = cost_model;
+  if (!cost_model_json.empty()) j[cost_model] = nlohmann::json::parse(cost_model_json);
   return j.dump(2) + "\n";
 }
 

@@ -14,28 +14,15 @@
 #include "pipetrain/error.hpp"
 #include "pipetrain/plan.hpp"
 #include "pipetrain/profile.hpp"
+#include "test_support.hpp"
 
 namespace pt {
 namespace {
 
-std::string profiles_dir() {
-  const char* e = std::getenv("PT_PIPEDREAM_PROFILES");
-  return e ? e : "../shared/data/pipedream-profiles";
-}
-
-bool read(const std::string& path, std::string* text) {
-  std::ifstream in(path);
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *text = ss.str();
-  return true;
-}
-
 #define NEED_PROFILE(name, text)                                                                               \
   std::string text;                                                                                            \
-  if (!read(profiles_dir() + "/" name, &text))                                                                 \
-    GTEST_SKIP() << "published PipeDream profiles not found at " << profiles_dir() << "/" name                \
+  if (!test::read_text_if(test::pipedream_profiles_dir() + "/" name, &text))                                  \
+    GTEST_SKIP() << "published PipeDream profiles not found at " << test::pipedream_profiles_dir() << "/" name \
                  << " (set PT_PIPEDREAM_PROFILES to the folder holding them)";
 
 }  // namespace
@@ -63,7 +50,7 @@ TEST(GraphTxt, Vgg16IsAChainWithTheFileTotals) {
   EXPECT_EQ(p.layers.back().type, "Linear");
   EXPECT_DOUBLE_EQ(p.layers.front().output_bytes, 1644167168.0);  // a chain cut carries the layer's output
   // Profile::load recognises the format
-  EXPECT_EQ(Profile::load(profiles_dir() + "/vgg16.graph.txt").layers.size(), 40u);
+  EXPECT_EQ(Profile::load(test::pipedream_profiles_dir() + "/vgg16.graph.txt").layers.size(), 40u);
 }
 
 TEST(GraphTxt, BranchyResnet18IsLinearisedByFrontiers) {

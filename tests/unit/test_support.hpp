@@ -3,6 +3,9 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,6 +26,23 @@ inline int world_rank() {
 inline std::string fixtures_dir() {
   const char* e = std::getenv("PT_FIXTURES");
   return e ? e : "tests/fixtures";
+}
+
+// The published PipeDream graph.txt profiles (../shared/data/pipedream-profiles), overridable
+// with PT_PIPEDREAM_PROFILES; tests that need them skip when the folder is absent.
+inline std::string pipedream_profiles_dir() {
+  const char* e = std::getenv("PT_PIPEDREAM_PROFILES");
+  return e ? e : "../shared/data/pipedream-profiles";
+}
+
+// The whole file into *text; false when it cannot be opened.
+inline bool read_text_if(const std::string& path, std::string* text) {
+  std::ifstream in(path);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *text = ss.str();
+  return true;
 }
 
 // max |a - b| / (atol + rtol |b|) <= 1 elementwise; returns the worst ratio.
