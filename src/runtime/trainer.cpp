@@ -2,6 +2,7 @@
 // progress and metrics on the reporter rank, checkpoints at agreed update boundaries
 // (steps, seconds, SIGUSR1/SIGTERM, --stop-at-step, the end), resume, and the run outputs.
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "pipetrain/commands.hpp"
 #include "pipetrain/data.hpp"
 #include "pipetrain/error.hpp"
+#include "pipetrain/fault.hpp"
 #include "pipetrain/report.hpp"
 #include "pipetrain/runtime.hpp"
 #include "pipetrain/train.hpp"
@@ -161,6 +163,8 @@ CutAction Trainer::at_boundary(int64_t v) {
   // started at each boundary and read `lag` boundaries later, when every rank has passed it.
   auto p = std::make_unique<Pending>();
   p->version = v;
+  if (fault_matches("wait-signal", ctx_->rank(), -1, v))  // test-only: hold this boundary until a signal (120 s at most)
+    for (int i = 0; i < 12000 && !g_signal; ++i) usleep(10000);
   p->local = local_flags();
   MPI_Iallreduce(&p->local, &p->result, 1, MPI_INT, MPI_BOR, control_, &p->req);
   pending_.push_back(std::move(p));

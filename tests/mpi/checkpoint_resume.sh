@@ -98,26 +98,57 @@ expect "inspect: both verified" test "$(grep -c '^  verified: ' "$out/inspect.tx
 grep -m3 -E "^  (step|rank 0|verified)" "$out/inspect.txt" | sed 's/^/    /'
 
 # ---- SIGUSR1 to mpirun: checkpoint at an agreed step boundary, exit 0, exact resume -----------
+# No step here depends on how fast this machine is: the time trigger is checked against bounds
+# computed from the run's own measured step and commit durations, and the signal run cannot
+# finish before the signal arrives (rank 0 holds boundary 20 until it has one).
 M=250
 sig=(--set parallel.schedule=pipedream --set 'parallel.split=[3]' --set train.max_steps=$M --set train.log_every=1)
-# the reference also checkpoints every second (checkpoint.every_seconds; agreed like a signal):
-# checkpoints taken at time-dependent steps must not change the numbers
-pt usr1_full 2 "${sig[@]}" --set run.name=usr1_full --set checkpoint.every_seconds=1
-ok_run "SIGUSR1 reference" && full_secs=$secs
-expect "every_seconds=1: at least 2 checkpoints in ${full_secs:-?} s" \
-  test "$(grep -c '^checkpoint: step [0-9]* committed' "$out/usr1_full.log")" -ge 2
-timeout --kill-after=5 120 mpirun $MPIRUN_FLAGS -np 2 "$PT_BIN" train $deck "${base[@]}" "${sig[@]}" --set run.name=usr1 \
-  >"$out/usr1.log" 2>&1 &
+lag=3  # flags are agreed stages + 1 boundaries after they were raised (docs/CHECKPOINT.md)
+# The reference also checkpoints every T seconds (checkpoint.every_seconds; agreed like a
+# signal): checkpoints taken at time-dependent steps must not change the numbers. Every rank
+# sleeps 10 ms after each update (fault hook "slow"), so the run lasts at least M x 10 ms on
+# any machine, whatever its speed.
+T=0.5
+PIPETRAIN_FAULT=slow:ms=10 pt usr1_full 2 "${sig[@]}" --set run.name=usr1_full --set checkpoint.every_seconds=$T
+ok_run "SIGUSR1 reference"
+# The trigger's own guarantees, checked against this run's own timeline (the reporter's
+# elapsed_s after every step, metrics.jsonl with log_every 1; it includes commit time):
+# - at most floor(W / T) time-triggered commits in the training wall time W: consecutive ones
+#   are at least T apart;
+# - at least lo: replaying the trigger on the measured timeline with every delay taken at its
+#   latest (rank 0 passes boundary v no earlier than 50 ms before the reporter's step v; the
+#   flag raised there is agreed lag boundaries later; rank 0 finishes that commit before the
+#   reporter's step v + lag + 3), less one for rounding. A stall on this machine only
+#   lengthens the timeline it is replayed on.
+W=$(json_number "$out/usr1_full/summary.json" train_wall_s)
+timed=$(grep -cE "^checkpoint: step ([0-9]+) committed" "$out/usr1_full.log")
+timed=$((timed - 1))  # the last one is checkpoint.at_end
+read -r lo hi <<<"$(grep '"type":"step"' "$out/usr1_full/metrics.jsonl" | grep -o '"elapsed_s":[0-9.eE+-]*' | cut -d: -f2 |
+  awk -v w="$W" -v t=$T -v l=$lag -v m=$M '{ e[NR] = $1 }
+    END { last = 0; n = 0; v = 1
+          while (1) {
+            while (v <= m && e[v] < last + t + 0.05) v++        # latest boundary that raises the flag
+            if (v + l >= m || v + l + 3 > NR) break                # its commit would not be mid-segment
+            n++; last = e[v + l + 3]; v = v + l + 3
+          }
+          lo = n - 1; if (lo < 0) lo = 0; print lo, int(w / t) }')"
+echo "  every_seconds=$T: $timed time-triggered checkpoints in W = ${W}s of training; the timeline allows [$lo, $hi]"
+expect "every_seconds=$T: between $lo and $hi time-triggered checkpoints (got $timed)" test "$timed" -ge "$lo" -a "$timed" -le "$hi"
+expect "every_seconds=$T: this run's timeline calls for at least 2 (lower bound $lo)" test "$lo" -ge 2
+# SIGUSR1 while rank 0 holds boundary 20 (fault hook "wait-signal"): the flag it raises there
+# is read lag boundaries later on every rank, so the job stops at step 20 + lag exactly.
+PIPETRAIN_FAULT=wait-signal:rank=0:step=20 timeout --kill-after=5 120 mpirun $MPIRUN_FLAGS -np 2 "$PT_BIN" train $deck \
+  "${base[@]}" "${sig[@]}" --set run.name=usr1 >"$out/usr1.log" 2>&1 &
 tpid=$!
-for _ in $(seq 600); do grep -q "^step 20/" "$out/usr1.log" 2>/dev/null && break; sleep 0.05; done
+for _ in $(seq 1200); do grep -q "^step 20/" "$out/usr1.log" 2>/dev/null && break; sleep 0.1; done
 mpid=$(ps -o pid= --ppid $tpid | head -1 | tr -d ' ')
 kill -USR1 "$mpid"
 wait $tpid
 rc=$?
 stop=$(sed -nE 's/^stopped at step ([0-9]+) after a checkpoint \(SIGUSR1\).*/\1/p' "$out/usr1.log")
-echo "  SIGUSR1 sent to mpirun (pid $mpid) after step 20: exit $rc, stopped at step ${stop:-?} of $M (uninterrupted run ${full_secs:-?} s)"
+echo "  SIGUSR1 sent to mpirun (pid $mpid) while rank 0 held step 20: exit $rc, stopped at step ${stop:-?} of $M"
 expect "SIGUSR1: exit 0" test "$rc" = 0
-expect "SIGUSR1: stopped at a step between 20 and $M" test -n "$stop" -a "${stop:-0}" -gt 19 -a "${stop:-$M}" -lt $M
+expect "SIGUSR1: stopped at step $((20 + lag)) (the signal's boundary + $lag; got ${stop:-none})" test "${stop:-0}" = $((20 + lag))
 expect "SIGUSR1: that step is committed" test -f "$out/usr1/checkpoints/$(stepdir "${stop:-0}")/manifest.json"
 pt usr1_resume 2 "${sig[@]}" --set run.name=usr1 --resume "$out/usr1"
 ok_run "resume after SIGUSR1" && compare "$out/usr1_full" "$out/usr1" 0
