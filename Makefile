@@ -62,8 +62,8 @@ help:
 	@echo "                ARGS=\"--set key=value ...\" overrides deck keys"
 	@echo "make test       all tests: unit (np 1, 2, 4) and MPI integration"
 	@echo "make bench      benchmarks (see bench/README.md)"
-	@echo "make deps       install missing Debian packages (root)"
-	@echo "make deps-dev   also python3-torch, python3-h5py, python3-matplotlib (fixtures, peers, plots)"
+	@echo "make deps       install missing Debian packages (root), python3-matplotlib for the plots included"
+	@echo "make deps-dev   also python3-torch, python3-h5py (fixtures, peers, tools/to_pytorch.py)"
 
 # Dependency check: a ✓/✗ line per dependency; a missing one stops the build with the package name.
 $(BUILD)/deps.ok: tools/deps.sh
