@@ -10,6 +10,7 @@
 #include "pipetrain/report.hpp"
 #include "pipetrain/data.hpp"
 #include "pipetrain/model.hpp"
+#include "pipetrain/stability.hpp"
 
 namespace pt {
 
@@ -121,6 +122,7 @@ int cmd_plan(const PlanArgs& a) {
                 }().c_str());
     std::printf("predicted: %.4f ms per minibatch, %.1f samples/s, bubble %.3f, peak memory %.3g GB per rank\n",
                 plan.sim.time_per_minibatch * 1e3, plan.sim.samples_per_s, plan.sim.bubble, plan.sim.max_memory / 1e9);
+    if (in.deck) std::printf("%s", async_momentum_warning(plan.schedule, plan.layout.stages(), in.deck->train).c_str());
   }
   if (!a.out.empty()) {
     write_file_atomic(a.out, plan.to_json());
