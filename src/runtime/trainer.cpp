@@ -354,7 +354,7 @@ int Trainer::run() {
 
   // resume: the newest checkpoint every rank can verify
   ResumePoint resume;
-  if (!args_.resume.empty()) resume = choose_resume(args_.resume, deck_, setup_, *ctx_, *stage_, opt_->state().size(), spe_);
+  if (!args_.resume.empty()) resume = choose_resume(args_.resume, deck_, setup_, *ctx_, *stage_, opt_->state().size(), total_steps_);
   writer_ = std::make_unique<CheckpointWriter>(*ctx_, ckpt_dir, static_cast<int>(deck_.checkpoint.keep));
   writer_->prepare();  // before step 1: the directory exists and every rank can write it
   if (ctx_->is_reporter()) {
@@ -406,7 +406,7 @@ int Trainer::run() {
     interval_samples_ = rep.interval_samples;
     epoch_time_ = rep.epoch_time;
     time_to_target_ = rep.time_to_target;
-    const int64_t segment_end = resume.meta.epoch_start + resume.meta.epoch_steps;
+    const int64_t segment_end = resume.state.epoch_start + resume.state.epoch_steps;  // shortened when drained (resume.cpp)
     if (!resume.meta.epoch_complete && segment_end > total_steps_)
       fail(Exit::bad_input,
            resume.step_dir + ": the checkpoint is inside a pipeline segment that runs to step " + std::to_string(segment_end) +

@@ -8,6 +8,8 @@
 # - a flush-schedule checkpoint resumes on other layouts (re-sliced) within 1e-5;
 # - a mid-epoch async checkpoint on another layout and a different model are refused (exit 2),
 #   the latter with the field that differs, leaving the checkpoint untouched;
+# - a drained mid-segment checkpoint (1f1b, gpipe) resumes with a smaller train.max_steps
+#   (>= its step), bitwise equal to an uninterrupted run of that length; pipedream's is refused;
 # - `pipetrain inspect` prints step, plan, versions per stage and "verified".
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -186,6 +188,48 @@ reslice rs_bsp 2 bsp '[]' '[2]'
 # and from 4 stages (one without parameters) at step N of the golden 1f1b run onto 2 stages
 rs=(--set train.max_steps=$((2 * N)))
 reslice rs_from4 2 1f1b '[3]' '[1,1]' 1f1b_4 1f1b_4_full $N
+
+# ---- a drained checkpoint resumes with a smaller train.max_steps ----------------------------
+# A flush schedule's checkpoint inside a segment has nothing in flight: a run with fewer steps
+# than that segment (but at least the checkpoint's step) resumes from it, bitwise equal to an
+# uninterrupted run of that length. (Mid-segment pipedream cuts keep the refusal, below.)
+shorter() {  # NAME NP SCHEDULE SPLIT REPLICAS
+  local name=$1 np=$2 t0=$SECONDS
+  local lay=(--set parallel.schedule="$3" --set "parallel.split=$4" --set "parallel.replicas=$5")
+  pt "${name}_20" "$np" "${lay[@]}" --set train.max_steps=20 --set run.name="${name}_20"
+  ok_run "$name: uninterrupted 20 steps" || return
+  pt "${name}_long" "$np" "${lay[@]}" --set train.max_steps=40 --set checkpoint.every_steps=5 --set checkpoint.keep=10 \
+    --set run.name="${name}_long" --stop-at-step 25
+  ok_run "$name: 40-step run stopped at 25" || return
+  expect "$name: step 15 is a mid-segment checkpoint (its segment runs to 40)" \
+    grep -q '"epoch_complete": false' "$out/${name}_long/checkpoints/$(stepdir 15)/manifest.json"
+  pt "${name}_short" "$np" "${lay[@]}" --set train.max_steps=20 --set run.name="${name}_short" \
+    --resume "$out/${name}_long/checkpoints/$(stepdir 15)"
+  ok_run "$name: resume of step 15 with train.max_steps = 20" || return
+  expect "$name: says the segment now ends at step 20" grep -q "so its segment, which ran to step 40, ends at this run's last step 20" "$out/${name}_short.log"
+  compare "$out/${name}_20" "$out/${name}_short" 0
+  same_accuracy "$out/${name}_20" "$out/${name}_short" 0
+  echo "  ($name: $((SECONDS - t0)) s)"
+}
+shorter 1f1b_short 4 1f1b '[2,4]' '[2,1,1]'
+shorter gpipe_short 4 gpipe '[2,4,5]' '[1,1,1,1]'
+# exactly the checkpoint's step: nothing left to train, the evaluation of an uninterrupted 15-step run
+pt gpipe_15 4 --set parallel.schedule=gpipe --set 'parallel.split=[2,4,5]' --set train.max_steps=15 --set run.name=gpipe_15
+pt gpipe_at15 4 --set parallel.schedule=gpipe --set 'parallel.split=[2,4,5]' --set train.max_steps=15 --set run.name=gpipe_at15 \
+  --resume "$out/gpipe_short_long/checkpoints/$(stepdir 15)"
+ok_run "gpipe: resume of step 15 with train.max_steps = 15" && compare "$out/gpipe_15" "$out/gpipe_at15" 0 &&
+  same_accuracy "$out/gpipe_15" "$out/gpipe_at15" 0
+# fewer steps than the checkpoint's: refused, naming the minimum
+pt gpipe_10 4 --set parallel.schedule=gpipe --set 'parallel.split=[2,4,5]' --set train.max_steps=10 --set run.name=gpipe_10 \
+  --resume "$out/gpipe_short_long/checkpoints/$(stepdir 15)"
+expect "train.max_steps 10 < the checkpoint's step 15: exit 2 (got $rc)" test "$rc" = 2
+expect "... 'resume with at least 15 steps', once" test "$(grep -c "past this run's last step 10 .*resume with at least 15 steps" "$out/gpipe_10.log")" = 1
+# pipedream's mid-segment cut holds microbatches in flight: it can only continue its segment
+pt pipedream_short 4 --set parallel.schedule=pipedream --set 'parallel.split=[2,4,5]' --set train.max_steps=15 \
+  --set run.name=pipedream_short --resume "$out/pipedream_4/checkpoints/$(stepdir $N)"
+expect "pipedream mid-segment checkpoint with fewer steps than its segment: exit 2 (got $rc)" test "$rc" = 2
+expect "... 'inside a pipeline segment that runs to step $((2 * N))'" \
+  grep -q "the checkpoint is inside a pipeline segment that runs to step $((2 * N)) .*resume with at least $((2 * N)) steps" "$out/pipedream_short.log"
 
 # ---- refusals -----------------------------------------------------------------------------
 snapshot() { (cd "$1" && find . -type f | sort | xargs md5sum); }
