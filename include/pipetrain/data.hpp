@@ -12,6 +12,15 @@
 
 namespace pt {
 
+// How get() turns a stored sample into the model's input, elementwise in float32:
+// x = (raw * scale - mean) * inv_std. uint8 images (Fashion-MNIST, uint8 HDF5) with
+// data.normalize: scale 1/255 and the training split's mean and 1/std of the scaled values;
+// float data and synthetic samples: the identity. weights.h5 records it.
+struct InputTransform {
+  bool identity = true;
+  float scale = 1.0f, mean = 0.0f, inv_std = 1.0f;
+};
+
 class Dataset {
  public:
   virtual ~Dataset() = default;
@@ -22,6 +31,7 @@ class Dataset {
   // Samples idx[0..n) as float32 (n * sample_shape().numel(), host) and their labels.
   virtual void get(const int64_t* idx, int64_t n, float* x, int32_t* labels) const = 0;
   virtual void get_labels(const int64_t* idx, int64_t n, int32_t* labels) const = 0;
+  virtual InputTransform input_transform() const { return {}; }
 };
 
 struct DataSplit {

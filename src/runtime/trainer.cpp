@@ -492,6 +492,7 @@ int Trainer::run() {
   out.final_test_loss = final_test_loss_;
   out.final_accuracy = final_acc_;
   out.last_checkpoint = last_checkpoint_;
+  out.input = data_.train->input_transform();
   if (!plan_json_.empty()) {
     // the plan of parallel.split = "auto", and its prediction beside the measurement
     const nlohmann::json plan = nlohmann::json::parse(plan_json_);
