@@ -60,10 +60,11 @@ help:
 	@echo "make            build build/pipetrain (CUDA=1 adds the GPU backend)"
 	@echo "make run        train $(DECK) on RANKS=$(RANKS) ranks (installs dependencies first);"
 	@echo "                ARGS=\"--set key=value ...\" overrides deck keys"
-	@echo "make test       all tests: unit (np 1, 2, 4) and MPI integration"
+	@echo "make test       all tests: unit (np 1, 2, 3, 4) and MPI integration"
+	@echo "make test-repeat N=10   make test's runs N times, the last N/2 with one core busy; pass counts per test"
 	@echo "make bench      benchmarks (see bench/README.md)"
-	@echo "make deps       install missing Debian packages (root)"
-	@echo "make deps-dev   also python3-torch, python3-h5py, python3-matplotlib (fixtures, peers, plots)"
+	@echo "make deps       install missing Debian packages (root), python3-matplotlib for the plots included"
+	@echo "make deps-dev   also python3-torch, python3-h5py (fixtures, peers, tools/to_pytorch.py)"
 
 # Dependency check: a ✓/✗ line per dependency; a missing one stops the build with the package name.
 $(BUILD)/deps.ok: tools/deps.sh

@@ -2,7 +2,9 @@
 # Dependency check and install: one ✓/✗ line per dependency with the Debian package that
 # provides it. `deps.sh check` exits 1 when something is missing; `deps.sh install` installs
 # what is missing (as root, apt-get --no-install-recommends); `deps.sh install-dev` adds the
-# fixture/peer-benchmark packages.
+# fixture/peer-benchmark packages. python3-matplotlib is installed with the runtime packages:
+# run.plots is on by default, so `make run` draws timeline.png and accuracy.png on a fresh
+# machine; the build itself does not need it.
 set -u
 mode=${1:-check}
 ok='\033[32m✓\033[0m'; bad='\033[31m✗\033[0m'
@@ -24,10 +26,14 @@ runtime=(
   "Fashion-MNIST|dataset-fashion-mnist|test -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
   "fortunes (default text corpus)|fortunes|test -f /usr/share/games/fortunes/cookie"
 )
+# installed by `make deps` / `make run` / `make test` with the above, but not needed to build:
+# `deps.sh check` (the build's gate) only notes when they are missing
+plots=(
+  "matplotlib (run.plots, on by default)|python3-matplotlib|/usr/bin/python3 -c 'import matplotlib'"
+)
 dev=(
   "PyTorch (fixtures, peer benchmark)|python3-torch|/usr/bin/python3 -c 'import torch'"
-  "h5py (fixtures)|python3-h5py|/usr/bin/python3 -c 'import h5py'"
-  "matplotlib (plots)|python3-matplotlib|/usr/bin/python3 -c 'import matplotlib'"
+  "h5py (fixtures, tools/to_pytorch.py)|python3-h5py|/usr/bin/python3 -c 'import h5py'"
 )
 
 check() {  # prints the lines; echoes missing packages on fd 3
@@ -63,13 +69,17 @@ install() {
 case "$mode" in
   check)
     echo "pipetrain dependencies:"
-    tmp=$(mktemp); check "${runtime[@]}" 3>"$tmp"; missing=$(cat "$tmp"); rm -f "$tmp"
+    tmp=$(mktemp); check "${runtime[@]}" 3>"$tmp"; missing=$(cat "$tmp")
+    check "${plots[@]}" 3>"$tmp"; missing_plots=$(cat "$tmp"); rm -f "$tmp"
+    if [ -n "$missing_plots" ]; then
+      echo "  note: without $missing_plots runs print 'plots skipped'; make deps installs it"
+    fi
     if [ -n "$missing" ]; then
       echo "error: missing dependencies; run 'make deps' (as root) or: apt-get install -y --no-install-recommends $missing" >&2
       exit 1
     fi ;;
-  quiet) missing=$(check "${runtime[@]}" 3>&1 >/dev/null); [ -z "$missing" ] ;;
-  install) install "${runtime[@]}" && check "${runtime[@]}" 3>/dev/null ;;
-  install-dev) install "${runtime[@]}" "${dev[@]}" && check "${runtime[@]}" "${dev[@]}" 3>/dev/null ;;
+  quiet) missing=$(check "${runtime[@]}" "${plots[@]}" 3>&1 >/dev/null); [ -z "$missing" ] ;;
+  install) install "${runtime[@]}" "${plots[@]}" && check "${runtime[@]}" "${plots[@]}" 3>/dev/null ;;
+  install-dev) install "${runtime[@]}" "${plots[@]}" "${dev[@]}" && check "${runtime[@]}" "${plots[@]}" "${dev[@]}" 3>/dev/null ;;
   *) echo "usage: deps.sh check|quiet|install|install-dev" >&2; exit 2 ;;
 esac

@@ -40,7 +40,8 @@ class CheckpointWriter {
   CheckpointWriter(const ParallelContext& ctx, std::string dir, int keep);
   const std::string& dir() const { return dir_; }
   // Collective: create the directory, prove it writable, clean stale *.tmp and uncommitted
-  // step folders. Throws Exit::io (collectively) before step 1 if it cannot be written.
+  // step folders (rank 0), then a barrier: no rank returns before the folder is clean.
+  // Throws Exit::io (collectively) before step 1 if it cannot be written.
   void prepare();
   // Collective commit of one checkpoint: write rank file (tmp, checked, fsync, rename),
   // agree that every rank succeeded, then rank 0 writes the manifest (tmp, fsync, rename,

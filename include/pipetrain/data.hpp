@@ -13,6 +13,15 @@
 
 namespace pt {
 
+// How get() turns a stored sample into the model's input, elementwise in float32:
+// x = (raw * scale - mean) * inv_std. uint8 images (Fashion-MNIST, uint8 HDF5) with
+// data.normalize: scale 1/255 and the training split's mean and 1/std of the scaled values;
+// float data and synthetic samples: the identity. weights.h5 records it.
+struct InputTransform {
+  bool identity = true;
+  float scale = 1.0f, mean = 0.0f, inv_std = 1.0f;
+};
+
 class Dataset {
  public:
   virtual ~Dataset() = default;
@@ -32,6 +41,7 @@ class Dataset {
   virtual void set_epoch(int64_t epoch) {}
   // What one label is, for bits per unit: "byte" (text), "token" (tokens), "" (classes).
   virtual std::string token_unit() const { return ""; }
+  virtual InputTransform input_transform() const { return {}; }
 };
 
 struct DataSplit {

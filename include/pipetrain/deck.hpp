@@ -127,6 +127,16 @@ struct LayerKey {
   std::function<void*(LayerSpec&)> field;
 };
 
+// A layer's deck keys for its type with their resolved values (defaults filled in), in schema
+// order: what weights.h5 records per layer. kind 'i' integer, 'f' float, 'b' boolean (0/1 in i).
+struct LayerSetting {
+  std::string key;
+  char kind = 'i';
+  int64_t i = 0;
+  double f = 0;
+};
+std::vector<LayerSetting> layer_settings(const LayerSpec& l);
+
 // Levenshtein-based suggestion: "" when nothing is close.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 

@@ -1,6 +1,10 @@
 // Test-only fault injection. Enabled only by the environment variable PIPETRAIN_FAULT,
 // e.g. "error:rank=1:step=5", "hang:rank=1:step=3", "kill:rank=0:step=4",
-// "nan:stage=1:step=2", "ckpt-kill:rank=1:phase=manifest". Hook points call fault_at().
+// "nan:stage=1:step=2", "ckpt-kill:rank=1:phase=manifest", "slow:ms=20" (every rank sleeps
+// 20 ms after each update: time triggers tested on a run of known minimum length),
+// "wait-signal:rank=0:step=20" (rank 0 waits at boundary 20 until SIGUSR1/SIGTERM arrives, at
+// most 120 s: a signal test that cannot lose the race against a fast run). Hook points call
+// fault_at_step() (and the trainer, for wait-signal).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -8,10 +12,11 @@
 namespace pt {
 
 struct FaultSpec {
-  std::string kind;          // error | hang | kill | nan | ckpt-kill | ckpt-io
+  std::string kind;          // error | hang | kill | slow | wait-signal | nan | ckpt-kill | ckpt-io
   int rank = -1, stage = -1;  // -1: any
   int64_t step = -1;         // -1: any
   std::string phase;         // checkpoint phase for ckpt-*
+  int ms = 0;                // slow: milliseconds per update
   bool active() const { return !kind.empty(); }
 };
 

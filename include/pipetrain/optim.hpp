@@ -21,6 +21,7 @@ class Optimizer {
   int64_t updates() const { return updates_; }
   void set_updates(int64_t u) { updates_ = u; }
   double current_lr() const { return learning_rate(cfg_, updates_, total_); }
+  const Deck::Train& config() const { return cfg_; }
   // Optimizer state buffers (momentum; or Adam m and v), for checkpoints.
   std::vector<Buffer*> state();
   std::vector<std::string> state_names() const;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/data.hpp"
 #include "pipetrain/model.hpp"
 #include "pipetrain/schedule.hpp"
 
@@ -39,8 +40,13 @@ struct TraceEvent {
 };
 std::string chrome_trace_json(const std::vector<TraceEvent>& events, const Layout& layout, const std::string& title);
 
-// Model weights by layer: /layers/NNN/{weight,bias} (PyTorch shapes) with attributes name, type.
-void write_weights_h5(const std::string& path, const Model& model, const std::vector<std::vector<float>>& per_layer);
+// Model weights by layer: /layers/NNN/{weight,bias} (PyTorch shapes); each layer group has
+// the attributes name, type, index, in_shape, out_shape and its deck keys (out, channels,
+// kernel, stride, padding, bias, p, eps as its type has them); the root has what rebuilding
+// the model elsewhere needs: the input shape, classes, the input transform (mean, std) and
+// the deck's model text (docs/ARCHITECTURE.md, "Run directory"; tools/to_pytorch.py).
+void write_weights_h5(const std::string& path, const Model& model, const std::vector<std::vector<float>>& per_layer,
+                      const Deck& deck, const InputTransform& input);
 // Read them back (tests, comparisons): per layer, the concatenated parameters.
 std::vector<std::vector<float>> read_weights_h5(const std::string& path, const Model& model);
 

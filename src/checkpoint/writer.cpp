@@ -208,6 +208,10 @@ void CheckpointWriter::prepare() {
       }
     }
   }
+  // No rank goes on while rank 0 is still sweeping: a rank that wrote a *.tmp of its own
+  // into the folder (checkpoint.dir = the run directory: the reporter's deck.toml.tmp) or
+  // listed it would otherwise race with the clean-up.
+  ctx_.barrier("checkpoint directory cleaned");
 }
 
 std::string CheckpointWriter::commit(const WorkerState& st, const CheckpointMeta& meta, const StageInfo& info) {

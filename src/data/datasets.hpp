@@ -18,6 +18,10 @@ class MemoryDataset final : public Dataset {
   void get(const int64_t* idx, int64_t n, float* x, int32_t* labels) const override;
   void get_labels(const int64_t* idx, int64_t n, int32_t* labels) const override;
   bool holds_bytes() const { return !bytes_.empty(); }  // uint8 samples (standardised on read)
+  InputTransform input_transform() const override {
+    if (bytes_.empty()) return {};
+    return {false, 1.0f / 255.0f, mean_, inv_std_};
+  }
 
  private:
   std::string desc_;

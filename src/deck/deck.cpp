@@ -765,6 +765,27 @@ std::string value_text(const KeySpec& s, Deck& d) {
   return "";
 }
 
+}  // namespace
+
+std::vector<LayerSetting> layer_settings(const LayerSpec& l) {
+  std::vector<LayerSetting> out;
+  for (auto& k : layer_keys(l.type)) {
+    void* p = k.field(const_cast<LayerSpec&>(l));
+    LayerSetting s;
+    s.key = k.key;
+    switch (k.kind) {
+      case Kind::Int: s.kind = 'i', s.i = *static_cast<int64_t*>(p); break;
+      case Kind::Float: s.kind = 'f', s.f = *static_cast<double*>(p); break;
+      case Kind::Bool: s.kind = 'b', s.i = *static_cast<bool*>(p) ? 1 : 0; break;
+      default: continue;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+namespace {
+
 std::string layer_text(const LayerSpec& l) {
   std::ostringstream o;
   o << "[[model.layers]]\ntype = " << toml_string(l.type) << "\nname = " << toml_string(l.name) << "\n";

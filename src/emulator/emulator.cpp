@@ -178,7 +178,7 @@ int cmd_emulate(const EmulateArgs& a) {
       per_layer[static_cast<size_t>(l)].assign(w.begin() + off, w.begin() + off + n);
     }
   }
-  write_weights_h5(dir + "/weights.h5", model, per_layer);
+  write_weights_h5(dir + "/weights.h5", model, per_layer, deck, data.train->input_transform());
   nlohmann::json j = {{"emulated_schedule", setup.def->name}, {"layout", L.str()}, {"steps", total},
                       {"step_losses", step_loss}};
   write_file_atomic(dir + "/emulator.json", j.dump(1) + "\n");

@@ -1,6 +1,7 @@
 // parallel.split = "auto": profile (or read parallel.profile), plan for this job's ranks,
 // and return the deck with the chosen split, replicas, schedule and microbatches filled in.
-// A schedule or microbatch count set explicitly in the deck constrains the plan.
+// A schedule or microbatch count set explicitly in the deck constrains the plan. On one rank
+// there is nothing to plan: every deck runs as one stage (resolve_one_rank below).
 #include <mpi.h>
 
 #include <cstdio>
@@ -13,10 +14,62 @@
 
 namespace pt {
 
+namespace {
+
+// One process (`pipetrain train DECK`, or `mpirun -np 1`): there is nothing to plan and no
+// second rank for a second stage. "auto" and an explicit split whose schedule's update rule
+// does not depend on the stage count (flush schedules and 2bw: the same numbers as the
+// pipeline, to rounding) become one stage holding every layer; the schedule and microbatches
+// the deck gives are kept. The pipedream family reads weights K - s - 1 updates old on stage
+// s, so its explicit multi-stage split cannot be collapsed: that is a located error (exit 2).
+Deck resolve_one_rank(const Deck& deck, int rank) {
+  const bool multi = !deck.parallel.split_auto && !deck.parallel.split.empty();
+  if (!deck.parallel.split_auto && !multi) return deck;  // one stage already
+  const std::string sched = deck.parallel.schedule;
+  const bool same_rule = sched == "1f1b" || sched == "gpipe" || sched == "model-parallel" || sched == "bsp" || sched == "2bw";
+  std::string split_text = "[";
+  for (size_t i = 0; i < deck.parallel.split.size(); ++i) split_text += (i ? ", " : "") + std::to_string(deck.parallel.split[i]);
+  split_text += "]";
+  if (multi && !same_rule)
+    fail(Exit::bad_input,
+         deck.where("parallel.split") + ": key 'parallel.split': " + split_text + " makes " +
+             std::to_string(deck.parallel.split.size() + 1) + " stages, but the job has 1 rank, and " + sched +
+             "'s update rule depends on the stage count (stage s reads weights K-s-1 updates old), so it cannot run as one "
+             "stage; run under mpirun -np " + std::to_string(deck.parallel.split.size() + 1) +
+             ", or set parallel.split = \"auto\" or [] for one stage",
+         true);
+  Deck d = deck;
+  d.parallel.split_auto = false;
+  d.parallel.split.clear();
+  d.parallel.replicas.clear();
+  const std::string why = multi ? "one rank: the split " + split_text + " runs as one stage (" + deck.where("parallel.split") + ")"
+                                : "one rank: nothing to plan for parallel.split = \"auto\" (" + deck.where("parallel.split") + ")";
+  for (const char* k : {"parallel.split", "parallel.replicas"}) d.locations[k] = why;
+  if (rank == 0) {
+    if (multi)
+      std::printf("parallel.split = %s on one rank: its %zu stages run as one stage (layers 0-%zu), schedule %s, %lld "
+                  "microbatch%s: the same update rule, equal to the pipeline's numbers to rounding; mpirun -np %zu runs "
+                  "the pipeline\n",
+                  split_text.c_str(), deck.parallel.split.size() + 1, deck.model.layers.size() - 1, sched.c_str(),
+                  static_cast<long long>(deck.parallel.microbatches), deck.parallel.microbatches == 1 ? "" : "es",
+                  deck.parallel.split.size() + 1);
+    else
+      std::printf("parallel.split = \"auto\" on one rank: nothing to plan (no profiling); one stage (layers 0-%zu), "
+                  "schedule %s, %lld microbatch%s\n",
+                  deck.model.layers.size() - 1, sched.c_str(), static_cast<long long>(deck.parallel.microbatches),
+                  deck.parallel.microbatches == 1 ? "" : "es");
+    std::fflush(stdout);
+  }
+  return d;
+}
+
+}  // namespace
+
 Deck resolve_auto_split(const Deck& deck, int world_size, std::string* plan_json) {
-  if (!deck.parallel.split_auto) return deck;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (world_size == 1) return resolve_one_rank(deck, rank);
+  if (!deck.parallel.split_auto) return deck;
   const DataInfo info = data_info(deck);
   const Model model(deck, info.shape, info.classes);
   const bool schedule_given = deck.where("parallel.schedule").find("(default") == std::string::npos;

@@ -90,7 +90,7 @@ void write_run_plots(const std::string& run_dir) {
     if (run_plot(cmd, p.file, why)) {
       std::printf("plot: %s (%s)\n", p.file.c_str(), p.what.c_str());
     } else {
-      std::printf("plots skipped: %s %s: %s (plots need python3-matplotlib: make deps-dev; or set run.plots = false)\n",
+      std::printf("plots skipped: %s %s: %s (plots need python3-matplotlib: make deps, or apt-get install python3-matplotlib; or set run.plots = false)\n",
                   py.c_str(), script.c_str(), why.c_str());
       break;
     }

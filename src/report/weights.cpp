@@ -13,15 +13,47 @@ static std::string layer_group(int i) {
   return b;
 }
 
-void write_weights_h5(const std::string& path, const Model& model, const std::vector<std::vector<float>>& per_layer) {
+static std::vector<int64_t> dims_of(const Shape& s) {
+  std::vector<int64_t> d;
+  for (int i = 0; i < s.rank; ++i) d.push_back(s.d[i]);
+  return d;
+}
+
+void write_weights_h5(const std::string& path, const Model& model, const std::vector<std::vector<float>>& per_layer,
+                      const Deck& deck, const InputTransform& input) {
   const std::string tmp = path + ".tmp";
   {
     h5::Handle f = h5::create_file(tmp);
+    // what a user needs to rebuild and feed the model elsewhere
+    h5::attr_string(f.id(), "format", "pipetrain-weights", tmp);
+    h5::attr_int(f.id(), "format_version", 2, tmp);
+    h5::attr_ints(f.id(), "input_shape", dims_of(model.layer(0).in_shape()), tmp);
+    h5::attr_int(f.id(), "classes", model.layer(model.size() - 1).in_shape().numel(), tmp);
+    h5::attr_int(f.id(), "layers", model.size(), tmp);
+    h5::attr_string(f.id(), "data_source", deck.data.source, tmp);
+    h5::attr_string(f.id(), "input_transform",
+                    input.identity ? "identity: x = raw (float samples used as stored)"
+                                   : "x = (raw * input_scale - input_mean) * input_inv_std in float32, raw = uint8 pixel; "
+                                     "i.e. (pixel / 255 - input_mean) / input_std with the training split's statistics",
+                    tmp);
+    // float32 values, stored exactly as doubles
+    h5::attr_double(f.id(), "input_scale", input.scale, tmp);
+    h5::attr_double(f.id(), "input_mean", input.mean, tmp);
+    h5::attr_double(f.id(), "input_inv_std", input.inv_std, tmp);
+    h5::attr_double(f.id(), "input_std", 1.0 / static_cast<double>(input.inv_std), tmp);
+    h5::attr_string(f.id(), "model_text", deck.model_text(), tmp);
     for (int i = 0; i < model.size(); ++i) {
       const Layer& l = model.layer(i);
       h5::Handle g = h5::create_group(f.id(), layer_group(i), tmp);
       h5::attr_string(g.id(), "name", l.name(), tmp);
       h5::attr_string(g.id(), "type", l.type(), tmp);
+      h5::attr_int(g.id(), "index", i, tmp);
+      h5::attr_ints(g.id(), "in_shape", dims_of(l.in_shape()), tmp);
+      h5::attr_ints(g.id(), "out_shape", dims_of(l.out_shape()), tmp);
+      for (const LayerSetting& s : layer_settings(l.spec())) {
+        if (s.kind == 'f') h5::attr_double(g.id(), s.key, s.f, tmp);
+        else h5::attr_int(g.id(), s.key, s.i, tmp);
+      }
       for (const ParamTensor& p : l.params()) {
         std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
         h5::write_floats(g.id(), p.name, per_layer[static_cast<size_t>(i)].data() + p.offset, dims, true, tmp);

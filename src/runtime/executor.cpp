@@ -9,6 +9,7 @@
 #include "pipetrain/error.hpp"
 #include "pipetrain/fault.hpp"
 #include "pipetrain/runtime.hpp"
+#include "pipetrain/stability.hpp"
 
 namespace pt {
 
@@ -138,7 +139,7 @@ void Executor::check_finite_grads(int64_t mb, const char* when) {
   fail(Exit::numerical, "non-finite gradient on stage " + std::to_string(ctx_.stage()) + " (rank " + std::to_string(ctx_.rank()) +
                             "), layer " + layer + ", microbatch " + std::to_string(mb) + " of step " +
                             std::to_string(weights_.latest_id() + ir_->version_stride(ctx_.stage())) + " " + when +
-                            " (train.nonfinite = \"abort\")");
+                            " (train.nonfinite = \"abort\")" + nonfinite_cause(ir_->name(), ir_->layout.stages(), opt_.config()));
 }
 
 bool Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64_t sample_base, TrainControl& control,

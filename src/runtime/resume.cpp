@@ -48,7 +48,7 @@ bool all_ranks(const ParallelContext& ctx, bool mine) {
 }  // namespace
 
 ResumePoint choose_resume(const std::string& path, const Deck& deck, const TrainSetup& setup, const ParallelContext& ctx,
-                          const Stage& stage, size_t optimizer_buffers, int64_t steps_per_epoch) {
+                          const Stage& stage, size_t optimizer_buffers, int64_t total_steps) {
   const std::vector<CheckpointRef> candidates = list_checkpoints(path);
   if (candidates.empty())
     fail(Exit::no_checkpoint, "--resume " + path + ": no committed checkpoint there (a step folder with a manifest.json)", true);
@@ -136,6 +136,34 @@ ResumePoint choose_resume(const std::string& path, const Deck& deck, const Train
         rp.state.position = static_cast<int64_t>(cut.position[static_cast<size_t>(ctx.rank())]);
       }
     }
+    int64_t segment_steps = meta.epoch_steps;
+    if (!meta.epoch_complete && setup.def->flush && meta.epoch_start + meta.epoch_steps > total_steps) {
+      // This run ends before the checkpoint's segment does. A flush schedule's cut lies at a
+      // minibatch boundary: if no rank holds a microbatch or a message in flight there, the
+      // segment is re-built to end at this run's last step (the IR an uninterrupted run to that
+      // step runs, so the result is bitwise the same) and resumed at the same step in it.
+      // Otherwise (the pipedream family, 2bw) the trainer refuses: the cut can only continue
+      // its own segment.
+      const bool drained = all_ranks(ctx, rp.state.units.empty() && rp.state.crossing.empty());
+      if (drained && total_steps < meta.step)
+        fail(Exit::bad_input, c.step_dir + ": the checkpoint is at step " + std::to_string(meta.step) +
+                                  ", past this run's last step " + std::to_string(total_steps) +
+                                  " (train.max_steps / train.epochs); resume with at least " + std::to_string(meta.step) + " steps",
+             true);
+      if (drained) {
+        segment_steps = total_steps - meta.epoch_start;
+        Schedule ir = make_schedule(*setup.def, setup.layout, segment_steps, setup.microbatches);
+        const Cut cut = consistent_cut(ir, meta.step - meta.epoch_start);
+        PT_CHECK(cut.crossing[static_cast<size_t>(ctx.rank())].empty(), "flush schedule cut with messages in flight");
+        rp.state.position = static_cast<int64_t>(cut.position[static_cast<size_t>(ctx.rank())]);
+        rp.segment_shortened = true;
+        if (ctx.rank() == 0)
+          std::printf("resume: nothing is in flight at the cut of %s (%s, step %lld), so its segment, which ran to step %lld, "
+                      "ends at this run's last step %lld instead\n",
+                      c.step_dir.c_str(), meta.schedule.c_str(), static_cast<long long>(meta.step),
+                      static_cast<long long>(meta.epoch_start + meta.epoch_steps), static_cast<long long>(total_steps));
+      }
+    }
     if (meta.epoch_complete) {
       rp.state.epoch = meta.epoch + 1;
       rp.state.epoch_start = meta.step;
@@ -144,9 +172,8 @@ ResumePoint choose_resume(const std::string& path, const Deck& deck, const Train
     } else {
       rp.state.epoch = meta.epoch;
       rp.state.epoch_start = meta.epoch_start;
-      rp.state.epoch_steps = meta.epoch_steps;
+      rp.state.epoch_steps = segment_steps;
     }
-    (void)steps_per_epoch;
     return rp;
   }
   fail(Exit::no_checkpoint, "--resume " + path + ": no committed checkpoint passed verification; tried (newest first):\n" + tried,

@@ -10,6 +10,7 @@ namespace pt {
 struct ResumePoint {
   bool valid = false;
   bool resliced = false;  // parameters gathered for a different layout
+  bool segment_shortened = false;  // a drained mid-segment cut; its segment now ends at this run's last step
   std::string step_dir;
   CheckpointMeta meta;
   WorkerState state;      // this rank's starting state
@@ -17,7 +18,9 @@ struct ResumePoint {
 
 // Collective: the newest committed checkpoint under `path` that every rank verifies, checked
 // against the deck (model, seed, batch size) and loaded for this rank's place in the layout.
+// total_steps is the resuming run's last step: a drained mid-segment cut of a flush schedule
+// whose segment runs past it resumes in a segment that ends there (state.epoch_steps).
 ResumePoint choose_resume(const std::string& path, const Deck& deck, const TrainSetup& setup, const ParallelContext& ctx,
-                          const Stage& stage, size_t optimizer_buffers, int64_t steps_per_epoch);
+                          const Stage& stage, size_t optimizer_buffers, int64_t total_steps);
 
 }  // namespace pt

@@ -174,7 +174,7 @@ void write_run_outputs(const RunOutputs& o) {
       events.push_back({static_cast<int>(r), traces[r][i], traces[r][i + 1], static_cast<Op>(static_cast<int>(traces[r][i + 2])),
                         static_cast<int32_t>(traces[r][i + 3]), static_cast<int64_t>(traces[r][i + 4])});
   write_file_atomic(o.run_dir + "/trace.json", chrome_trace_json(events, layout, "pipetrain " + o.setup.def->name));
-  write_weights_h5(o.run_dir + "/weights.h5", model, per_layer);
+  write_weights_h5(o.run_dir + "/weights.h5", model, per_layer, o.deck, o.input);
   std::printf("wrote %s/{summary.json, metrics.jsonl, trace.json, weights.h5, deck.toml}\n", o.run_dir.c_str());
   std::printf("PERF schedule=%s ranks=%d stages=%d replicas=%s microbatches=%d samples_per_s=%.1f bubble=%.3f "
               "test_accuracy=%.4f train_wall_s=%.2f network_bytes_per_sample=%.0f comm_reduction_vs_bsp=%.3f\n",

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "pipetrain/data.hpp"
 #include "pipetrain/runtime.hpp"
 #include "pipetrain/train.hpp"
 
@@ -24,6 +25,7 @@ struct RunOutputs {
   double train_time = 0, train_time_this_run = 0, time_to_target = -1;
   double final_train_loss = 0, final_test_loss = 0, final_accuracy = 0;
   std::string last_checkpoint;
+  InputTransform input;  // how samples become model inputs (weights.h5 records it)
   nlohmann::json extra = nlohmann::json::object();  // more summary fields (e.g. the plan)
 };
 

@@ -2,6 +2,7 @@
 // progress and metrics on the reporter rank, checkpoints at agreed update boundaries
 // (steps, seconds, SIGUSR1/SIGTERM, --stop-at-step, the end), resume, and the run outputs.
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "pipetrain/commands.hpp"
 #include "pipetrain/data.hpp"
 #include "pipetrain/error.hpp"
+#include "pipetrain/fault.hpp"
 #include "pipetrain/report.hpp"
 #include "pipetrain/runtime.hpp"
 #include "pipetrain/train.hpp"
@@ -161,6 +163,8 @@ CutAction Trainer::at_boundary(int64_t v) {
   // started at each boundary and read `lag` boundaries later, when every rank has passed it.
   auto p = std::make_unique<Pending>();
   p->version = v;
+  if (fault_matches("wait-signal", ctx_->rank(), -1, v))  // test-only: hold this boundary until a signal (120 s at most)
+    for (int i = 0; i < 12000 && !g_signal; ++i) usleep(10000);
   p->local = local_flags();
   MPI_Iallreduce(&p->local, &p->result, 1, MPI_INT, MPI_BOR, control_, &p->req);
   pending_.push_back(std::move(p));
@@ -350,7 +354,7 @@ int Trainer::run() {
 
   // resume: the newest checkpoint every rank can verify
   ResumePoint resume;
-  if (!args_.resume.empty()) resume = choose_resume(args_.resume, deck_, setup_, *ctx_, *stage_, opt_->state().size(), spe_);
+  if (!args_.resume.empty()) resume = choose_resume(args_.resume, deck_, setup_, *ctx_, *stage_, opt_->state().size(), total_steps_);
   writer_ = std::make_unique<CheckpointWriter>(*ctx_, ckpt_dir, static_cast<int>(deck_.checkpoint.keep));
   writer_->prepare();  // before step 1: the directory exists and every rank can write it
   if (ctx_->is_reporter()) {
@@ -402,7 +406,7 @@ int Trainer::run() {
     interval_samples_ = rep.interval_samples;
     epoch_time_ = rep.epoch_time;
     time_to_target_ = rep.time_to_target;
-    const int64_t segment_end = resume.meta.epoch_start + resume.meta.epoch_steps;
+    const int64_t segment_end = resume.state.epoch_start + resume.state.epoch_steps;  // shortened when drained (resume.cpp)
     if (!resume.meta.epoch_complete && segment_end > total_steps_)
       fail(Exit::bad_input,
            resume.step_dir + ": the checkpoint is inside a pipeline segment that runs to step " + std::to_string(segment_end) +
@@ -488,6 +492,7 @@ int Trainer::run() {
   out.final_test_loss = final_test_loss_;
   out.final_accuracy = final_acc_;
   out.last_checkpoint = last_checkpoint_;
+  out.input = data_.train->input_transform();
   if (!plan_json_.empty()) {
     // the plan of parallel.split = "auto", and its prediction beside the measurement
     const nlohmann::json plan = nlohmann::json::parse(plan_json_);

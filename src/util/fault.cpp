@@ -4,8 +4,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <sstream>
 
 #include "pipetrain/error.hpp"
@@ -28,6 +30,7 @@ const FaultSpec& fault_spec() {
       else if (k == "stage") f.stage = std::atoi(v.c_str());
       else if (k == "step") f.step = std::atoll(v.c_str());
       else if (k == "phase") f.phase = v;
+      else if (k == "ms") f.ms = std::atoi(v.c_str());
     }
     std::fprintf(stderr, "pipetrain: test fault injection active: %s\n", env);
     return f;
@@ -54,6 +57,8 @@ void fault_at_step(int rank, int stage, int64_t step) {
     std::fflush(stderr);
     raise(SIGKILL);
   }
+  if (fault_matches("slow", rank, stage, step))  // a deterministic slow machine: sleep after each update
+    std::this_thread::sleep_for(std::chrono::milliseconds(fault_spec().ms));
   if (fault_matches("hang", rank, stage, step)) {
     std::fprintf(stderr, "rank %d: injected hang at step %lld\n", rank, static_cast<long long>(step));
     std::fflush(stderr);

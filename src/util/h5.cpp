@@ -158,6 +158,14 @@ void attr_int(hid_t obj, const std::string& name, int64_t value, const std::stri
   check(H5Awrite(a.id(), H5T_NATIVE_INT64, &value), file, "write of attribute " + name);
 }
 
+void attr_ints(hid_t obj, const std::string& name, const std::vector<int64_t>& values, const std::string& file) {
+  const hsize_t n = values.size();
+  Handle sp(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  Handle a(H5Acreate2(obj, name.c_str(), H5T_NATIVE_INT64, sp.id(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!a) fail(Exit::io, file + ": cannot create attribute " + name);
+  check(H5Awrite(a.id(), H5T_NATIVE_INT64, values.data()), file, "write of attribute " + name);
+}
+
 void attr_double(hid_t obj, const std::string& name, double value, const std::string& file) {
   Handle sp(H5Screate(H5S_SCALAR), H5Sclose);
   Handle a(H5Acreate2(obj, name.c_str(), H5T_NATIVE_DOUBLE, sp.id(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);

@@ -63,6 +63,7 @@ bool exists(hid_t loc, const std::string& name);
 
 void attr_string(hid_t obj, const std::string& name, const std::string& value, const std::string& file);
 void attr_int(hid_t obj, const std::string& name, int64_t value, const std::string& file);
+void attr_ints(hid_t obj, const std::string& name, const std::vector<int64_t>& values, const std::string& file);
 void attr_double(hid_t obj, const std::string& name, double value, const std::string& file);
 std::string read_attr_string(hid_t obj, const std::string& name, const std::string& file);
 int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& file);

@@ -76,6 +76,38 @@ expect "nostash violates stashing (as it must)" versions_ok "$out/4x1_nostash" n
 expect "nostash is labelled invalid in summary.json" grep -q '"valid_gradients": false' "$out/4x1_nostash/summary.json"
 expect "nostash is labelled in the log" grep -q "gradients are INVALID" "$out/4x1_nostash.log"
 
+# delayed gradients and momentum: the default deck's SGD (lr 0.05, momentum 0.9) under pipedream
+# on 4 stages goes non-finite (bitwise repeatable: at step 134 here); the message says why and
+# what to change, and the remedy it names (momentum 0) trains the same steps
+div=(--set train.max_steps=200 --set train.log_every=50 --set run.output_dir="$out" --set train.eval_batch_size=2000
+     --set 'parallel.split=[2,4,5]' --set parallel.schedule=pipedream --set run.plots=false)
+timeout --kill-after=5 300 mpirun $MPIRUN_FLAGS -np 4 "$PT_BIN" train $deck "${div[@]}" --set run.name=diverge >"$out/diverge.log" 2>&1
+rc=$?
+expect "pipedream, 4 stages, momentum 0.9: exit 4 (got $rc)" test "$rc" = 4
+expect "... names stage, layer and step" grep -qE "non-finite gradient on stage [0-3] \(rank [0-3]\), layer [0-9]+ '[a-z_0-9]+', microbatch [0-9]+ of step [0-9]+" "$out/diverge.log"
+expect "... and the likely cause: stale gradients with momentum" \
+  grep -q "^likely cause: pipedream applies gradients computed on weights up to 3 updates old (K-1 on 4 stages); with momentum 0.9 (train.momentum) such a step is stable only for a small enough learning rate" "$out/diverge.log"
+expect "... and the remedy" \
+  grep -q '^remedy: lower train.lr (now 0.05) or train.momentum (now 0.9.*or use a flush schedule (parallel.schedule = "1f1b"' "$out/diverge.log"
+grep -h -A2 "^rank [0-9]: non-finite" "$out/diverge.log" | cut -c1-160 | sed 's/^/    /'
+train "$out" diverge_m0 4 $deck "${div[@]}" --set train.momentum=0 &&
+  expect "the remedy works: momentum 0 trains the 200 steps (accuracy $(json_number "$out/diverge_m0/summary.json" final_test_accuracy))" \
+    grep -q '"steps": 200,' "$out/diverge_m0/summary.json"
+# a flush schedule's non-finite gradient (injected) has no such cause attached
+PIPETRAIN_FAULT=nan:stage=1:step=3 timeout --kill-after=5 120 mpirun $MPIRUN_FLAGS -np 2 "$PT_BIN" train $deck "${common[@]}" \
+  --set 'parallel.split=[3]' --set parallel.schedule=1f1b --set run.name=nan_1f1b --set run.plots=false >"$out/nan_1f1b.log" 2>&1
+rc=$?
+expect "1f1b with a NaN: exit 4 (got $rc), without a stale-gradient cause" \
+  bash -c "test $rc = 4 && grep -q 'non-finite gradient on stage 1' '$out/nan_1f1b.log' && ! grep -q 'likely cause' '$out/nan_1f1b.log'"
+# check and plan warn before training
+"$PT_BIN" check $deck --set 'parallel.split=[2,4,5]' --set parallel.schedule=pipedream --ranks 4 >"$out/check_async.txt" 2>&1
+expect "check warns: pipedream on 4 stages with momentum 0.9" \
+  grep -q "^warning: pipedream applies gradients computed on weights up to 3 updates old (K-1 on 4 stages), with train.momentum = 0.9" "$out/check_async.txt"
+"$PT_BIN" check $deck --set 'parallel.split=[2,4,5]' --set parallel.schedule=pipedream --set train.momentum=0 --ranks 4 >"$out/check_m0.txt" 2>&1
+expect "... not with momentum 0" bash -c "! grep -q '^warning' '$out/check_m0.txt'"
+"$PT_BIN" check $deck --set 'parallel.split=[2,4,5]' --set parallel.schedule=1f1b --ranks 4 >"$out/check_1f1b.txt" 2>&1
+expect "... nor for 1f1b" bash -c "! grep -q '^warning' '$out/check_1f1b.txt'"
+
 # memory: versions held per stage follow the formulas (pipedream K-s, 2bw 2, flush 1)
 versions_of() { grep -o '"weight_versions": [0-9]*' "$1/summary.json" | awk '{printf "%s ", $2}'; }
 v=$(versions_of "$out/4x1_pipedream"); expect "pipedream K=4 holds 4 3 2 1 versions (got $v)" test "$v" = "4 3 2 1 "

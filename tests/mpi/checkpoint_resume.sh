@@ -8,6 +8,8 @@
 # - a flush-schedule checkpoint resumes on other layouts (re-sliced) within 1e-5;
 # - a mid-epoch async checkpoint on another layout and a different model are refused (exit 2),
 #   the latter with the field that differs, leaving the checkpoint untouched;
+# - a drained mid-segment checkpoint (1f1b, gpipe) resumes with a smaller train.max_steps
+#   (>= its step), bitwise equal to an uninterrupted run of that length; pipedream's is refused;
 # - `pipetrain inspect` prints step, plan, versions per stage and "verified".
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -98,26 +100,57 @@ expect "inspect: both verified" test "$(grep -c '^  verified: ' "$out/inspect.tx
 grep -m3 -E "^  (step|rank 0|verified)" "$out/inspect.txt" | sed 's/^/    /'
 
 # ---- SIGUSR1 to mpirun: checkpoint at an agreed step boundary, exit 0, exact resume -----------
+# No step here depends on how fast this machine is: the time trigger is checked against bounds
+# computed from the run's own measured step and commit durations, and the signal run cannot
+# finish before the signal arrives (rank 0 holds boundary 20 until it has one).
 M=250
 sig=(--set parallel.schedule=pipedream --set 'parallel.split=[3]' --set train.max_steps=$M --set train.log_every=1)
-# the reference also checkpoints every second (checkpoint.every_seconds; agreed like a signal):
-# checkpoints taken at time-dependent steps must not change the numbers
-pt usr1_full 2 "${sig[@]}" --set run.name=usr1_full --set checkpoint.every_seconds=1
-ok_run "SIGUSR1 reference" && full_secs=$secs
-expect "every_seconds=1: at least 2 checkpoints in ${full_secs:-?} s" \
-  test "$(grep -c '^checkpoint: step [0-9]* committed' "$out/usr1_full.log")" -ge 2
-timeout --kill-after=5 120 mpirun $MPIRUN_FLAGS -np 2 "$PT_BIN" train $deck "${base[@]}" "${sig[@]}" --set run.name=usr1 \
-  >"$out/usr1.log" 2>&1 &
+lag=3  # flags are agreed stages + 1 boundaries after they were raised (docs/CHECKPOINT.md)
+# The reference also checkpoints every T seconds (checkpoint.every_seconds; agreed like a
+# signal): checkpoints taken at time-dependent steps must not change the numbers. Every rank
+# sleeps 10 ms after each update (fault hook "slow"), so the run lasts at least M x 10 ms on
+# any machine, whatever its speed.
+T=0.5
+PIPETRAIN_FAULT=slow:ms=10 pt usr1_full 2 "${sig[@]}" --set run.name=usr1_full --set checkpoint.every_seconds=$T
+ok_run "SIGUSR1 reference"
+# The trigger's own guarantees, checked against this run's own timeline (the reporter's
+# elapsed_s after every step, metrics.jsonl with log_every 1; it includes commit time):
+# - at most floor(W / T) time-triggered commits in the training wall time W: consecutive ones
+#   are at least T apart;
+# - at least lo: replaying the trigger on the measured timeline with every delay taken at its
+#   latest (rank 0 passes boundary v no earlier than 50 ms before the reporter's step v; the
+#   flag raised there is agreed lag boundaries later; rank 0 finishes that commit before the
+#   reporter's step v + lag + 3), less one for rounding. A stall on this machine only
+#   lengthens the timeline it is replayed on.
+W=$(json_number "$out/usr1_full/summary.json" train_wall_s)
+timed=$(grep -cE "^checkpoint: step ([0-9]+) committed" "$out/usr1_full.log")
+timed=$((timed - 1))  # the last one is checkpoint.at_end
+read -r lo hi <<<"$(grep '"type":"step"' "$out/usr1_full/metrics.jsonl" | grep -o '"elapsed_s":[0-9.eE+-]*' | cut -d: -f2 |
+  awk -v w="$W" -v t=$T -v l=$lag -v m=$M '{ e[NR] = $1 }
+    END { last = 0; n = 0; v = 1
+          while (1) {
+            while (v <= m && e[v] < last + t + 0.05) v++        # latest boundary that raises the flag
+            if (v + l >= m || v + l + 3 > NR) break                # its commit would not be mid-segment
+            n++; last = e[v + l + 3]; v = v + l + 3
+          }
+          lo = n - 1; if (lo < 0) lo = 0; print lo, int(w / t) }')"
+echo "  every_seconds=$T: $timed time-triggered checkpoints in W = ${W}s of training; the timeline allows [$lo, $hi]"
+expect "every_seconds=$T: between $lo and $hi time-triggered checkpoints (got $timed)" test "$timed" -ge "$lo" -a "$timed" -le "$hi"
+expect "every_seconds=$T: this run's timeline calls for at least 2 (lower bound $lo)" test "$lo" -ge 2
+# SIGUSR1 while rank 0 holds boundary 20 (fault hook "wait-signal"): the flag it raises there
+# is read lag boundaries later on every rank, so the job stops at step 20 + lag exactly.
+PIPETRAIN_FAULT=wait-signal:rank=0:step=20 timeout --kill-after=5 120 mpirun $MPIRUN_FLAGS -np 2 "$PT_BIN" train $deck \
+  "${base[@]}" "${sig[@]}" --set run.name=usr1 >"$out/usr1.log" 2>&1 &
 tpid=$!
-for _ in $(seq 600); do grep -q "^step 20/" "$out/usr1.log" 2>/dev/null && break; sleep 0.05; done
+for _ in $(seq 1200); do grep -q "^step 20/" "$out/usr1.log" 2>/dev/null && break; sleep 0.1; done
 mpid=$(ps -o pid= --ppid $tpid | head -1 | tr -d ' ')
 kill -USR1 "$mpid"
 wait $tpid
 rc=$?
 stop=$(sed -nE 's/^stopped at step ([0-9]+) after a checkpoint \(SIGUSR1\).*/\1/p' "$out/usr1.log")
-echo "  SIGUSR1 sent to mpirun (pid $mpid) after step 20: exit $rc, stopped at step ${stop:-?} of $M (uninterrupted run ${full_secs:-?} s)"
+echo "  SIGUSR1 sent to mpirun (pid $mpid) while rank 0 held step 20: exit $rc, stopped at step ${stop:-?} of $M"
 expect "SIGUSR1: exit 0" test "$rc" = 0
-expect "SIGUSR1: stopped at a step between 20 and $M" test -n "$stop" -a "${stop:-0}" -gt 19 -a "${stop:-$M}" -lt $M
+expect "SIGUSR1: stopped at step $((20 + lag)) (the signal's boundary + $lag; got ${stop:-none})" test "${stop:-0}" = $((20 + lag))
 expect "SIGUSR1: that step is committed" test -f "$out/usr1/checkpoints/$(stepdir "${stop:-0}")/manifest.json"
 pt usr1_resume 2 "${sig[@]}" --set run.name=usr1 --resume "$out/usr1"
 ok_run "resume after SIGUSR1" && compare "$out/usr1_full" "$out/usr1" 0
@@ -155,6 +188,48 @@ reslice rs_bsp 2 bsp '[]' '[2]'
 # and from 4 stages (one without parameters) at step N of the golden 1f1b run onto 2 stages
 rs=(--set train.max_steps=$((2 * N)))
 reslice rs_from4 2 1f1b '[3]' '[1,1]' 1f1b_4 1f1b_4_full $N
+
+# ---- a drained checkpoint resumes with a smaller train.max_steps ----------------------------
+# A flush schedule's checkpoint inside a segment has nothing in flight: a run with fewer steps
+# than that segment (but at least the checkpoint's step) resumes from it, bitwise equal to an
+# uninterrupted run of that length. (Mid-segment pipedream cuts keep the refusal, below.)
+shorter() {  # NAME NP SCHEDULE SPLIT REPLICAS
+  local name=$1 np=$2 t0=$SECONDS
+  local lay=(--set parallel.schedule="$3" --set "parallel.split=$4" --set "parallel.replicas=$5")
+  pt "${name}_20" "$np" "${lay[@]}" --set train.max_steps=20 --set run.name="${name}_20"
+  ok_run "$name: uninterrupted 20 steps" || return
+  pt "${name}_long" "$np" "${lay[@]}" --set train.max_steps=40 --set checkpoint.every_steps=5 --set checkpoint.keep=10 \
+    --set run.name="${name}_long" --stop-at-step 25
+  ok_run "$name: 40-step run stopped at 25" || return
+  expect "$name: step 15 is a mid-segment checkpoint (its segment runs to 40)" \
+    grep -q '"epoch_complete": false' "$out/${name}_long/checkpoints/$(stepdir 15)/manifest.json"
+  pt "${name}_short" "$np" "${lay[@]}" --set train.max_steps=20 --set run.name="${name}_short" \
+    --resume "$out/${name}_long/checkpoints/$(stepdir 15)"
+  ok_run "$name: resume of step 15 with train.max_steps = 20" || return
+  expect "$name: says the segment now ends at step 20" grep -q "so its segment, which ran to step 40, ends at this run's last step 20" "$out/${name}_short.log"
+  compare "$out/${name}_20" "$out/${name}_short" 0
+  same_accuracy "$out/${name}_20" "$out/${name}_short" 0
+  echo "  ($name: $((SECONDS - t0)) s)"
+}
+shorter 1f1b_short 4 1f1b '[2,4]' '[2,1,1]'
+shorter gpipe_short 4 gpipe '[2,4,5]' '[1,1,1,1]'
+# exactly the checkpoint's step: nothing left to train, the evaluation of an uninterrupted 15-step run
+pt gpipe_15 4 --set parallel.schedule=gpipe --set 'parallel.split=[2,4,5]' --set train.max_steps=15 --set run.name=gpipe_15
+pt gpipe_at15 4 --set parallel.schedule=gpipe --set 'parallel.split=[2,4,5]' --set train.max_steps=15 --set run.name=gpipe_at15 \
+  --resume "$out/gpipe_short_long/checkpoints/$(stepdir 15)"
+ok_run "gpipe: resume of step 15 with train.max_steps = 15" && compare "$out/gpipe_15" "$out/gpipe_at15" 0 &&
+  same_accuracy "$out/gpipe_15" "$out/gpipe_at15" 0
+# fewer steps than the checkpoint's: refused, naming the minimum
+pt gpipe_10 4 --set parallel.schedule=gpipe --set 'parallel.split=[2,4,5]' --set train.max_steps=10 --set run.name=gpipe_10 \
+  --resume "$out/gpipe_short_long/checkpoints/$(stepdir 15)"
+expect "train.max_steps 10 < the checkpoint's step 15: exit 2 (got $rc)" test "$rc" = 2
+expect "... 'resume with at least 15 steps', once" test "$(grep -c "past this run's last step 10 .*resume with at least 15 steps" "$out/gpipe_10.log")" = 1
+# pipedream's mid-segment cut holds microbatches in flight: it can only continue its segment
+pt pipedream_short 4 --set parallel.schedule=pipedream --set 'parallel.split=[2,4,5]' --set train.max_steps=15 \
+  --set run.name=pipedream_short --resume "$out/pipedream_4/checkpoints/$(stepdir $N)"
+expect "pipedream mid-segment checkpoint with fewer steps than its segment: exit 2 (got $rc)" test "$rc" = 2
+expect "... 'inside a pipeline segment that runs to step $((2 * N))'" \
+  grep -q "the checkpoint is inside a pipeline segment that runs to step $((2 * N)) .*resume with at least $((2 * N)) steps" "$out/pipedream_short.log"
 
 # ---- refusals -----------------------------------------------------------------------------
 snapshot() { (cd "$1" && find . -type f | sort | xargs md5sum); }
