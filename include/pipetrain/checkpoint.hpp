@@ -18,7 +18,8 @@ struct CheckpointMeta {
   int64_t epoch = 0, epoch_steps = 0, epoch_start = 0;
   bool epoch_complete = false;  // taken after the epoch's evaluation: resume starts the next epoch
   std::string schedule;
-  std::vector<int> split, replicas;  // the layout (split: first layer of stages 2..K)
+  std::string placement = "contiguous";
+  std::vector<int> split, replicas;  // the layout (split: first layer of stages 2..K; replicas per rank group)
   int microbatches = 1;
   int64_t batch_size = 0;
   int64_t seed = 0;
@@ -27,7 +28,7 @@ struct CheckpointMeta {
   int ranks = 1;
 };
 
-// Per rank: where this rank's stage lives in the model (for re-slicing on another layout).
+// Per held stage: where it lives in the model (for re-slicing on another layout).
 struct StageInfo {
   int stage = 0, replica = 0, first_layer = 0, end_layer = 0;
   std::vector<int64_t> layer_offsets;  // param offset of each layer of the stage
@@ -46,7 +47,8 @@ class CheckpointWriter {
   // Collective commit of one checkpoint: write rank file (tmp, checked, fsync, rename),
   // agree that every rank succeeded, then rank 0 writes the manifest (tmp, fsync, rename,
   // directory fsync) and prunes checkpoints beyond `keep`. Returns the step directory.
-  std::string commit(const WorkerState& st, const CheckpointMeta& meta, const StageInfo& info);
+  // One state and one info per stage the rank holds, in the same order.
+  std::string commit(const std::vector<WorkerState>& st, const CheckpointMeta& meta, const std::vector<StageInfo>& info);
 
  private:
   const ParallelContext& ctx_;
@@ -72,12 +74,15 @@ int64_t checkpoint_step_of(const std::string& step_dir);  // from the folder nam
 std::string verify_checkpoint(const std::string& step_dir, int only_rank = -1);
 
 CheckpointMeta read_meta(const std::string& step_dir);
-// This rank's state on the same layout (versions, optimizer, in-flight units, crossing messages).
-WorkerState load_worker_state(const std::string& step_dir, int rank);
+// This rank's states on the same layout, one per held stage (versions, optimizer, in-flight
+// units, crossing messages).
+std::vector<WorkerState> load_worker_state(const std::string& step_dir, int rank);
 // Re-slice for another layout: the parameters and optimizer state of layers [first, end)
 // gathered from the old stages' files. Only for checkpoints without in-flight state.
 WorkerState load_resliced_state(const std::string& step_dir, const CheckpointMeta& meta, int first, int end,
                                 size_t nparams, size_t optimizer_buffers);
+// The old layout of a checkpoint (split, replicas per group, placement).
+Layout checkpoint_layout(const CheckpointMeta& meta, int layers);
 // Field-level differences between a checkpoint's model and the deck's ("" when equal).
 std::string model_difference(const std::string& checkpoint_model_text, const std::string& deck_model_text);
 

@@ -78,6 +78,13 @@ class Layer {
   virtual void backward_weight(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy,
                                float* dw, const float* aux, int64_t n) const {}
 
+  // Loss layers, evaluation of n samples of input x: the summed loss (the sum of forward's
+  // per-sample outputs), the correct predictions and the predictions scored (n for a
+  // classifier, n*T for a language model), using `scratch` of n*(out numel + aux_per_sample)
+  // floats; nothing is kept for backward. Labels are in c.labels.
+  virtual void evaluate_loss(const LayerCtx& c, const float* w, const float* x, float* scratch, int64_t n, double* loss_sum,
+                             int64_t* correct, int64_t* scored) const;
+
   virtual double flops_forward() const { return static_cast<double>(out_.numel()); }  // per sample
   virtual double flops_backward() const { return 2.0 * static_cast<double>(in_.numel()); }
 

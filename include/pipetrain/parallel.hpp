@@ -1,11 +1,13 @@
-// ParallelContext: this rank's place in the layout (stage, replica), the communicators
-// built from it with MPI_Comm_split, and deadline-bounded waits on MPI requests so that a
-// silent peer becomes a located error instead of a hang.
+// ParallelContext: this rank's place in the layout (its rank group, the stages it holds,
+// its replica), the communicators built from it with MPI_Comm_split (one per stage among
+// that stage's replicas), and deadline-bounded waits on MPI requests so that a silent peer
+// becomes a located error instead of a hang.
 #pragma once
 #include <mpi.h>
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "pipetrain/schedule.hpp"
 
@@ -20,15 +22,19 @@ class ParallelContext {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  int stage() const { return stage_; }
+  int group() const { return group_; }
   int replica() const { return replica_; }
+  const std::vector<int>& stages() const { return stages_; }  // held by this rank, ascending
+  // The one stage of a contiguous layout's rank (an internal error when it holds several).
+  int stage() const;
   const Layout& layout() const { return layout_; }
-  bool first_stage() const { return stage_ == 0; }
-  bool last_stage() const { return stage_ == layout_.stages() - 1; }
-  int stage_replicas() const { return layout_.replicas[static_cast<size_t>(stage_)]; }
+  bool holds(int stage) const;
+  bool holds_first_stage() const { return holds(0); }
+  bool holds_last_stage() const { return holds(layout_.stages() - 1); }
+  int replicas() const { return layout_.replicas[static_cast<size_t>(group_)]; }  // of this rank's group
   MPI_Comm world() const { return world_; }  // collectives across all ranks
   MPI_Comm p2p() const { return p2p_; }      // pipeline messages
-  MPI_Comm stage_comm() const { return stage_comm_; }  // this stage's replicas
+  MPI_Comm stage_comm(int stage) const;      // the replicas of a stage this rank holds
   // The rank that logs progress and writes metrics: replica 0 of the last stage.
   int reporter() const { return layout_.rank_of(layout_.stages() - 1, 0); }
   bool is_reporter() const { return rank_ == reporter(); }
@@ -48,8 +54,10 @@ class ParallelContext {
 
  private:
   Layout layout_;
-  MPI_Comm world_ = MPI_COMM_NULL, p2p_ = MPI_COMM_NULL, stage_comm_ = MPI_COMM_NULL;
-  int rank_ = 0, size_ = 1, stage_ = 0, replica_ = 0, tag_mod_ = 8192;
+  MPI_Comm world_ = MPI_COMM_NULL, p2p_ = MPI_COMM_NULL;
+  std::vector<MPI_Comm> stage_comms_;  // by stage; MPI_COMM_NULL for stages held elsewhere
+  std::vector<int> stages_;
+  int rank_ = 0, size_ = 1, group_ = 0, replica_ = 0, tag_mod_ = 8192;
   double timeout_;
 };
 

@@ -1,6 +1,7 @@
-// The runtime: the weight store (versions with integer ids, a pool sized from the IR),
-// the timeline of executed actions, and the executor that runs one worker's action list
-// with real kernels and nonblocking MPI.
+// The runtime: the weight store (versions with integer ids, a pool sized from the IR), the
+// stage runtimes a rank holds (one per stage: slice, weights, optimizer, pools), the
+// timeline of executed actions, and the executor that runs a rank's action list with real
+// kernels and nonblocking MPI, one small handler per op.
 #pragma once
 #include <mpi.h>
 
@@ -8,6 +9,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -64,9 +66,11 @@ struct TimelineEvent {
   Op op;
   int32_t mb;
   int64_t bytes;
+  int16_t stage;
 };
 
 struct UpdateReport {
+  int stage = 0;            // the stage that updated
   int64_t minibatches = 0;  // version produced: minibatches applied to this stage so far
   double loss_sum = 0;      // last stage: summed loss of the samples of this update
   int64_t samples = 0;
@@ -74,9 +78,11 @@ struct UpdateReport {
   bool skipped = false;     // non-finite gradients dropped under train.nonfinite = "skip"
 };
 
-// One worker's state at a consistent cut (see consistent_cut): what a checkpoint holds and
-// what resuming restores. Weights and payloads are host copies.
+// One hosted stage's state at a consistent cut (see consistent_cut): what a checkpoint holds
+// and what resuming restores. Weights and payloads are host copies. The rank-level fields
+// (epoch, position, elapsed time, reporting totals) are the same in every stage of a rank.
 struct WorkerState {
+  int stage = 0;            // the stage this state belongs to
   int64_t epoch = 0;        // epoch in progress
   int64_t epoch_steps = 0;  // minibatches in that epoch's IR
   int64_t epoch_start = 0;  // minibatches applied before it (absolute id of relative version 0)
@@ -85,15 +91,15 @@ struct WorkerState {
   std::vector<std::pair<int64_t, std::vector<float>>> versions;  // every live version (latest included)
   std::vector<std::vector<float>> optimizer;                      // Optimizer::state() order
   int64_t optimizer_updates = 0;
-  struct Unit {            // a microbatch forwarded here and not yet backwarded
+  struct Unit {            // a microbatch forwarded here and not yet done with its backward
     int32_t mb = 0;
     int64_t fwd_version = 0;  // absolute
     double loss = 0;
-    std::vector<float> slot;  // the whole activation slot: input, outputs, saved extras
+    std::vector<float> slot;  // the whole activation slot: input, outputs, saved extras, kept gradients
   };
   std::vector<Unit> units;
   struct Message {         // a send made before the cut whose receive comes after the peer's cut
-    int64_t action = 0;    // its index in the IR
+    int64_t action = 0;    // its index in the rank's IR
     std::vector<float> payload;
   };
   std::vector<Message> crossing;
@@ -109,13 +115,14 @@ struct WorkerState {
 enum class CutAction { none, checkpoint, checkpoint_and_stop };
 
 // What the trainer decides at update boundaries. Every rank must answer at_boundary the
-// same way for the same version; save() runs the collective checkpoint commit.
+// same way for the same version; save() runs the collective checkpoint commit of the states
+// of every stage the rank holds.
 class TrainControl {
  public:
   virtual ~TrainControl() = default;
   virtual void on_update(const UpdateReport& r) = 0;
   virtual CutAction at_boundary(int64_t version) = 0;
-  virtual void save(WorkerState& state) = 0;
+  virtual void save(std::vector<WorkerState>& states) = 0;
 };
 
 struct ExecutorConfig {
@@ -135,22 +142,79 @@ struct ExecutorStats {
   int max_versions = 1, max_in_flight = 0;
 };
 
+// What crosses the boundary between stage b and b+1, computed once from the model and
+// asked for by name: the activation (and its gradient) shape, and the floats of a unit.
+struct Boundary {
+  int below = -1;  // stage b; -1 for the model input
+  Shape shape;
+  int64_t floats(int64_t samples) const { return samples * shape.numel(); }
+};
+Boundary boundary_below(const Model& model, const Layout& layout, int stage);  // the input of `stage`
+Boundary boundary_above(const Model& model, const Layout& layout, int stage);  // its output
+
+// One stage held by this rank: its slice, weight versions, optimizer, accumulated
+// gradients, its replicas' communicator, and the per-unit pools (activation slots, incoming
+// and outgoing gradient buffers) sized from the IR. Built by the trainer; run by the executor.
+struct StageRuntime {
+  StageRuntime(Backend& be, const Model& model, const Layout& layout, int stage, int64_t train_mb, int64_t eval_mb,
+               bool split_backward, const Deck::Train& train, int64_t total_updates);
+  int id;  // the stage index
+  std::unique_ptr<Stage> stage;
+  std::unique_ptr<WeightStore> weights;
+  std::unique_ptr<Optimizer> opt;
+  Buffer grads;  // accumulated gradients + 1 float: the loss sum riding along the allreduce
+  Boundary in, out;
+  bool first = false, last = false;  // holds the model's first / last layer
+
+  struct SlotState {
+    int64_t mb = -1;
+    bool forwarded = false;  // its FORWARD ran (a slot can also be held by a receive posted ahead)
+    MPI_Request recv = MPI_REQUEST_NULL, send = MPI_REQUEST_NULL;
+    double loss = 0;
+  };
+  std::vector<Buffer> slot_mem;
+  std::vector<int32_t*> slot_labels;
+  std::vector<Stage::Slot> slots;
+  std::vector<SlotState> slot_state;
+  std::deque<int> free_slots;
+  std::vector<Buffer> grad_in;
+  std::vector<MPI_Request> grad_in_req;
+  std::deque<int> free_grad_in;
+  std::vector<Buffer> grad_out;
+  std::vector<MPI_Request> grad_out_req;
+  std::vector<int64_t> grad_out_mb;  // unit whose gradient each outgoing buffer holds
+  int grad_out_next = 0, pending_grad_out = -1;
+  std::map<int64_t, int> slot_of_mb, grad_of_mb;
+  std::map<int64_t, int64_t> fwd_version_of;  // debug_versions and checkpoints
+  MPI_Request allreduce_req = MPI_REQUEST_NULL;
+  double group_loss = 0;
+  bool group_nonfinite = false;
+  Buffer eval_in[2], eval_out[2];
+  int32_t* eval_labels = nullptr;
+  int64_t labels_per_sample = 1;
+
+  ~StageRuntime();
+  // Grow the pools to this IR's needs (never shrinks; allocated before the IR runs).
+  void ensure_pools(const Schedule& ir, int rank, int64_t mb_size);
+  int64_t pool_bytes() const;
+};
+
 class Executor {
  public:
-  Executor(ParallelContext& ctx, Stage& stage, WeightStore& weights, Optimizer& opt, const Dataset& train,
+  Executor(ParallelContext& ctx, std::vector<StageRuntime*> stages, Backend& be, const Dataset& train,
            const Dataset& test, const ExecutorConfig& cfg);
   ~Executor();
 
   // Run this rank's actions of a training IR. Unit m holds samples perm[m*mb .. (m+1)*mb)
-  // of the epoch; sample_base + position is the global sample id (dropout keys).
+  // of the segment; sample_base + position is the global sample id (dropout keys).
   // Returns false when a checkpoint_and_stop cut ended it early. With `resume`, start
-  // from that state (same IR) instead of the beginning.
+  // from those states (one per held stage, same IR) instead of the beginning.
   bool train(const Schedule& ir, const std::vector<int64_t>& perm, int64_t sample_base, TrainControl& control,
-             const WorkerState* resume = nullptr);
+             const std::vector<WorkerState>* resume = nullptr);
 
   struct EvalResult {
     double loss_sum = 0;
-    int64_t correct = 0, samples = 0;
+    int64_t correct = 0, samples = 0, labels = 0;  // labels: predictions scored (tokens for text)
   };
   // Forward-only pass over the test set; the result is valid on the reporter rank.
   EvalResult evaluate(const Schedule& eval_ir);
@@ -159,6 +223,7 @@ class Executor {
   const std::vector<TimelineEvent>& timeline() const { return timeline_; }
   // Version log: (stage, microbatch, forward version, backward version) in absolute ids.
   struct VersionRecord {
+    int stage;
     int64_t epoch_unit;
     int64_t fwd, bwd;
   };
@@ -166,44 +231,52 @@ class Executor {
   void clear_version_log() { version_log_.clear(); }
 
  private:
-  struct SlotState;
-  void ensure_pools(const Schedule& ir);
+  struct Step;  // the state of one train() call
+  using Handler = void (Executor::*)(const Action&, Step&);
+  static const Handler kHandlers[kOpCount];
+
+  StageRuntime& rt(int stage);
+  int tag(int kind, int boundary, int64_t mb) const;
   void post_receives();
-  void progress();  // between layers: post receives, reap finished sends
+  void post_receive(const Action& a);
+  void progress();  // between layers: post receives, reap finished sends and reductions
   static void poll_thunk(void* self);
-  int tag(int kind, int64_t mb) const;
-  void check_finite_grads(int64_t mb, const char* when);
-  WorkerState capture(const Schedule& ir, size_t position, const std::vector<size_t>& crossing);
-  void restore(const Schedule& ir, const WorkerState& st);
+  LayerCtx layer_ctx(StageRuntime& r, const Stage::Slot& slot, int64_t mb, bool training) const;
+  void load_inputs(StageRuntime& r, Stage::Slot& slot, int64_t mb);
+  float* claim_grad_out(StageRuntime& r, const Action& a);
+  void finish_unit(StageRuntime& r, const Action& a, Step& st);
+  void check_finite_grads(StageRuntime& r, int64_t mb, const char* when);
+  void cut_at(const Action& a, int64_t version, Step& st);
+
+  // One handler per op (kHandlers): what each does to which buffer is in executor.cpp.
+  void on_forward(const Action& a, Step& st);
+  void on_backward(const Action& a, Step& st);
+  void on_backward_input(const Action& a, Step& st);
+  void on_backward_weight(const Action& a, Step& st);
+  void on_send_act(const Action& a, Step& st);
+  void on_recv_act(const Action& a, Step& st);
+  void on_send_grad(const Action& a, Step& st);
+  void on_recv_grad(const Action& a, Step& st);
+  void on_allreduce(const Action& a, Step& st);
+  void on_optimizer_step(const Action& a, Step& st);
+
+  std::vector<WorkerState> capture(const Schedule& ir, size_t position, const std::vector<size_t>& crossing);
+  void restore(const Schedule& ir, const std::vector<WorkerState>& states);
+  void restore_units(StageRuntime& r, const WorkerState& st);
+  void resend_crossing(const Schedule& ir, const WorkerState::Message& m);
   void quiesce(const Schedule& ir, const Cut& cut);  // before stopping: drain messages that crossed the cut
+  void drain_sends(const char* when);
   std::string waiting_for(const Action& a) const;
+  void eval_forward(const Action& a, int64_t n, std::vector<const float*>& input, EvalResult& res);
 
   ParallelContext& ctx_;
-  Stage& stage_;
-  WeightStore& weights_;
-  Optimizer& opt_;
+  std::vector<StageRuntime*> stages_;
+  Backend& be_;
   const Dataset& train_;
   const Dataset& test_;
   ExecutorConfig cfg_;
-  Backend& be_;
   std::unique_ptr<Transport> tr_;
   ExecutorStats stats_;
-
-  // pools sized from the IR
-  std::vector<Buffer> slot_mem_;
-  std::vector<int32_t*> slot_labels_;
-  std::vector<Stage::Slot> slots_;
-  std::vector<SlotState> slot_state_;
-  std::deque<int> free_slots_;
-  std::vector<Buffer> grad_in_;
-  std::vector<MPI_Request> grad_in_req_;
-  std::vector<int64_t> grad_in_mb_;
-  std::deque<int> free_grad_in_;
-  std::vector<Buffer> grad_out_;
-  std::vector<MPI_Request> grad_out_req_;
-  std::vector<int64_t> grad_out_mb_;  // microbatch whose gradient each outgoing buffer holds
-  int grad_out_next_ = 0;
-  Buffer grads_;  // accumulated gradients + 1 float: the loss sum riding along the allreduce
   std::vector<float> host_x_;
   std::vector<int32_t> host_labels_;
   std::vector<int64_t> idx_;
@@ -214,16 +287,10 @@ class Executor {
   int64_t mb_size_ = 0, sample_base_ = 0;
   std::vector<size_t> recv_positions_;
   size_t next_recv_ = 0;
-  std::map<int64_t, int> slot_of_mb_, grad_of_mb_;
-  MPI_Request allreduce_req_ = MPI_REQUEST_NULL;
-  double group_loss_ = 0;
-  bool group_nonfinite_ = false;
+  TrainControl* control_ = nullptr;
 
   std::vector<TimelineEvent> timeline_;
   std::vector<VersionRecord> version_log_;
-  std::map<int64_t, int64_t> fwd_version_of_;
-  Buffer eval_in_[2], eval_out_[2];
-  int32_t* eval_labels_ = nullptr;
 };
 
 }  // namespace pt

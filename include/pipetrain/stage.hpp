@@ -70,8 +70,10 @@ class Stage {
   // Forward without keeping activations (evaluation): returns the last non-loss output,
   // in scratch owned by the stage, valid until the next call.
   const float* infer(const float* x, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
-  // Last stage: loss sum and number correct of logits against labels.
-  void eval_loss(const float* logits, const int32_t* labels, int64_t n, double* loss_sum, int64_t* correct) const;
+  // Last stage: the loss layer's evaluation of infer()'s output (Layer::evaluate_loss):
+  // summed loss, correct and scored predictions; labels in ctx.labels.
+  void eval_loss(const float* x, const float* params, const LayerCtx& ctx, int64_t n, double* loss_sum, int64_t* correct,
+                 int64_t* scored) const;
 
   // One layer of the slice, for the profiler.
   void forward_layer(int layer, const Slot& s, const float* params, const LayerCtx& ctx, int64_t n) const;

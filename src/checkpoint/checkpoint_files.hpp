@@ -12,7 +12,7 @@
 
 namespace pt {
 
-constexpr int kCheckpointFormatVersion = 1;
+constexpr int kCheckpointFormatVersion = 2;  // 2: one group per held stage (several stages per rank)
 
 std::string step_dir_name(int64_t step);
 std::string rank_file_name(int rank);
@@ -38,9 +38,11 @@ void write_manifest(const std::string& step_dir, const CheckpointMeta& meta,
 
 // One rank's HDF5 file (layout in docs/CHECKPOINT.md). Throws Exit::io naming the file.
 // The OS error behind an HDF5 failure (errno and its text) is appended to the message.
-void write_rank_file(const std::string& path, const WorkerState& st, const CheckpointMeta& meta, const StageInfo& info,
-                     int rank);
-void write_rank_file_contents(const std::string& path, const WorkerState& st, const CheckpointMeta& meta,
-                               const StageInfo& info, int rank);
+void write_rank_file(const std::string& path, const std::vector<WorkerState>& st, const CheckpointMeta& meta,
+                     const std::vector<StageInfo>& info, int rank);
+void write_rank_file_contents(const std::string& path, const std::vector<WorkerState>& st, const CheckpointMeta& meta,
+                               const std::vector<StageInfo>& info, int rank);
+// The group of a stage's state in a rank file.
+std::string stage_group(int stage);
 
 }  // namespace pt

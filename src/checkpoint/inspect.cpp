@@ -11,6 +11,33 @@
 
 namespace pt {
 
+namespace {
+
+// One held stage of a rank file: layers, position, units and messages in flight, versions.
+void print_stage(hid_t h, const std::string& f, int rank, int stage, int64_t replica) {
+  const std::string g = stage_group(stage);
+  auto count = [&](const std::string& name) {  // a list's length from its shape: nothing is read
+    const auto d = h5::dims(h, name, f);
+    return d.size() == 1 ? static_cast<size_t>(d[0]) : size_t(0);
+  };
+  h5::Handle grp(H5Gopen2(h, g.c_str(), H5P_DEFAULT), H5Gclose);
+  if (!grp) fail(Exit::bad_input, f + ": group " + g + " is missing");
+  std::string versions = "(held by replica 0)";
+  if (h5::exists(h, g + "/versions_held")) {
+    versions.clear();
+    for (int64_t v : read_int64s_bounded(h, g + "/versions_held", f)) versions += (versions.empty() ? "" : ", ") + std::to_string(v);
+    versions = "versions [" + versions + "]";
+  }
+  std::printf("  rank %d: stage %d replica %lld, layers %lld-%lld, action %lld, %zu microbatches in flight, "
+              "%zu messages in flight, %s\n",
+              rank, stage, static_cast<long long>(replica), static_cast<long long>(h5::read_attr_int(grp.id(), "first_layer", f)),
+              static_cast<long long>(h5::read_attr_int(grp.id(), "end_layer", f) - 1),
+              static_cast<long long>(h5::read_attr_int(h, "position", f)), count(g + "/inflight_units"),
+              count(g + "/crossing_actions"), versions.c_str());
+}
+
+}  // namespace
+
 int cmd_inspect(const std::string& path) {
   const auto all = list_checkpoints(path);
   if (all.empty()) {
@@ -40,25 +67,8 @@ int cmd_inspect(const std::string& path) {
       const std::string f = c.step_dir + "/" + rank_file_name(r);
       try {
         h5::Handle h = h5::open_file(f);
-        auto count = [&](const char* name) {  // a list's length from its shape: nothing is read
-          const auto d = h5::dims(h.id(), name, f);
-          return d.size() == 1 ? static_cast<size_t>(d[0]) : size_t(0);
-        };
-        const int64_t stage = h5::read_attr_int(h.id(), "stage", f), replica = h5::read_attr_int(h.id(), "replica", f);
-        std::string versions = "(held by replica 0)";
-        if (h5::exists(h.id(), "/versions_held")) {
-          versions.clear();
-          for (int64_t v : read_int64s_bounded(h.id(), "/versions_held", f)) versions += (versions.empty() ? "" : ", ") + std::to_string(v);
-          versions = "versions [" + versions + "]";
-        }
-        std::printf("  rank %d: stage %lld replica %lld, layers %lld-%lld, action %lld, %zu microbatches in flight, "
-                    "%zu messages in flight, %s\n",
-                    r, static_cast<long long>(stage), static_cast<long long>(replica),
-                    static_cast<long long>(h5::read_attr_int(h.id(), "first_layer", f)),
-                    static_cast<long long>(h5::read_attr_int(h.id(), "end_layer", f) - 1),
-                    static_cast<long long>(h5::read_attr_int(h.id(), "position", f)),
-                    count("/inflight_units"), count("/crossing_actions"),
-                    versions.c_str());
+        const int64_t replica = h5::read_attr_int(h.id(), "replica", f);
+        for (int64_t stage : h5::read_attr_ints(h.id(), "stages", f)) print_stage(h.id(), f, r, static_cast<int>(stage), replica);
       } catch (const Error& e) {
         std::printf("  rank %d: cannot read: %s\n", r, e.what());
       }

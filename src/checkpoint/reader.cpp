@@ -285,6 +285,7 @@ CheckpointMeta read_meta(const std::string& step_dir) {
     c.epoch_start = m.at("epoch_start");
     c.epoch_complete = m.at("epoch_complete");
     c.schedule = m.at("schedule");
+    c.placement = m.value("placement", std::string("contiguous"));
     c.split = m.at("split").get<std::vector<int>>();
     c.replicas = m.at("replicas").get<std::vector<int>>();
     c.microbatches = m.at("microbatches");
@@ -302,50 +303,135 @@ CheckpointMeta read_meta(const std::string& step_dir) {
 
 static std::string rank_path(const std::string& step_dir, int rank) { return step_dir + "/" + rank_file_name(rank); }
 
-static int replica0_rank(const CheckpointMeta& meta, int stage) {
-  int r = 0;
-  for (int s = 0; s < stage; ++s) r += meta.replicas[static_cast<size_t>(s)];
-  return r;
+Layout checkpoint_layout(const CheckpointMeta& meta, int layers) {
+  std::vector<int> first = {0};
+  for (int v : meta.split) first.push_back(v);
+  return Layout::make(first, layers, meta.replicas, placement_from_name(meta.placement));
 }
 
-WorkerState load_worker_state(const std::string& step_dir, int rank) {
-  const CheckpointMeta meta = read_meta(step_dir);
+namespace {
+
+// The rank of the checkpoint's layout that holds replica 0 of `stage`.
+int replica0_rank(const CheckpointMeta& meta, int stage) {
+  const Layout old = checkpoint_layout(meta, 1 << 30);  // any layer count past the split
+  return old.rank_of(stage, 0);
+}
+
+// One held stage's state from group g of this rank's file (own) and of replica 0's (shared).
+WorkerState load_stage(hid_t f, const std::string& own, hid_t f0, const std::string& shared, int stage) {
   WorkerState st;
-  const std::string own = rank_path(step_dir, rank);
-  h5::Handle f = h5::open_file(own);
-  const int stage = static_cast<int>(h5::read_attr_int(f.id(), "stage", own));
-  st.epoch = h5::read_attr_int(f.id(), "epoch", own);
-  st.epoch_steps = h5::read_attr_int(f.id(), "epoch_steps", own);
-  st.epoch_start = h5::read_attr_int(f.id(), "epoch_start", own);
-  st.position = h5::read_attr_int(f.id(), "position", own);
-  st.latest = h5::read_attr_int(f.id(), "latest_version", own);
-  st.optimizer_updates = h5::read_attr_int(f.id(), "optimizer_updates", own);
-  st.elapsed_train_s = h5::read_attr_double(f.id(), "elapsed_train_s", own);
-  const std::vector<double> totals = h5::read_float64s(f.id(), "/reporting", {6}, own);
-  st.reporting = {totals[0], totals[1], totals[2], totals[3], totals[4], totals[5]};
-  for (int64_t mb : int64s(f.id(), "/inflight_units", own)) {
+  st.stage = stage;
+  const std::string g = stage_group(stage);
+  h5::Handle grp(H5Gopen2(f, g.c_str(), H5P_DEFAULT), H5Gclose);
+  if (!grp) fail(Exit::bad_input, own + ": group " + g + " is missing");
+  st.latest = h5::read_attr_int(grp.id(), "latest_version", own);
+  st.optimizer_updates = h5::read_attr_int(grp.id(), "optimizer_updates", own);
+  for (int64_t mb : int64s(f, g + "/inflight_units", own)) {
     WorkerState::Unit u;
     u.mb = static_cast<int32_t>(mb);
-    const std::string g = "/inflight/" + std::to_string(mb);
-    u.slot = floats(f.id(), g + "/slot", own);
-    h5::Handle grp(H5Gopen2(f.id(), g.c_str(), H5P_DEFAULT), H5Gclose);
-    if (!grp) fail(Exit::bad_input, own + ": group " + g + " is missing");
-    u.loss = h5::read_attr_double(grp.id(), "loss", own);
-    u.fwd_version = h5::read_attr_int(grp.id(), "fwd_version", own);
+    const std::string ug = g + "/inflight/" + std::to_string(mb);
+    u.slot = floats(f, ug + "/slot", own);
+    h5::Handle ugrp(H5Gopen2(f, ug.c_str(), H5P_DEFAULT), H5Gclose);
+    if (!ugrp) fail(Exit::bad_input, own + ": group " + ug + " is missing");
+    u.loss = h5::read_attr_double(ugrp.id(), "loss", own);
+    u.fwd_version = h5::read_attr_int(ugrp.id(), "fwd_version", own);
     st.units.push_back(std::move(u));
   }
-  const auto actions = int64s(f.id(), "/crossing_actions", own);
-  for (size_t k = 0; k < actions.size(); ++k)
-    st.crossing.push_back({actions[k], floats(f.id(), "/crossing/" + std::to_string(k), own)});
-  // parameters, versions and optimizer state from this stage's replica 0
-  const std::string shared = rank_path(step_dir, replica0_rank(meta, stage));
-  h5::Handle g = h5::open_file(shared);
-  for (int64_t id : int64s(g.id(), "/versions_held", shared))
-    st.versions.emplace_back(id, floats(g.id(), "/versions/" + std::to_string(id), shared));
-  const auto names = optimizer_names(g.id(), shared);
-  for (auto& n : names) st.optimizer.push_back(floats(g.id(), "/optimizer/" + n, shared));
+  const auto actions = int64s(f, g + "/crossing_actions", own);
+  for (size_t k = 0; k < actions.size(); ++k) st.crossing.push_back({actions[k], floats(f, g + "/crossing/" + std::to_string(k), own)});
+  for (int64_t id : int64s(f0, g + "/versions_held", shared))
+    st.versions.emplace_back(id, floats(f0, g + "/versions/" + std::to_string(id), shared));
+  h5::Handle g0(H5Gopen2(f0, g.c_str(), H5P_DEFAULT), H5Gclose);
+  if (!g0) fail(Exit::bad_input, shared + ": group " + g + " is missing");
+  for (auto& n : optimizer_names(g0.id(), shared)) st.optimizer.push_back(floats(f0, g + "/optimizer/" + n, shared));
   return st;
 }
+
+}  // namespace
+
+std::vector<WorkerState> load_worker_state(const std::string& step_dir, int rank) {
+  const CheckpointMeta meta = read_meta(step_dir);
+  const std::string own = rank_path(step_dir, rank);
+  h5::Handle f = h5::open_file(own);
+  WorkerState base;
+  base.epoch = h5::read_attr_int(f.id(), "epoch", own);
+  base.epoch_steps = h5::read_attr_int(f.id(), "epoch_steps", own);
+  base.epoch_start = h5::read_attr_int(f.id(), "epoch_start", own);
+  base.position = h5::read_attr_int(f.id(), "position", own);
+  base.elapsed_train_s = h5::read_attr_double(f.id(), "elapsed_train_s", own);
+  const std::vector<double> totals = h5::read_float64s(f.id(), "/reporting", {6}, own);
+  base.reporting = {totals[0], totals[1], totals[2], totals[3], totals[4], totals[5]};
+  std::vector<WorkerState> out;
+  for (int64_t stage : h5::read_attr_ints(f.id(), "stages", own)) {
+    const std::string shared = rank_path(step_dir, replica0_rank(meta, static_cast<int>(stage)));
+    h5::Handle f0 = h5::open_file(shared);
+    WorkerState st = load_stage(f.id(), own, f0.id(), shared, static_cast<int>(stage));
+    st.epoch = base.epoch, st.epoch_steps = base.epoch_steps, st.epoch_start = base.epoch_start;
+    st.position = base.position, st.elapsed_train_s = base.elapsed_train_s, st.reporting = base.reporting;
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+namespace {
+
+[[noreturn]] void needs_own_layout(const std::string& step_dir, const CheckpointMeta& meta, const std::string& why) {
+  fail(Exit::bad_input, step_dir + ": " + why + "; it can only resume on its own layout (split " + nlohmann::json(meta.split).dump() +
+                            ", replicas " + nlohmann::json(meta.replicas).dump() + ", placement " + meta.placement + ")", true);
+}
+
+// The parameters and optimizer state of the layers in [first, end) that old stage s holds,
+// appended to the new stage's buffers at *at.
+struct Reslice {
+  std::vector<float> params;
+  std::vector<std::vector<float>> opt;
+  size_t at = 0;
+  int64_t filled = 0, updates = -1;
+};
+
+void gather_stage(const std::string& step_dir, const CheckpointMeta& meta, int s, int first, int end, size_t optimizer_buffers,
+                  Reslice& r) {
+  const std::string path = rank_path(step_dir, replica0_rank(meta, s)), g = stage_group(s);
+  h5::Handle f = h5::open_file(path);
+  if (!int64s(f.id(), g + "/inflight_units", path).empty() || !int64s(f.id(), g + "/crossing_actions", path).empty())
+    needs_own_layout(step_dir, meta, "the checkpoint holds microbatches in flight (" + meta.schedule + " without a flush)");
+  const auto held = int64s(f.id(), g + "/versions_held", path);
+  if (held.size() != 1)
+    needs_own_layout(step_dir, meta, "stage " + std::to_string(s) + " holds " + std::to_string(held.size()) +
+                                         " weight versions (stashed for " + meta.schedule + "); re-slicing needs one consistent version");
+  const auto layers = int64s(f.id(), g + "/layout/layers", path);
+  const auto w = floats(f.id(), g + "/versions/" + std::to_string(held[0]), path);
+  h5::Handle grp(H5Gopen2(f.id(), g.c_str(), H5P_DEFAULT), H5Gclose);
+  const auto names = optimizer_names(grp.id(), path);
+  std::vector<std::vector<float>> o;
+  for (auto& n : names) o.push_back(floats(f.id(), g + "/optimizer/" + n, path));
+  const int64_t u = h5::read_attr_int(grp.id(), "optimizer_updates", path);
+  // The errors below depend on this rank's part of the model, so they are not collective:
+  // the rank that finds one aborts the job with it.
+  for (size_t i = 0; i + 2 < layers.size(); i += 3) {
+    const int64_t layer = layers[i], off = layers[i + 1], cnt = layers[i + 2];
+    if (layer < first || layer >= end) continue;
+    if (off < 0 || cnt < 0 || static_cast<size_t>(off + cnt) > w.size())
+      fail(Exit::bad_input, path + ": " + g + "/layout/layers entry for layer " + std::to_string(layer) + " is out of range");
+    r.updates = std::max(r.updates, u);
+    if (cnt == 0) continue;  // a layer without parameters (a stage of such layers has no optimizer state)
+    if (names.size() != optimizer_buffers)
+      fail(Exit::bad_input, path + ": optimizer state has " + std::to_string(names.size()) + " buffers, this run's optimizer " +
+                                std::to_string(optimizer_buffers));
+    for (auto& b : o)
+      if (static_cast<size_t>(off + cnt) > b.size())
+        fail(Exit::bad_input, path + ": optimizer state is shorter than the parameters of layer " + std::to_string(layer));
+    if (r.at + static_cast<size_t>(cnt) > r.params.size())
+      fail(Exit::bad_input, path + ": layer " + std::to_string(layer) + " has " + std::to_string(cnt) +
+                                " parameters, more than the new stage expects");
+    std::copy(w.begin() + off, w.begin() + off + cnt, r.params.begin() + static_cast<long>(r.at));
+    for (size_t b = 0; b < o.size(); ++b) std::copy(o[b].begin() + off, o[b].begin() + off + cnt, r.opt[b].begin() + static_cast<long>(r.at));
+    r.at += static_cast<size_t>(cnt);
+    r.filled += cnt;
+  }
+}
+
+}  // namespace
 
 WorkerState load_resliced_state(const std::string& step_dir, const CheckpointMeta& meta, int first, int end,
                                 size_t nparams, size_t optimizer_buffers) {
@@ -354,62 +440,17 @@ WorkerState load_resliced_state(const std::string& step_dir, const CheckpointMet
   st.epoch_steps = meta.epoch_steps;
   st.epoch_start = meta.epoch_start;
   st.latest = meta.step;
-  std::vector<float> params(nparams, 0.0f);
-  std::vector<std::vector<float>> opt(optimizer_buffers, std::vector<float>(nparams, 0.0f));
-  int64_t filled = 0, updates = -1;
-  size_t at = 0;  // write position in the new stage's flat buffer
-  const int old_stages = static_cast<int>(meta.replicas.size());
-  for (int s = 0; s < old_stages && at < nparams + 1; ++s) {
-    const std::string path = rank_path(step_dir, replica0_rank(meta, s));
-    h5::Handle f = h5::open_file(path);
-    if (int64s(f.id(), "/inflight_units", path).size() > 0 || int64s(f.id(), "/crossing_actions", path).size() > 0)
-      fail(Exit::bad_input, step_dir + ": the checkpoint holds microbatches in flight (" + meta.schedule +
-                                " without a flush); it can only resume on its own layout (split " +
-                                nlohmann::json(meta.split).dump() + ", replicas " + nlohmann::json(meta.replicas).dump() + ")",
-           true);
-    const auto held = int64s(f.id(), "/versions_held", path);
-    if (held.size() != 1)
-      fail(Exit::bad_input, step_dir + ": stage " + std::to_string(s) + " holds " + std::to_string(held.size()) +
-                                " weight versions (stashed for " + meta.schedule + "); re-slicing needs one consistent version: "
-                                "resume on the checkpoint's own layout (split " + nlohmann::json(meta.split).dump() +
-                                ", replicas " + nlohmann::json(meta.replicas).dump() + ")", true);
-    const auto layers = int64s(f.id(), "/layout/layers", path);
-    const auto w = floats(f.id(), "/versions/" + std::to_string(held[0]), path);
-    const auto names = optimizer_names(f.id(), path);
-    std::vector<std::vector<float>> o;
-    for (auto& n : names) o.push_back(floats(f.id(), "/optimizer/" + n, path));
-    const int64_t u = h5::read_attr_int(f.id(), "optimizer_updates", path);
-    // The errors below depend on this rank's part of the model, so they are not collective:
-    // the rank that finds one aborts the job with it (a collective error raised by some ranks
-    // only would leave the others waiting).
-    for (size_t i = 0; i + 2 < layers.size(); i += 3) {
-      const int64_t layer = layers[i], off = layers[i + 1], cnt = layers[i + 2];
-      if (layer < first || layer >= end) continue;
-      if (off < 0 || cnt < 0 || static_cast<size_t>(off + cnt) > w.size())
-        fail(Exit::bad_input, path + ": /layout/layers entry for layer " + std::to_string(layer) + " is out of range");
-      updates = std::max(updates, u);
-      if (cnt == 0) continue;  // a layer without parameters (a stage of such layers has no optimizer state)
-      if (names.size() != optimizer_buffers)
-        fail(Exit::bad_input, path + ": optimizer state has " + std::to_string(names.size()) + " buffers, this run's optimizer " +
-                                  std::to_string(optimizer_buffers));
-      for (auto& b : o)
-        if (static_cast<size_t>(off + cnt) > b.size())
-          fail(Exit::bad_input, path + ": optimizer state is shorter than the parameters of layer " + std::to_string(layer));
-      if (at + static_cast<size_t>(cnt) > nparams)
-        fail(Exit::bad_input, path + ": layer " + std::to_string(layer) + " has " + std::to_string(cnt) +
-                                  " parameters, more than the new stage expects");
-      std::copy(w.begin() + off, w.begin() + off + cnt, params.begin() + static_cast<long>(at));
-      for (size_t b = 0; b < o.size(); ++b) std::copy(o[b].begin() + off, o[b].begin() + off + cnt, opt[b].begin() + static_cast<long>(at));
-      at += static_cast<size_t>(cnt);
-      filled += cnt;
-    }
-  }
-  if (static_cast<size_t>(filled) != nparams)
-    fail(Exit::bad_input, step_dir + ": found " + std::to_string(filled) + " of the " + std::to_string(nparams) +
+  Reslice r;
+  r.params.assign(nparams, 0.0f);
+  r.opt.assign(optimizer_buffers, std::vector<float>(nparams, 0.0f));
+  const int old_stages = static_cast<int>(meta.split.size()) + 1;
+  for (int s = 0; s < old_stages && r.at < nparams + 1; ++s) gather_stage(step_dir, meta, s, first, end, optimizer_buffers, r);
+  if (static_cast<size_t>(r.filled) != nparams)
+    fail(Exit::bad_input, step_dir + ": found " + std::to_string(r.filled) + " of the " + std::to_string(nparams) +
                               " parameters of layers " + std::to_string(first) + ".." + std::to_string(end - 1));
-  st.versions.emplace_back(meta.step, std::move(params));
-  st.optimizer = std::move(opt);
-  st.optimizer_updates = std::max<int64_t>(updates, 0);
+  st.versions.emplace_back(meta.step, std::move(r.params));
+  st.optimizer = std::move(r.opt);
+  st.optimizer_updates = std::max<int64_t>(r.updates, 0);
   return st;
 }
 

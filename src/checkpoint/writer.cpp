@@ -105,6 +105,7 @@ std::string manifest_text(const CheckpointMeta& meta, const std::vector<std::pai
                       {"epoch_start", meta.epoch_start},
                       {"epoch_complete", meta.epoch_complete},
                       {"schedule", meta.schedule},
+                      {"placement", meta.placement},
                       {"split", meta.split},
                       {"replicas", meta.replicas},
                       {"microbatches", meta.microbatches},
@@ -214,7 +215,8 @@ void CheckpointWriter::prepare() {
   ctx_.barrier("checkpoint directory cleaned");
 }
 
-std::string CheckpointWriter::commit(const WorkerState& st, const CheckpointMeta& meta, const StageInfo& info) {
+std::string CheckpointWriter::commit(const std::vector<WorkerState>& st, const CheckpointMeta& meta,
+                                     const std::vector<StageInfo>& info) {
   const int rank = ctx_.rank();
   const std::string step_dir = dir_ + "/" + step_dir_name(meta.step);
   const std::string file = step_dir + "/" + rank_file_name(rank);

@@ -23,6 +23,10 @@ int64_t Layer::num_params() const {
   return n;
 }
 
+void Layer::evaluate_loss(const LayerCtx&, const float*, const float*, float*, int64_t, double*, int64_t*, int64_t*) const {
+  fail(Exit::internal, "layer '" + spec_.name + "' (" + spec_.type + ") is not a loss");
+}
+
 void Layer::shape_error(const std::string& msg) const {
   fail(Exit::bad_input,
        spec_.where + ": layer " + std::to_string(spec_.index) + " '" + spec_.name + "' (" + spec_.type + "): " + msg,

@@ -3,6 +3,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -19,11 +20,15 @@ ParallelContext::ParallelContext(MPI_Comm world, const Layout& layout, double ti
   MPI_Comm_rank(world, &rank_);
   MPI_Comm_size(world, &size_);
   PT_CHECK(size_ == layout.ranks(), "layout places " << layout.ranks() << " ranks, world has " << size_);
-  stage_ = layout.stage_of(rank_);
+  group_ = layout.group_of_rank(rank_);
   replica_ = layout.replica_of(rank_);
+  stages_ = layout.stages_of_rank(rank_);
   MPI_Comm_dup(world, &world_);
   MPI_Comm_dup(world, &p2p_);
-  MPI_Comm_split(world, stage_, replica_, &stage_comm_);
+  // one communicator per stage among its replicas (every rank takes part in every split)
+  stage_comms_.assign(static_cast<size_t>(layout.stages()), MPI_COMM_NULL);
+  for (int s = 0; s < layout.stages(); ++s)
+    MPI_Comm_split(world, holds(s) ? s : MPI_UNDEFINED, replica_, &stage_comms_[static_cast<size_t>(s)]);
   void* ub = nullptr;
   int flag = 0;
   MPI_Comm_get_attr(p2p_, MPI_TAG_UB, &ub, &flag);
@@ -31,9 +36,24 @@ ParallelContext::ParallelContext(MPI_Comm world, const Layout& layout, double ti
 }
 
 ParallelContext::~ParallelContext() {
-  if (stage_comm_ != MPI_COMM_NULL) MPI_Comm_free(&stage_comm_);
+  for (MPI_Comm& c : stage_comms_)
+    if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
   if (p2p_ != MPI_COMM_NULL) MPI_Comm_free(&p2p_);
   if (world_ != MPI_COMM_NULL) MPI_Comm_free(&world_);
+}
+
+int ParallelContext::stage() const {
+  PT_CHECK(stages_.size() == 1, "rank " << rank_ << " holds " << stages_.size() << " stages");
+  return stages_[0];
+}
+
+bool ParallelContext::holds(int stage) const {
+  return std::find(stages_.begin(), stages_.end(), stage) != stages_.end();
+}
+
+MPI_Comm ParallelContext::stage_comm(int stage) const {
+  PT_CHECK(holds(stage), "rank " << rank_ << " does not hold stage " << stage);
+  return stage_comms_[static_cast<size_t>(stage)];
 }
 
 void ParallelContext::wait(MPI_Request* req, const std::function<std::string()>& what) const {
@@ -80,7 +100,9 @@ void ParallelContext::broadcast(void* data, int bytes, int root, const char* wha
 }
 
 std::string ParallelContext::describe() const {
-  return "rank " + std::to_string(rank_) + " = stage " + std::to_string(stage_) + " replica " + std::to_string(replica_);
+  std::string st;
+  for (int s : stages_) st += (st.empty() ? "" : ",") + std::to_string(s);
+  return "rank " + std::to_string(rank_) + " = stage " + st + " replica " + std::to_string(replica_);
 }
 
 }  // namespace pt

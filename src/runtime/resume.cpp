@@ -13,27 +13,17 @@
 namespace pt {
 namespace {
 
-// Ranks of the old layout whose files this rank needs.
-std::vector<int> needed_ranks(const CheckpointMeta& meta, bool exact, const ParallelContext& ctx, const Stage& stage) {
-  std::vector<int> first = {0};
-  for (int v : meta.split) first.push_back(v);
-  std::vector<int> rank0;
-  int r = 0;
-  for (size_t s = 0; s < meta.replicas.size(); ++s) {
-    rank0.push_back(r);
-    r += meta.replicas[s];
-  }
-  if (exact) {
-    std::vector<int> out = {ctx.rank()};
-    if (ctx.replica() != 0) out.push_back(rank0[static_cast<size_t>(ctx.stage())]);
-    return out;
-  }
-  std::vector<int> out;
-  for (size_t s = 0; s < rank0.size(); ++s) {
-    const int f = first[s], e = s + 1 < first.size() ? first[s + 1] : 1 << 30;
-    if (f < stage.last() && e > stage.first()) out.push_back(rank0[s]);
-  }
-  out.push_back(0);  // rank 0's file carries the elapsed time
+// Ranks of the old layout whose files this rank needs: its own and, for each stage it
+// holds, replica 0's (exact); else replica 0 of every old stage overlapping its layers.
+std::vector<int> needed_ranks(const CheckpointMeta& meta, bool exact, const ParallelContext& ctx,
+                              const std::vector<const StageRuntime*>& stages) {
+  const Layout old = checkpoint_layout(meta, 1 << 30);
+  std::vector<int> out = {exact ? ctx.rank() : 0};  // rank 0's file carries the elapsed time
+  for (const StageRuntime* r : stages)
+    for (int s = 0; s < old.stages(); ++s) {
+      const bool overlaps = old.first_layer(s) < r->stage->last() && old.end_layer(s) > r->stage->first();
+      if ((exact && s == r->id) || (!exact && overlaps)) out.push_back(old.rank_of(s, 0));
+    }
   return out;
 }
 
@@ -45,134 +35,152 @@ bool all_ranks(const ParallelContext& ctx, bool mine) {
   return all != 0;
 }
 
+std::string list_text(const std::vector<int>& v) { return nlohmann::json(v).dump(); }
+
+// Problems every rank sees the same way: another model, another data order, or an async
+// mid-epoch cut on another layout. Collective errors.
+void check_against_deck(const std::string& dir, const CheckpointMeta& meta, const Deck& deck, const TrainSetup& setup, bool exact) {
+  const std::string diff = model_difference(meta.model_text, deck.model_text());
+  if (!diff.empty())
+    fail(Exit::bad_input, dir + " was made for a different model:\n" + diff + "resume with the deck that made it, or start a new run", true);
+  if (meta.batch_size != deck.train.batch_size || meta.seed != deck.run.seed)
+    fail(Exit::bad_input, dir + ": train.batch_size " + std::to_string(meta.batch_size) + " and run.seed " + std::to_string(meta.seed) +
+                              " in the checkpoint, " + std::to_string(deck.train.batch_size) + " and " + std::to_string(deck.run.seed) +
+                              " in the deck: the data order would differ", true);
+  if (!exact && !meta.epoch_complete && !setup.def->flush)
+    fail(Exit::bad_input, dir + ": resuming a " + meta.schedule + " run in the middle of epoch " + std::to_string(meta.epoch + 1) +
+                              " with " + setup.def->name + " on another layout (split " +
+                              list_text(std::vector<int>(setup.layout.first.begin() + 1, setup.layout.first.end() - 1)) +
+                              ", replicas " + setup.layout.replication() +
+                              ") would start that schedule from a state it cannot have; use the checkpoint's layout (split " +
+                              list_text(meta.split) + ", replicas " + list_text(meta.replicas) + ", schedule " + meta.schedule +
+                              ") or a flush schedule", true);
+}
+
+bool same_layout(const CheckpointMeta& meta, const ParallelContext& ctx, const TrainSetup& setup) {
+  const std::vector<int> split(setup.layout.first.begin() + 1, setup.layout.first.end() - 1);
+  return meta.ranks == ctx.size() && meta.split == split && meta.replicas == setup.layout.replicas &&
+         meta.placement == placement_name(setup.layout.placement) && meta.schedule == setup.def->name &&
+         meta.microbatches == setup.microbatches;
+}
+
+// The rank's action index of the cut at meta.step in a segment of `steps` steps (a flush
+// schedule has nothing in flight there).
+int64_t position_in(const TrainSetup& setup, const ParallelContext& ctx, const CheckpointMeta& meta, int64_t steps) {
+  const Schedule ir = make_schedule(*setup.def, setup.layout, steps, setup.microbatches);
+  const Cut cut = consistent_cut(ir, meta.step - meta.epoch_start);
+  PT_CHECK(cut.crossing[static_cast<size_t>(ctx.rank())].empty(), "flush schedule cut with messages in flight");
+  return static_cast<int64_t>(cut.position[static_cast<size_t>(ctx.rank())]);
+}
+
+std::vector<WorkerState> load_states(const std::string& dir, const CheckpointMeta& meta, bool exact, const TrainSetup& setup,
+                                     const ParallelContext& ctx, const std::vector<const StageRuntime*>& stages) {
+  std::vector<WorkerState> out;
+  if (exact) {
+    out = load_worker_state(dir, ctx.rank());
+    for (WorkerState& st : out)
+      if (meta.epoch_complete) {  // the next epoch starts from the latest version alone
+        std::vector<std::pair<int64_t, std::vector<float>>> latest;
+        for (auto& v : st.versions)
+          if (v.first == st.latest) latest.push_back(v);
+        st.versions = latest;
+        st.units.clear(), st.crossing.clear(), st.position = 0;
+      }
+    return out;
+  }
+  for (const StageRuntime* r : stages) {
+    WorkerState st = load_resliced_state(dir, meta, r->stage->first(), r->stage->last(), static_cast<size_t>(r->stage->num_params()),
+                                         r->opt->state_names().size());
+    st.stage = r->id;
+    if (!meta.epoch_complete) st.position = position_in(setup, ctx, meta, meta.epoch_steps);
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+// This run ends before the checkpoint's segment does. A flush schedule's cut lies at a
+// minibatch boundary: if no rank holds a microbatch or a message in flight there, the
+// segment is re-built to end at this run's last step (the IR an uninterrupted run to that
+// step runs, so the result is bitwise the same) and resumed at the same step in it.
+// Otherwise (the pipedream family, 2bw) the trainer refuses: the cut can only continue its
+// own segment. Returns the segment's steps.
+int64_t fit_segment(ResumePoint& rp, const TrainSetup& setup, const ParallelContext& ctx, int64_t total_steps) {
+  const CheckpointMeta& meta = rp.meta;
+  if (meta.epoch_complete || !setup.def->flush || meta.epoch_start + meta.epoch_steps <= total_steps) return meta.epoch_steps;
+  bool mine = true;
+  for (const WorkerState& st : rp.states) mine = mine && st.units.empty() && st.crossing.empty();
+  if (!all_ranks(ctx, mine)) return meta.epoch_steps;
+  if (total_steps < meta.step)
+    fail(Exit::bad_input, rp.step_dir + ": the checkpoint is at step " + std::to_string(meta.step) + ", past this run's last step " +
+                              std::to_string(total_steps) + " (train.max_steps / train.epochs); resume with at least " +
+                              std::to_string(meta.step) + " steps", true);
+  const int64_t steps = total_steps - meta.epoch_start;
+  const int64_t pos = position_in(setup, ctx, meta, steps);
+  for (WorkerState& st : rp.states) st.position = pos;
+  rp.segment_shortened = true;
+  if (ctx.rank() == 0)
+    std::printf("resume: nothing is in flight at the cut of %s (%s, step %lld), so its segment, which ran to step %lld, "
+                "ends at this run's last step %lld instead\n", rp.step_dir.c_str(), meta.schedule.c_str(),
+                static_cast<long long>(meta.step), static_cast<long long>(meta.epoch_start + meta.epoch_steps),
+                static_cast<long long>(total_steps));
+  return steps;
+}
+
+// Every rank verifies the files it needs; "" when all of this rank's pass.
+std::string verify_needed(const std::string& dir, const CheckpointMeta& meta, bool exact, const ParallelContext& ctx,
+                          const std::vector<const StageRuntime*>& stages) {
+  for (int r : needed_ranks(meta, exact, ctx, stages))
+    if (std::string e = verify_checkpoint(dir, r); !e.empty()) return e;
+  return "";
+}
+
+void report_unusable(const ParallelContext& ctx, const std::string& dir, std::string why, bool shared, std::string& tried) {
+  if (!why.empty() && (!shared || ctx.rank() == 0)) {
+    if (why.back() != '\n') why += "\n";
+    if (shared) std::fprintf(stderr, "pipetrain: checkpoint %s is not usable: %s", dir.c_str(), why.c_str());
+    else std::fprintf(stderr, "rank %d: checkpoint %s is not usable:\n%s", ctx.rank(), dir.c_str(), why.c_str());
+    std::fflush(stderr);
+  }
+  if (ctx.rank() == 0) std::fprintf(stderr, "pipetrain: skipping %s; trying an older checkpoint\n", dir.c_str());
+  tried += "  " + dir + (shared ? ": " + why : std::string(" (failed verification, see above)\n"));
+}
+
 }  // namespace
 
 ResumePoint choose_resume(const std::string& path, const Deck& deck, const TrainSetup& setup, const ParallelContext& ctx,
-                          const Stage& stage, size_t optimizer_buffers, int64_t total_steps) {
+                          const std::vector<const StageRuntime*>& stages, int64_t total_steps) {
   const std::vector<CheckpointRef> candidates = list_checkpoints(path);
   if (candidates.empty())
     fail(Exit::no_checkpoint, "--resume " + path + ": no committed checkpoint there (a step folder with a manifest.json)", true);
-  const std::vector<int> split(setup.layout.first.begin() + 1, setup.layout.first.end() - 1);
   if (ctx.rank() == 0)  // folders a crash (or a lost manifest) left without a manifest are never candidates
     for (const std::string& u : uncommitted_checkpoints(path))
       if (checkpoint_step_of(u) > candidates.front().step)
         std::fprintf(stderr, "pipetrain: ignoring %s: no manifest.json (never committed, or its manifest was lost)\n", u.c_str());
   std::string tried;
   for (const CheckpointRef& c : candidates) {
-    CheckpointMeta meta;
+    ResumePoint rp;
     std::string why;
     bool shared = false;  // the manifest's problem: every rank sees the same, rank 0 says it
     try {
-      meta = read_meta(c.step_dir);
+      rp.meta = read_meta(c.step_dir);
     } catch (const Error& e) {
-      why = e.what();
-      shared = true;
+      why = e.what(), shared = true;
     }
-    // The same on every rank: the manifest, compared with the deck.
-    if (why.empty()) {
-      const std::string diff = model_difference(meta.model_text, deck.model_text());
-      if (!diff.empty())
-        fail(Exit::bad_input, c.step_dir + " was made for a different model:\n" + diff +
-                                  "resume with the deck that made it, or start a new run", true);
-      if (meta.batch_size != deck.train.batch_size || meta.seed != deck.run.seed)
-        fail(Exit::bad_input, c.step_dir + ": train.batch_size " + std::to_string(meta.batch_size) + " and run.seed " +
-                                  std::to_string(meta.seed) + " in the checkpoint, " + std::to_string(deck.train.batch_size) +
-                                  " and " + std::to_string(deck.run.seed) + " in the deck: the data order would differ", true);
-    }
-    const bool exact = why.empty() && meta.ranks == ctx.size() && meta.split == split && meta.replicas == setup.layout.replicas &&
-                       meta.schedule == setup.def->name && meta.microbatches == setup.microbatches;
-    if (why.empty() && !exact && !meta.epoch_complete && !setup.def->flush)
-      fail(Exit::bad_input, c.step_dir + ": resuming a " + meta.schedule + " run in the middle of epoch " +
-                                std::to_string(meta.epoch + 1) + " with " + setup.def->name + " on another layout (split " +
-                                nlohmann::json(split).dump() + ", replicas " + setup.layout.replication() +
-                                ") would start that schedule from a state it cannot have; use the checkpoint's layout (split " +
-                                nlohmann::json(meta.split).dump() + ", replicas " + nlohmann::json(meta.replicas).dump() +
-                                ", schedule " + meta.schedule + ") or a flush schedule", true);
-    // Every rank verifies the files it needs; all must succeed.
-    if (why.empty())
-      for (int r : needed_ranks(meta, exact, ctx, stage)) {
-        std::string e = verify_checkpoint(c.step_dir, r);
-        if (!e.empty()) {
-          why = e;
-          break;
-        }
-      }
-    const bool ok = all_ranks(ctx, why.empty());
-    if (!ok) {
-      if (!why.empty() && (!shared || ctx.rank() == 0)) {
-        if (why.back() != '\n') why += "\n";
-        if (shared) std::fprintf(stderr, "pipetrain: checkpoint %s is not usable: %s", c.step_dir.c_str(), why.c_str());
-        else std::fprintf(stderr, "rank %d: checkpoint %s is not usable:\n%s", ctx.rank(), c.step_dir.c_str(), why.c_str());
-        std::fflush(stderr);
-      }
-      if (ctx.rank() == 0) std::fprintf(stderr, "pipetrain: skipping %s; trying an older checkpoint\n", c.step_dir.c_str());
-      tried += "  " + c.step_dir + (shared ? ": " + why : std::string(" (failed verification, see above)\n"));
+    const bool exact = why.empty() && same_layout(rp.meta, ctx, setup);
+    if (why.empty()) check_against_deck(c.step_dir, rp.meta, deck, setup, exact);
+    if (why.empty()) why = verify_needed(c.step_dir, rp.meta, exact, ctx, stages);
+    if (!all_ranks(ctx, why.empty())) {
+      report_unusable(ctx, c.step_dir, why, shared, tried);
       continue;
     }
-    ResumePoint rp;
-    rp.valid = true;
-    rp.step_dir = c.step_dir;
-    rp.meta = meta;
-    if (exact) {
-      rp.state = load_worker_state(c.step_dir, ctx.rank());
-      if (meta.epoch_complete) {  // the next epoch starts from the latest version alone
-        std::vector<std::pair<int64_t, std::vector<float>>> latest;
-        for (auto& v : rp.state.versions)
-          if (v.first == rp.state.latest) latest.push_back(v);
-        rp.state.versions = latest;
-        rp.state.units.clear();
-        rp.state.crossing.clear();
-        rp.state.position = 0;
-      }
-    } else {
-      rp.resliced = true;
-      rp.state = load_resliced_state(c.step_dir, meta, stage.first(), stage.last(), static_cast<size_t>(stage.num_params()),
-                                     optimizer_buffers);
-      if (!meta.epoch_complete) {
-        // the same step of the same epoch in this layout's IR: a flush schedule has nothing in flight there
-        Schedule ir = make_schedule(*setup.def, setup.layout, meta.epoch_steps, setup.microbatches);
-        const Cut cut = consistent_cut(ir, meta.step - meta.epoch_start);
-        PT_CHECK(cut.crossing[static_cast<size_t>(ctx.rank())].empty(), "flush schedule cut with messages in flight");
-        rp.state.position = static_cast<int64_t>(cut.position[static_cast<size_t>(ctx.rank())]);
-      }
-    }
-    int64_t segment_steps = meta.epoch_steps;
-    if (!meta.epoch_complete && setup.def->flush && meta.epoch_start + meta.epoch_steps > total_steps) {
-      // This run ends before the checkpoint's segment does. A flush schedule's cut lies at a
-      // minibatch boundary: if no rank holds a microbatch or a message in flight there, the
-      // segment is re-built to end at this run's last step (the IR an uninterrupted run to that
-      // step runs, so the result is bitwise the same) and resumed at the same step in it.
-      // Otherwise (the pipedream family, 2bw) the trainer refuses: the cut can only continue
-      // its own segment.
-      const bool drained = all_ranks(ctx, rp.state.units.empty() && rp.state.crossing.empty());
-      if (drained && total_steps < meta.step)
-        fail(Exit::bad_input, c.step_dir + ": the checkpoint is at step " + std::to_string(meta.step) +
-                                  ", past this run's last step " + std::to_string(total_steps) +
-                                  " (train.max_steps / train.epochs); resume with at least " + std::to_string(meta.step) + " steps",
-             true);
-      if (drained) {
-        segment_steps = total_steps - meta.epoch_start;
-        Schedule ir = make_schedule(*setup.def, setup.layout, segment_steps, setup.microbatches);
-        const Cut cut = consistent_cut(ir, meta.step - meta.epoch_start);
-        PT_CHECK(cut.crossing[static_cast<size_t>(ctx.rank())].empty(), "flush schedule cut with messages in flight");
-        rp.state.position = static_cast<int64_t>(cut.position[static_cast<size_t>(ctx.rank())]);
-        rp.segment_shortened = true;
-        if (ctx.rank() == 0)
-          std::printf("resume: nothing is in flight at the cut of %s (%s, step %lld), so its segment, which ran to step %lld, "
-                      "ends at this run's last step %lld instead\n",
-                      c.step_dir.c_str(), meta.schedule.c_str(), static_cast<long long>(meta.step),
-                      static_cast<long long>(meta.epoch_start + meta.epoch_steps), static_cast<long long>(total_steps));
-      }
-    }
-    if (meta.epoch_complete) {
-      rp.state.epoch = meta.epoch + 1;
-      rp.state.epoch_start = meta.step;
-      rp.state.epoch_steps = 0;
-      rp.state.position = 0;
-    } else {
-      rp.state.epoch = meta.epoch;
-      rp.state.epoch_start = meta.epoch_start;
-      rp.state.epoch_steps = segment_steps;
+    rp.valid = true, rp.step_dir = c.step_dir, rp.resliced = !exact;
+    rp.states = load_states(c.step_dir, rp.meta, exact, setup, ctx, stages);
+    const int64_t segment = fit_segment(rp, setup, ctx, total_steps);
+    for (WorkerState& st : rp.states) {
+      st.epoch = rp.meta.epoch_complete ? rp.meta.epoch + 1 : rp.meta.epoch;
+      st.epoch_start = rp.meta.epoch_complete ? rp.meta.step : rp.meta.epoch_start;
+      st.epoch_steps = rp.meta.epoch_complete ? 0 : segment;
+      if (rp.meta.epoch_complete) st.position = 0;
     }
     return rp;
   }

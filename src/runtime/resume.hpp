@@ -3,6 +3,7 @@
 #include <string>
 
 #include "pipetrain/checkpoint.hpp"
+#include "pipetrain/runtime.hpp"
 #include "pipetrain/train.hpp"
 
 namespace pt {
@@ -13,7 +14,7 @@ struct ResumePoint {
   bool segment_shortened = false;  // a drained mid-segment cut; its segment now ends at this run's last step
   std::string step_dir;
   CheckpointMeta meta;
-  WorkerState state;      // this rank's starting state
+  std::vector<WorkerState> states;  // this rank's starting state, one per held stage
 };
 
 // Collective: the newest committed checkpoint under `path` that every rank verifies, checked
@@ -21,6 +22,6 @@ struct ResumePoint {
 // total_steps is the resuming run's last step: a drained mid-segment cut of a flush schedule
 // whose segment runs past it resumes in a segment that ends there (state.epoch_steps).
 ResumePoint choose_resume(const std::string& path, const Deck& deck, const TrainSetup& setup, const ParallelContext& ctx,
-                          const Stage& stage, size_t optimizer_buffers, int64_t total_steps);
+                          const std::vector<const StageRuntime*>& stages, int64_t total_steps);
 
 }  // namespace pt

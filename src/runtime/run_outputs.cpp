@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "pipetrain/commands.hpp"
@@ -45,50 +46,63 @@ static std::vector<std::vector<double>> gatherv(const ParallelContext& ctx, cons
   return out;
 }
 
-void write_run_outputs(const RunOutputs& o) {
+namespace {
+
+// Per rank, in this order: first stage, replica, compute s, wall s, p2p bytes, allreduce
+// bytes, activation, buffer, weight and optimizer bytes, versions held, units in flight,
+// skipped updates, slot bytes per sample, allreduce network bytes.
+constexpr size_t kStats = 15;
+
+std::vector<double> rank_stats(const RunOutputs& o) {
+  const ExecutorStats& st = o.ex.stats();
+  int versions = 1;
+  int64_t slot_bytes = 0;
+  for (const StageRuntime* r : o.stages) versions = std::max(versions, r->weights->max_held()), slot_bytes += r->stage->slot_bytes_per_sample();
+  return {static_cast<double>(o.ctx.stages().front()), static_cast<double>(o.ctx.replica()), st.compute_s, st.wall_s,
+          static_cast<double>(st.bytes_p2p), static_cast<double>(st.bytes_allreduce), static_cast<double>(st.activation_bytes),
+          static_cast<double>(st.buffer_bytes), static_cast<double>(st.weight_bytes), static_cast<double>(st.optimizer_bytes),
+          static_cast<double>(versions), static_cast<double>(st.max_in_flight), static_cast<double>(st.skipped_updates),
+          static_cast<double>(slot_bytes), static_cast<double>(st.bytes_allreduce_network)};
+}
+
+// The summary's formula of a rank: the largest over its stages; null where only the
+// schedule's replay knows (several stages per rank).
+nlohmann::json rank_formula(const TrainSetup& setup, int rank, bool versions) {
+  int best = 0;
+  for (int s : setup.layout.stages_of_rank(rank)) {
+    const int f = versions ? setup.versions_formula(s) : setup.in_flight_formula(s);
+    if (f < 0) return nullptr;
+    best = std::max(best, f);
+  }
+  return best;
+}
+
+// Final weights: replica 0 of each stage sends its parameters to the reporter (tag 77000 +
+// stage), which lays them out per layer.
+std::vector<std::vector<float>> gather_weights(const RunOutputs& o) {
   const ParallelContext& ctx = o.ctx;
   const Layout& layout = o.setup.layout;
   const Model& model = *o.setup.model;
-  const ExecutorStats& st = o.ex.stats();
-  const int reporter = ctx.reporter();
-  const size_t nparams = static_cast<size_t>(o.stage.num_params());
-
-  std::vector<double> mine = {static_cast<double>(ctx.stage()), static_cast<double>(ctx.replica()), st.compute_s, st.wall_s,
-                              static_cast<double>(st.bytes_p2p), static_cast<double>(st.bytes_allreduce),
-                              static_cast<double>(st.activation_bytes), static_cast<double>(st.buffer_bytes),
-                              static_cast<double>(st.weight_bytes), static_cast<double>(st.optimizer_bytes),
-                              static_cast<double>(o.weights.max_held()), static_cast<double>(st.max_in_flight),
-                              static_cast<double>(st.skipped_updates), static_cast<double>(o.stage.slot_bytes_per_sample()),
-                              static_cast<double>(st.bytes_allreduce_network)};
-  const size_t F = mine.size();
-  std::vector<double> all = gather_doubles(ctx, mine, reporter, "run statistics");
-  std::vector<double> trace_mine;
-  for (const TimelineEvent& e : o.ex.timeline())
-    trace_mine.insert(trace_mine.end(), {e.start - o.t_origin, e.end - o.t_origin, static_cast<double>(e.op),
-                                         static_cast<double>(e.mb), static_cast<double>(e.bytes)});
-  std::vector<std::vector<double>> traces = gatherv(ctx, trace_mine, reporter, "timeline");
-
-  // final weights: replica 0 of each stage sends its parameters to the reporter
-  std::vector<std::vector<float>> per_layer(static_cast<size_t>(model.size()));
-  std::vector<float> host(nparams);
-  o.stage.backend().to_host(host.data(), o.weights.latest(), nparams);
-  if (ctx.replica() == 0 && !ctx.is_reporter() && nparams > 0) {
-    MPI_Request req;
-    MPI_Isend(host.data(), static_cast<int>(nparams), MPI_FLOAT, reporter, 77, ctx.world(), &req);
-    ctx.wait(&req, [&] { return std::string("sending final weights to the reporter"); });
-  }
-  if (!ctx.is_reporter()) return;
-  for (int ss = 0; ss < layout.stages(); ++ss) {
-    const int f = layout.first_layer(ss), l = layout.end_layer(ss);
-    const int64_t n = model.num_params(f, l);
-    std::vector<float> buf;
-    if (ss == ctx.stage()) {
-      buf = host;
-    } else if (n > 0) {
-      buf.resize(static_cast<size_t>(n));
+  std::map<int, std::vector<float>> mine;
+  for (const StageRuntime* r : o.stages) {
+    std::vector<float>& host = mine[r->id];
+    host.resize(r->weights->size());
+    r->stage->backend().to_host(host.data(), r->weights->latest(), host.size());
+    if (ctx.replica() == 0 && !ctx.is_reporter() && !host.empty()) {
       MPI_Request req;
-      MPI_Irecv(buf.data(), static_cast<int>(n), MPI_FLOAT, layout.rank_of(ss, 0), 77, ctx.world(), &req);
-      ctx.wait(&req, [&] { return "final weights of stage " + std::to_string(ss); });
+      MPI_Isend(host.data(), static_cast<int>(host.size()), MPI_FLOAT, ctx.reporter(), 77000 + r->id, ctx.world(), &req);
+      ctx.wait(&req, [&] { return std::string("sending final weights to the reporter"); });
+    }
+  }
+  std::vector<std::vector<float>> per_layer(static_cast<size_t>(model.size()));
+  if (!ctx.is_reporter()) return per_layer;
+  for (int s = 0; s < layout.stages(); ++s) {
+    const int f = layout.first_layer(s), l = layout.end_layer(s);
+    std::vector<float> buf = mine.count(s) ? mine[s] : std::vector<float>(static_cast<size_t>(model.num_params(f, l)));
+    if (!mine.count(s) && !buf.empty()) {
+      MPI_Request req;
+      MPI_Irecv(buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, layout.rank_of(s, 0), 77000 + s, ctx.world(), &req);
+      ctx.wait(&req, [&] { return "final weights of stage " + std::to_string(s); });
     }
     int64_t off = 0;
     for (int li = f; li < l; ++li) {
@@ -97,90 +111,104 @@ void write_run_outputs(const RunOutputs& o) {
       off += k;
     }
   }
+  return per_layer;
+}
 
+struct Totals {
+  double bubble = 0, p2p = 0, ar = 0, ar_net = 0, skipped = 0, samples = 0, bsp_net = 0;
+  double network() const { return (p2p + ar_net) / std::max(1.0, samples); }
+  double reduction() const { return bsp_net > 0 ? 1.0 - network() / bsp_net : 0.0; }
+};
+
+nlohmann::json per_rank(const RunOutputs& o, const std::vector<double>& all, Totals& t) {
   nlohmann::json ranks = nlohmann::json::array();
-  double bubble_sum = 0, p2p = 0, ar = 0, ar_net = 0, skipped = 0;
-  for (int r = 0; r < ctx.size(); ++r) {
-    const double* v = &all[static_cast<size_t>(r) * F];
-    skipped += v[12];
-    ar_net += v[14];
+  for (int r = 0; r < o.ctx.size(); ++r) {
+    const double* v = &all[static_cast<size_t>(r) * kStats];
     const double bubble = v[3] > 0 ? std::max(0.0, 1.0 - v[2] / v[3]) : 0.0;
-    bubble_sum += bubble;
-    p2p += v[4];
-    ar += v[5];
-    const int stage = static_cast<int>(v[0]);
-    ranks.push_back({{"rank", r}, {"stage", stage}, {"replica", static_cast<int>(v[1])},
-                     {"compute_s", v[2]}, {"wall_s", v[3]}, {"bubble_fraction", bubble},
+    t.skipped += v[12], t.ar_net += v[14], t.bubble += bubble, t.p2p += v[4], t.ar += v[5];
+    ranks.push_back({{"rank", r}, {"stage", static_cast<int>(v[0])}, {"stages", o.setup.layout.stages_of_rank(r)},
+                     {"replica", static_cast<int>(v[1])}, {"compute_s", v[2]}, {"wall_s", v[3]}, {"bubble_fraction", bubble},
                      {"activation_bytes", static_cast<int64_t>(v[6])}, {"buffer_bytes", static_cast<int64_t>(v[7])},
                      {"weight_bytes", static_cast<int64_t>(v[8])}, {"optimizer_bytes", static_cast<int64_t>(v[9])},
-                     {"weight_versions", static_cast<int>(v[10])},
-                     {"weight_versions_formula", o.setup.versions_formula(stage)},
-                     {"max_in_flight", static_cast<int>(v[11])},
-                     {"in_flight_formula", o.setup.in_flight_formula(stage)},
+                     {"weight_versions", static_cast<int>(v[10])}, {"weight_versions_formula", rank_formula(o.setup, r, true)},
+                     {"max_in_flight", static_cast<int>(v[11])}, {"in_flight_formula", rank_formula(o.setup, r, false)},
                      {"skipped_updates", static_cast<int64_t>(v[12])},
                      {"activation_bytes_per_microbatch", static_cast<int64_t>(v[13]) * o.setup.mb_size}});
   }
-  const double samples = static_cast<double>(o.steps_run * o.deck.train.batch_size);
-  const double R = ctx.size();
-  const double bsp_net = 2.0 * (R - 1.0) * (static_cast<double>(model.num_params(0, model.size())) + 1.0) * 4.0 /
-                         static_cast<double>(o.deck.train.batch_size);
-  std::vector<int> split(layout.first.begin() + 1, layout.first.end() - 1);
-  nlohmann::json summary = {
-      {"status", o.status},
-      {"deck", o.deck.path},
-      {"schedule", o.setup.def->name},
-      {"valid_gradients", o.setup.def->valid_gradients},
-      {"ranks", ctx.size()},
-      {"stages", layout.stages()},
-      {"split", split},
-      {"replicas", layout.replicas},
-      {"microbatches", o.setup.microbatches},
-      {"microbatch_size", o.setup.mb_size},
-      {"batch_size", o.deck.train.batch_size},
-      {"epochs", o.epochs},
-      {"steps", o.last_step},
-      {"steps_this_run", o.steps_run},
+  return ranks;
+}
+
+nlohmann::json summary_json(const RunOutputs& o, const Totals& t, nlohmann::json ranks) {
+  const Layout& layout = o.setup.layout;
+  const int R = o.ctx.size();
+  nlohmann::json s = {
+      {"status", o.status}, {"deck", o.deck.path}, {"schedule", o.setup.def->name},
+      {"valid_gradients", o.setup.def->valid_gradients}, {"ranks", R}, {"stages", layout.stages()},
+      {"placement", placement_name(layout.placement)},
+      {"split", std::vector<int>(layout.first.begin() + 1, layout.first.end() - 1)}, {"replicas", layout.replicas},
+      {"microbatches", o.setup.microbatches}, {"microbatch_size", o.setup.mb_size}, {"batch_size", o.deck.train.batch_size},
+      {"epochs", o.epochs}, {"steps", o.last_step}, {"steps_this_run", o.steps_run},
       {"resumed_from_step", o.resumed_from >= 0 ? nlohmann::json(o.resumed_from) : nlohmann::json()},
       {"last_checkpoint", o.last_checkpoint.empty() ? nlohmann::json() : nlohmann::json(o.last_checkpoint)},
-      {"final_train_loss", o.final_train_loss},
-      {"final_test_loss", o.final_test_loss},
+      {"final_train_loss", o.final_train_loss}, {"final_test_loss", o.final_test_loss},
       {"final_test_accuracy", o.final_accuracy},
       {"target_accuracy", o.deck.train.target_accuracy > 0 ? nlohmann::json(o.deck.train.target_accuracy) : nlohmann::json()},
       {"time_to_target_s", o.time_to_target >= 0 ? nlohmann::json(o.time_to_target) : nlohmann::json()},
-      {"train_wall_s", o.train_time},
-      {"samples_per_s", samples / std::max(1e-9, o.train_time_this_run)},
-      {"bubble_fraction", bubble_sum / ctx.size()},
-      {"bytes_p2p_per_sample", p2p / std::max(1.0, samples)},
-      {"bytes_allreduce_per_sample", ar / std::max(1.0, samples)},
+      {"train_wall_s", o.train_time}, {"samples_per_s", t.samples / std::max(1e-9, o.train_time_this_run)},
+      {"bubble_fraction", t.bubble / R}, {"bytes_p2p_per_sample", t.p2p / std::max(1.0, t.samples)},
+      {"bytes_allreduce_per_sample", t.ar / std::max(1.0, t.samples)},
       // the paper's accounting: bytes all ranks put on the network per sample (p2p messages,
       // ring-allreduce traffic 2(r-1)/r x payload per replica), against data parallelism (bsp)
       // on the same ranks: 2(N-1)/N x all parameters per rank per minibatch
-      {"network_bytes_per_sample", (p2p + ar_net) / std::max(1.0, samples)},
-      {"bsp_network_bytes_per_sample", bsp_net},
-      {"communication_reduction_vs_bsp", bsp_net > 0 ? 1.0 - (p2p + ar_net) / std::max(1.0, samples) / bsp_net : 0.0},
-      {"skipped_updates", static_cast<int64_t>(skipped)},
-      {"device", o.stage.backend().describe()},
-      {"blas", blas_description()},
-      {"seed", o.deck.run.seed},
-      {"model_hash", std::to_string(o.deck.model_hash())},
-      {"per_rank", ranks},
-  };
-  for (auto& [k, v] : o.extra.items()) summary[k] = v;
-  write_file_atomic(o.run_dir + "/summary.json", summary.dump(2) + "\n");
+      {"network_bytes_per_sample", t.network()}, {"bsp_network_bytes_per_sample", t.bsp_net},
+      {"communication_reduction_vs_bsp", t.reduction()}, {"skipped_updates", static_cast<int64_t>(t.skipped)},
+      {"device", o.stages.front()->stage->backend().describe()}, {"blas", blas_description()}, {"seed", o.deck.run.seed},
+      {"model_hash", std::to_string(o.deck.model_hash())}, {"per_rank", std::move(ranks)}};
+  for (auto& [k, v] : o.extra.items()) s[k] = v;
+  return s;
+}
 
+std::vector<double> timeline_doubles(const RunOutputs& o) {
+  std::vector<double> out;
+  for (const TimelineEvent& e : o.ex.timeline())
+    out.insert(out.end(), {e.start - o.t_origin, e.end - o.t_origin, static_cast<double>(e.op), static_cast<double>(e.mb),
+                           static_cast<double>(e.bytes), static_cast<double>(e.stage)});
+  return out;
+}
+
+void write_trace(const RunOutputs& o, const std::vector<std::vector<double>>& traces) {
   std::vector<TraceEvent> events;
   for (size_t r = 0; r < traces.size(); ++r)
-    for (size_t i = 0; i + 4 < traces[r].size(); i += 5)
+    for (size_t i = 0; i + 5 < traces[r].size(); i += 6)
       events.push_back({static_cast<int>(r), traces[r][i], traces[r][i + 1], static_cast<Op>(static_cast<int>(traces[r][i + 2])),
-                        static_cast<int32_t>(traces[r][i + 3]), static_cast<int64_t>(traces[r][i + 4])});
-  write_file_atomic(o.run_dir + "/trace.json", chrome_trace_json(events, layout, "pipetrain " + o.setup.def->name));
+                        static_cast<int32_t>(traces[r][i + 3]), static_cast<int64_t>(traces[r][i + 4]),
+                        static_cast<int>(traces[r][i + 5])});
+  write_file_atomic(o.run_dir + "/trace.json", chrome_trace_json(events, o.setup.layout, "pipetrain " + o.setup.def->name));
+}
+
+}  // namespace
+
+void write_run_outputs(const RunOutputs& o) {
+  const ParallelContext& ctx = o.ctx;
+  const Model& model = *o.setup.model;
+  const std::vector<double> all = gather_doubles(ctx, rank_stats(o), ctx.reporter(), "run statistics");
+  const std::vector<std::vector<double>> traces = gatherv(ctx, timeline_doubles(o), ctx.reporter(), "timeline");
+  const std::vector<std::vector<float>> per_layer = gather_weights(o);
+  if (!ctx.is_reporter()) return;
+  Totals t;
+  t.samples = static_cast<double>(o.steps_run * o.deck.train.batch_size);
+  t.bsp_net = 2.0 * (ctx.size() - 1.0) * (static_cast<double>(model.num_params(0, model.size())) + 1.0) * 4.0 /
+              static_cast<double>(o.deck.train.batch_size);
+  nlohmann::json ranks = per_rank(o, all, t);
+  write_file_atomic(o.run_dir + "/summary.json", summary_json(o, t, std::move(ranks)).dump(2) + "\n");
+  write_trace(o, traces);
   write_weights_h5(o.run_dir + "/weights.h5", model, per_layer, o.deck, o.input);
   std::printf("wrote %s/{summary.json, metrics.jsonl, trace.json, weights.h5, deck.toml}\n", o.run_dir.c_str());
   std::printf("PERF schedule=%s ranks=%d stages=%d replicas=%s microbatches=%d samples_per_s=%.1f bubble=%.3f "
               "test_accuracy=%.4f train_wall_s=%.2f network_bytes_per_sample=%.0f comm_reduction_vs_bsp=%.3f\n",
-              o.setup.def->name.c_str(), ctx.size(), layout.stages(), layout.replication().c_str(), o.setup.microbatches,
-              samples / std::max(1e-9, o.train_time_this_run), bubble_sum / ctx.size(), o.final_accuracy, o.train_time,
-              (p2p + ar_net) / std::max(1.0, samples), bsp_net > 0 ? 1.0 - (p2p + ar_net) / std::max(1.0, samples) / bsp_net : 0.0);
+              o.setup.def->name.c_str(), ctx.size(), o.setup.layout.stages(), o.setup.layout.replication().c_str(),
+              o.setup.microbatches, t.samples / std::max(1e-9, o.train_time_this_run), t.bubble / ctx.size(), o.final_accuracy,
+              o.train_time, t.network(), t.reduction());
   std::fflush(stdout);
   if (o.deck.run.plots) write_run_plots(o.run_dir);
 }

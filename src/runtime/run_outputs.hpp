@@ -10,14 +10,13 @@
 namespace pt {
 
 struct RunOutputs {
-  RunOutputs(const ParallelContext& c, const TrainSetup& s, const Deck& d, const Stage& st, const WeightStore& w,
+  RunOutputs(const ParallelContext& c, const TrainSetup& s, const Deck& d, std::vector<const StageRuntime*> st,
              const Executor& e)
-      : ctx(c), setup(s), deck(d), stage(st), weights(w), ex(e) {}
+      : ctx(c), setup(s), deck(d), stages(std::move(st)), ex(e) {}
   const ParallelContext& ctx;
   const TrainSetup& setup;
   const Deck& deck;
-  const Stage& stage;
-  const WeightStore& weights;
+  std::vector<const StageRuntime*> stages;  // held by this rank
   const Executor& ex;
   std::string run_dir, status;
   double t_origin = 0;

@@ -29,7 +29,10 @@ Stage::Stage(Backend& be, const Model& model, int first, int last, int64_t train
   scratch_a_ = Buffer(be, static_cast<size_t>(scratch));
   scratch_b_ = Buffer(be, static_cast<size_t>(scratch));
   eval_aux_ = Buffer(be, static_cast<size_t>(std::max<int64_t>(1, eval_mb * aux_max)));
-  if (has_loss()) eval_loss_ = Buffer(be, static_cast<size_t>(eval_mb * (1 + in_shape().numel() + 1) + out_shape().numel()));
+  if (has_loss()) {
+    const Layer& loss = model.layer(last - 1);
+    eval_loss_ = Buffer(be, static_cast<size_t>(eval_mb * (loss.out_shape().numel() + loss.aux_per_sample())));
+  }
 }
 
 void Stage::init_params(float* host, uint64_t seed) const {
@@ -157,13 +160,10 @@ const float* Stage::infer(const float* x, const float* params, const LayerCtx& c
   return cur;
 }
 
-void Stage::eval_loss(const float* logits, const int32_t* labels, int64_t n, double* loss_sum, int64_t* correct) const {
-  const int64_t classes = in_shape().numel() > 0 ? model_.layer(last_ - 1).in_shape().numel() : 0;
-  float* loss = eval_loss_.data();
-  float* probs = loss + eval_mb_;
-  be_.softmax_xent_forward(n, classes, logits, labels, loss, probs);
-  *loss_sum = be_.sum(static_cast<size_t>(n), loss);
-  *correct = be_.count_correct(n, classes, logits, labels);
+void Stage::eval_loss(const float* x, const float* params, const LayerCtx& ctx, int64_t n, double* loss_sum, int64_t* correct,
+                      int64_t* scored) const {
+  const Layer& loss = model_.layer(last_ - 1);
+  loss.evaluate_loss(ctx, params + param_offset(last_ - 1), x, eval_loss_.data(), n, loss_sum, correct, scored);
 }
 
 }  // namespace pt

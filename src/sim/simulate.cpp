@@ -206,7 +206,7 @@ void worker_measures(const Profile& p, const SimConfig& cfg, const Schedule& sch
       const int r = L.replicas_of(a.stage);
       if (is_compute(a.op) || a.op == Op::optimizer_step)
         busy += std::max(0.0, std::min(e.end, out.window_end) - std::max(e.start, out.window_start));
-      if (a.op == Op::send_act || a.op == Op::send_grad) p2p += (a.op == Op::send_act ? t.out : t.in) * scale;
+      if ((a.op == Op::send_act || a.op == Op::send_grad) && a.peer != w) p2p += (a.op == Op::send_act ? t.out : t.in) * scale;
       if (a.op == Op::allreduce) ar_payload += t.params, ar_wire += 2.0 * (r - 1) / r * t.params;
     }
     const double frac = len > 0 ? busy / len : 1.0;

@@ -193,6 +193,16 @@ std::string read_attr_string(hid_t obj, const std::string& name, const std::stri
   return s;
 }
 
+std::vector<int64_t> read_attr_ints(hid_t obj, const std::string& name, const std::string& file) {
+  Handle a = open_attr(obj, name, file);
+  Handle sp(H5Aget_space(a.id()), H5Sclose);
+  const hssize_t n = sp ? H5Sget_simple_extent_npoints(sp.id()) : -1;
+  if (n < 0 || n > (1 << 20)) fail(Exit::bad_input, file + ": attribute " + name + " has a bad size");
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  if (n > 0 && H5Aread(a.id(), H5T_NATIVE_INT64, v.data()) < 0) fail(Exit::bad_input, file + ": reading attribute " + name + " failed");
+  return v;
+}
+
 int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& file) {
   Handle a = open_attr(obj, name, file);
   int64_t v = 0;

@@ -67,6 +67,7 @@ void attr_ints(hid_t obj, const std::string& name, const std::vector<int64_t>& v
 void attr_double(hid_t obj, const std::string& name, double value, const std::string& file);
 std::string read_attr_string(hid_t obj, const std::string& name, const std::string& file);
 int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& file);
+std::vector<int64_t> read_attr_ints(hid_t obj, const std::string& name, const std::string& file);
 double read_attr_double(hid_t obj, const std::string& name, const std::string& file);
 
 }  // namespace pt::h5

@@ -123,12 +123,12 @@ after_corruption() {
              grep -q 'resuming from .*$(stepdir 5) (step 5' '$out/$1_resume.log'"
 }
 corrupt flip_data
-off=$(data_offset "$s10/rank_00001.h5" /optimizer/momentum)
+off=$(data_offset "$s10/rank_00001.h5" /stage_1/optimizer/momentum)
 if [ -n "$off" ]; then
   flip_byte "$s10/rank_00001.h5" "$off"
-  after_corruption flip_data 12 "$s10/rank_00001.h5: dataset /optimizer/momentum fails its Fletcher32 checksum.* \(rank 1\)"
+  after_corruption flip_data 12 "$s10/rank_00001.h5: dataset /stage_1/optimizer/momentum fails its Fletcher32 checksum.* \(rank 1\)"
 else
-  echo "FAIL could not locate /optimizer/momentum's data in the file"; failures=$((failures + 1))
+  echo "FAIL could not locate /stage_1/optimizer/momentum's data in the file"; failures=$((failures + 1))
 fi
 corrupt flip_header
 flip_byte "$s10/rank_00000.h5" 30  # inside the superblock (checksummed: newest format)

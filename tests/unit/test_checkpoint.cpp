@@ -87,7 +87,7 @@ std::string make_checkpoint(const std::string& dir, int64_t step) {
     StageInfo info;
     state_of(r, step, &st, &info);
     const std::string f = sd + "/" + rank_file_name(r);
-    write_rank_file(f, st, meta_at(step), info, r);
+    write_rank_file(f, {st}, meta_at(step), {info}, r);
     int64_t size = 0;
     const uint32_t crc = file_crc32(f, &size);
     files.emplace_back(size, crc);
@@ -185,7 +185,7 @@ TEST(Checkpoint, VerifiesAndLoadsWhatWasWritten) {
   EXPECT_EQ(m.step, 7);
   EXPECT_EQ(m.split, std::vector<int>({2}));
   EXPECT_EQ(m.model_text, kModel);
-  const WorkerState st = load_worker_state(sd, 0);
+  const WorkerState st = load_worker_state(sd, 0).at(0);
   ASSERT_EQ(st.versions.size(), 1u);
   EXPECT_EQ(st.versions[0].first, 7);
   EXPECT_EQ(st.versions[0].second.size(), 3000u);
@@ -209,19 +209,19 @@ TEST(Checkpoint, FlippedTensorByteNamesFileDatasetAndRank) {
   const std::string sd = make_checkpoint(t.path, 10), f = sd + "/rank_00001.h5";
   haddr_t addr = 0;
   hsize_t size = 0;
-  chunk_of(f, "/versions/10", &addr, &size);
+  chunk_of(f, "/stage_1/versions/10", &addr, &size);
   ASSERT_GT(size, 1000u);
   flip_byte(f, static_cast<long>(addr + size / 2));
   std::string v = verify_checkpoint(sd);
   EXPECT_TRUE(contains(v, f)) << v;
-  EXPECT_TRUE(contains(v, "dataset /versions/10")) << v;
+  EXPECT_TRUE(contains(v, "dataset /stage_1/versions/10")) << v;
   EXPECT_TRUE(contains(v, "Fletcher32")) << v;
   EXPECT_TRUE(contains(v, "(rank 1)")) << v;
   EXPECT_EQ(verify_checkpoint(sd, 0), "");  // rank 0's file is fine
   // the same flip with the manifest re-sealed: the Fletcher32 checksum alone catches it
   reseal(sd, 1);
   v = verify_checkpoint(sd, 1);
-  EXPECT_TRUE(contains(v, "dataset /versions/10")) << v;
+  EXPECT_TRUE(contains(v, "dataset /stage_1/versions/10")) << v;
 }
 
 TEST(Checkpoint, FlippedMetadataByteIsCaught) {
@@ -330,11 +330,11 @@ TEST(Checkpoint, OversizedDimensionsAreRejectedBeforeAllocating) {
   SINGLE_RANK_ONLY();
   TempDir t;
   const std::string sd = make_checkpoint(t.path, 10), f = sd + "/rank_00000.h5";
-  declare_huge(f, "/versions/10", hsize_t(1) << 32);  // 16 GiB of floats in a file of a few KiB
+  declare_huge(f, "/stage_0/versions/10", hsize_t(1) << 32);  // 16 GiB of floats in a file of a few KiB
   reseal(sd, 0);                                      // a manifest that agrees: only the dims are wrong
   with_memory_cap([&] {
     const std::string v = verify_checkpoint(sd);
-    EXPECT_TRUE(contains(v, f + ": dataset /versions/10 declares more data than the")) << v;
+    EXPECT_TRUE(contains(v, f + ": dataset /stage_0/versions/10 declares more data than the")) << v;
     EXPECT_TRUE(contains(v, "not allocated")) << v;
     EXPECT_TRUE(contains(v, "(rank 0)")) << v;
     try {
@@ -347,10 +347,10 @@ TEST(Checkpoint, OversizedDimensionsAreRejectedBeforeAllocating) {
   });
   // declared within the file size but not stored: still refused, still before allocating
   const std::string sd2 = make_checkpoint(t.path, 20), f2 = sd2 + "/rank_00000.h5";
-  declare_huge(f2, "/optimizer/momentum", 1000);
+  declare_huge(f2, "/stage_0/optimizer/momentum", 1000);
   reseal(sd2, 0);
   const std::string v = verify_checkpoint(sd2);
-  EXPECT_TRUE(contains(v, "dataset /optimizer/momentum declares 4000 bytes but stores 0")) << v;
+  EXPECT_TRUE(contains(v, "dataset /stage_0/optimizer/momentum declares 4000 bytes but stores 0")) << v;
 }
 
 TEST(Checkpoint, ModelDifferenceIsFieldLevel) {
@@ -392,7 +392,7 @@ TEST(MpiCheckpointWriter, CommitPruneAndCleanUp) {
     info.stage = me;
     CheckpointMeta m = meta_at(step);
     m.ranks = n;
-    return w.commit(st, m, info);
+    return w.commit({st}, m, {info});
   };
   for (int64_t s : {5, 10, 15}) commit(s);
   ctx.barrier("test");
@@ -433,7 +433,7 @@ TEST(MpiCheckpointWriter, CommitPruneAndCleanUp) {
   info.stage = me;
   CheckpointMeta m = meta_at(20);
   m.ranks = n;
-  w1.commit(st, m, info);
+  w1.commit({st}, m, {info});
   ctx.barrier("test");
   EXPECT_EQ(steps(), std::vector<int64_t>({100, 20}));  // keep 1: 20 stays, the newer 100 untouched
   std::ifstream latest(dir + "/latest");
