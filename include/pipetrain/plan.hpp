@@ -126,7 +126,8 @@ DpResult plan_dp(const ChainCosts& c, const ClusterModel& net, int ranks, const 
 // ---- choosing a plan: DP per candidate schedule, then the simulator ---------------------
 
 struct PlanOptions {
-  std::vector<std::string> schedules = {"1f1b", "pipedream", "2bw", "gpipe"};
+  // candidate schedules: every registry entry marked as a planner candidate (schedules.hpp)
+  std::vector<std::string> schedules = planner_schedule_names();
   std::vector<int> microbatches;  // candidates for flush kinds and 2bw; empty = divisors of the batch (up to 4N, <= 8 of them)
   double memory_cap = 0;          // bytes per rank; 0 = none
   ReplicaSet replicas = ReplicaSet::automatic;

@@ -66,6 +66,7 @@ const ScheduleDef* find_schedule(const std::string& name);
 // Every entry, sorted by name; deck_only drops the internal ones (eval).
 std::vector<const ScheduleDef*> schedule_defs(bool deck_only = true);
 std::vector<std::string> schedule_names(bool deck_only = true);
+std::vector<std::string> planner_schedule_names();  // the entries with planner = true
 
 // ---- the memory rules (summary.json formulas, planner) ---------------------------------
 // Units in flight and versions held for depth d, stage 0's depth d0, r replicas and U units

@@ -79,6 +79,9 @@ class Stage {
   void forward_layer(int layer, const Slot& s, const float* params, const LayerCtx& ctx, int64_t n) const;
   void backward_layer(int layer, const Slot& s, const float* params, float* grads, const float* dy, float* dx,
                       const LayerCtx& ctx, int64_t n) const;
+  // One splitting layer's weight-gradient half alone, for the profiler (dy: its output gradient).
+  void backward_weight_layer(int layer, const Slot& s, const float* params, float* grads, const float* dy,
+                             const LayerCtx& ctx, int64_t n) const;
   // Bytes of activations a slot keeps per sample (inputs, outputs, saved extras).
   int64_t slot_bytes_per_sample() const { return slot_floats_ / train_mb_ * 4; }
   int64_t max_numel() const { return max_numel_; }

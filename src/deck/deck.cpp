@@ -575,12 +575,17 @@ void check_consistency(const Deck& d) {
     }
     prev = v;
   }
-  if (!d.parallel.replicas.empty() && !d.parallel.split_auto &&
-      d.parallel.replicas.size() != d.parallel.split.size() + 1)
+  // one replica count per rank group: per stage (contiguous), per 2 stages (V), per v stages (looped)
+  const std::string placement =
+      d.parallel.placement != "auto" ? d.parallel.placement : placement_name(schedule_def(d.parallel.schedule).placement);
+  const size_t K = d.parallel.split.size() + 1, R = d.parallel.replicas.size();
+  const bool groups_fit = placement == "contiguous" ? R == K : placement == "v" ? 2 * R == K : R > 0 && K % R == 0;
+  if (!d.parallel.replicas.empty() && !d.parallel.split_auto && !groups_fit)
     both("parallel.replicas", "parallel.split",
-         "has " + std::to_string(d.parallel.replicas.size()) + " entries " + toml_int_list(d.parallel.replicas) +
-             " but parallel.split " + toml_int_list(d.parallel.split) + " makes " +
-             std::to_string(d.parallel.split.size() + 1) + " stages");
+         "has " + std::to_string(R) + " entries " + toml_int_list(d.parallel.replicas) + " but parallel.split " +
+             toml_int_list(d.parallel.split) + " makes " + std::to_string(K) + " stages" +
+             (placement == "contiguous" ? "" : ", which the " + placement + " placement cannot spread over " + std::to_string(R) +
+                                                   " rank groups (V: 2 stages per group; looped: the same number per group)"));
   if (d.parallel.schedule == "bsp" && !d.parallel.split.empty())
     both("parallel.split", "parallel.schedule",
          "bsp (data parallel) runs the whole model on every rank, but split = " + toml_int_list(d.parallel.split));

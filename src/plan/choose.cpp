@@ -127,6 +127,43 @@ PlanCandidate refine(const Profile& p, const ClusterModel& net, const PlanCandid
   return cur;
 }
 
+// Cut the chain into K contiguous non-empty stages of near-equal compute: stage k ends at
+// the first layer where the prefix sum reaches (k+1)/K of the total, leaving a layer for
+// each later stage.
+std::vector<int> balanced_split(const Profile& p, int K) {
+  const int L = static_cast<int>(p.layers.size());
+  std::vector<double> pre(static_cast<size_t>(L) + 1, 0.0);
+  for (int i = 0; i < L; ++i)
+    pre[static_cast<size_t>(i) + 1] = pre[static_cast<size_t>(i)] + p.layers[static_cast<size_t>(i)].forward_s + p.layers[static_cast<size_t>(i)].backward_s;
+  std::vector<int> first = {0};
+  for (int k = 1; k < K; ++k) {
+    const double target = pre.back() * k / K;
+    int b = first.back() + 1;
+    while (b < L - (K - k) && pre[static_cast<size_t>(b)] < target) ++b;
+    first.push_back(b);
+  }
+  return first;
+}
+
+// Several stages per rank (looped, V placements) have no DP here: for every rank-group count
+// p dividing N (r = N / p replicas each) the chain is cut into p x 2 stages of near-equal
+// compute (two chunks per rank), and every microbatch count the schedule accepts is replayed.
+std::vector<PlanCandidate> chunked_candidates(const Profile& p, const ClusterModel& net, const ScheduleDef& kind, int N, int64_t B,
+                                              const std::vector<int>& Ms, const PlanOptions& o) {
+  std::vector<PlanCandidate> out;
+  const int L = static_cast<int>(p.layers.size());
+  for (int groups = 2; groups <= N; ++groups) {
+    if (N % groups != 0 || 2 * groups > L) continue;
+    const Layout layout = Layout::make(balanced_split(p, 2 * groups), L, std::vector<int>(static_cast<size_t>(groups), N / groups),
+                                       kind.placement);
+    for (int M : Ms) {
+      if (B % M != 0 || (kind.check && !kind.check(layout, M).empty())) continue;
+      out.push_back(run_candidate(p, net, "plan (balanced chunks)", kind, M, B, layout, 0.0, o.memory_cap, o.sim_budget));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch, const PlanOptions& o) {
@@ -184,6 +221,13 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
   std::vector<std::pair<const ScheduleDef*, std::vector<int>>> ms_per_kind;  // for the straight baseline: M by preference
   for (const std::string& name : o.schedules) {
     const ScheduleDef& kind = schedule_def(name);
+    if (kind.placement != Placement::contiguous) {
+      for (PlanCandidate& c : chunked_candidates(p, net, kind, N, B, Ms, o)) {
+        if (!have || better(c, best)) best = c, have = c.fits && c.sim.ok;
+        plan.candidates.push_back(std::move(c));
+      }
+      continue;
+    }
     std::vector<int> ms = kind.per_minibatch_units ? std::vector<int>{1} : Ms;
     // large jobs: from the most microbatches down, stop at the first that fits (fewer
     // microbatches only add bubble; they are tried when memory rules the larger out)

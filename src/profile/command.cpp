@@ -47,11 +47,12 @@ int cmd_profile(const ProfileArgs& a) {
   if (rank == 0) {
     std::printf("profile of %s at microbatch %lld (%s), median of %d repetitions:\n", deck.path.c_str(),
                 static_cast<long long>(mb), p.device.c_str(), a.reps);
-    std::printf("%5s  %-24s %12s %12s %14s %14s\n", "index", "layer", "forward ms", "backward ms", "output bytes", "param bytes");
+    std::printf("%5s  %-24s %12s %12s %12s %14s %14s\n", "index", "layer", "forward ms", "backward ms", "of which W", "output bytes",
+                "param bytes");
     double tf = 0, tb = 0;
     for (auto& l : p.layers) {
-      std::printf("%5d  %-24s %12.4f %12.4f %14.0f %14.0f\n", l.index, (l.name + " (" + l.type + ")").substr(0, 24).c_str(),
-                  l.forward_s * 1e3, l.backward_s * 1e3, l.output_bytes, l.param_bytes);
+      std::printf("%5d  %-24s %12.4f %12.4f %12.4f %14.0f %14.0f\n", l.index, (l.name + " (" + l.type + ")").substr(0, 24).c_str(),
+                  l.forward_s * 1e3, l.backward_s * 1e3, l.backward_weight_s * 1e3, l.output_bytes, l.param_bytes);
       tf += l.forward_s;
       tb += l.backward_s;
     }

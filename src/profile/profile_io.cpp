@@ -15,7 +15,7 @@ std::string Profile::to_json() const {
   nlohmann::json layers_j = nlohmann::json::array();
   for (const LayerProfile& l : layers)
     layers_j.push_back({{"index", l.index}, {"name", l.name}, {"type", l.type}, {"forward_s", l.forward_s},
-                        {"backward_s", l.backward_s}, {"output_bytes", l.output_bytes}, {"stash_bytes", l.stash_bytes},
+                        {"backward_s", l.backward_s}, {"backward_weight_s", l.backward_weight_s}, {"output_bytes", l.output_bytes}, {"stash_bytes", l.stash_bytes},
                         {"param_bytes", l.param_bytes}, {"optimizer_bytes", l.optimizer_bytes}});
   nlohmann::json net = {{"measured", network.measured}, {"bandwidth", network.bandwidth}, {"latency", network.latency},
                         {"allreduce_ranks", network.allreduce_ranks}};
@@ -53,6 +53,7 @@ Profile Profile::from_json(const std::string& text, const std::string& path) {
       lp.type = l.value("type", "");
       lp.forward_s = l.at("forward_s").get<double>();
       lp.backward_s = l.at("backward_s").get<double>();
+      lp.backward_weight_s = l.value("backward_weight_s", 0.0);  // absent in profiles made before the split backward
       lp.output_bytes = l.at("output_bytes").get<double>();
       lp.stash_bytes = l.value("stash_bytes", lp.output_bytes);
       lp.param_bytes = l.at("param_bytes").get<double>();

@@ -50,7 +50,7 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
   Buffer dy(be, scratch), dx(be, scratch);
   be.fill(dy.data(), 1e-3f, scratch);
   LayerCtx ctx{be, seed, 0, true, labels, 1.0f / static_cast<float>(mb)};
-  std::vector<std::vector<double>> tf(static_cast<size_t>(L)), tb(static_cast<size_t>(L));
+  std::vector<std::vector<double>> tf(static_cast<size_t>(L)), tb(static_cast<size_t>(L)), tw(static_cast<size_t>(L));
   const int warmup = 2;
   for (int rep = 0; rep < warmup + reps; ++rep) {
     for (int l = 0; l < L; ++l) {
@@ -64,6 +64,11 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
       st.backward_layer(l, slot, params.data(), grads.data(), dy.data(), l == 0 ? nullptr : dx.data(), ctx, mb);
       const double t = be.timer_stop();
       if (rep >= warmup) tb[static_cast<size_t>(l)].push_back(t);
+      if (!model.layer(l).splits_backward()) continue;
+      be.timer_start();  // the weight-gradient half alone (W of the zero-bubble schedules)
+      st.backward_weight_layer(l, slot, params.data(), grads.data(), dy.data(), ctx, mb);
+      const double w = be.timer_stop();
+      if (rep >= warmup) tw[static_cast<size_t>(l)].push_back(w);
     }
   }
   std::vector<LayerProfile> out;
@@ -75,6 +80,7 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
     p.type = layer.type();
     p.forward_s = median(tf[static_cast<size_t>(l)]);
     p.backward_s = median(tb[static_cast<size_t>(l)]);
+    p.backward_weight_s = std::min(p.backward_s, median(tw[static_cast<size_t>(l)]));
     p.output_bytes = static_cast<double>(mb * layer.out_shape().numel() * 4);
     p.stash_bytes = static_cast<double>(mb * ((layer.is_view() ? 0 : layer.out_shape().numel()) + layer.aux_per_sample()) * 4);
     p.param_bytes = static_cast<double>(layer.num_params() * 4);

@@ -45,6 +45,13 @@ std::vector<std::string> schedule_names(bool deck_only) {
   return out;
 }
 
+std::vector<std::string> planner_schedule_names() {
+  std::vector<std::string> out;
+  for (const ScheduleDef* d : schedule_defs())
+    if (d->planner) out.push_back(d->name);
+  return out;
+}
+
 int memory_in_flight(MemoryRule rule, int d, int d0, int r, int U) {
   const int per = ceil_div(U, r);
   switch (rule) {

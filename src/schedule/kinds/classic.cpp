@@ -20,6 +20,7 @@ ScheduleDef flush_entry(const char* name, const char* doc, MemoryRule memory, in
 ScheduleDef bsp_entry() {
   ScheduleDef d = flush_entry("bsp", "data parallelism: one stage, every rank a replica, one allreduce per minibatch",
                               MemoryRule::one_f_one_b, 0);
+  d.planner = false;  // the planner's baseline (Plan::bsp), not a candidate
   d.check = [](const Layout& l, int) {
     return l.stages() == 1 ? std::string() : "bsp needs one stage, got " + std::to_string(l.stages());
   };
@@ -32,8 +33,11 @@ PT_REGISTER_SCHEDULE(gpipe, flush_entry("gpipe", "GPipe: all forwards of a minib
                                         MemoryRule::gpipe, INT_MAX))
 PT_REGISTER_SCHEDULE(one_f_one_b, flush_entry("1f1b", "1F1B with a flush per minibatch (PipeDream-Flush): one forward, one backward",
                                               MemoryRule::one_f_one_b, 0))
-PT_REGISTER_SCHEDULE(model_parallel, flush_entry("model-parallel", "one unit in the pipeline at a time (no overlap); a baseline",
-                                                 MemoryRule::one_unit, 1))
+PT_REGISTER_SCHEDULE(model_parallel, [] {
+  ScheduleDef d = flush_entry("model-parallel", "one unit in the pipeline at a time (no overlap); a baseline", MemoryRule::one_unit, 1);
+  d.planner = false;
+  return d;
+}())
 PT_REGISTER_SCHEDULE(bsp, bsp_entry())
 
 }  // namespace pt

@@ -42,8 +42,12 @@ ScheduleDef two_bw_entry() {
 
 PT_REGISTER_SCHEDULE(pipedream, async_entry("pipedream", "PipeDream: asynchronous 1F1B with weight stashing (forward and backward read one version)",
                                             VersionRule::stash, MemoryRule::pipedream, true))
-PT_REGISTER_SCHEDULE(pipedream_vsync, async_entry("pipedream-vsync", "PipeDream with vertical sync: every stage reads the version stage 0 chose",
-                                                  VersionRule::vsync, MemoryRule::pipedream, true))
+PT_REGISTER_SCHEDULE(pipedream_vsync, [] {
+  ScheduleDef d = async_entry("pipedream-vsync", "PipeDream with vertical sync: every stage reads the version stage 0 chose",
+                              VersionRule::vsync, MemoryRule::pipedream, true);
+  d.planner = false;
+  return d;
+}())
 PT_REGISTER_SCHEDULE(pipedream_nostash, nostash_entry())
 PT_REGISTER_SCHEDULE(two_bw, two_bw_entry())
 
