@@ -225,6 +225,208 @@ def xent_cases():
 
 
 # ---------------------------------------------------------------------------------------
+# sequence and residual layers (the "Transformers and ResNets" issue). These references are
+# computed in float64 from the float32 values stored (inputs, parameters, dy), then
+# rounded once to float32: the reference is the exact result of the stored inputs, so the
+# tolerances measure pipetrain's float32 error alone.
+
+def rand_(t, seed, lo, hi):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        t.copy_(torch.rand(t.shape, generator=g, dtype=torch.float64) * (hi - lo) + lo)
+
+
+def f32(t):
+    """The float32 value of t (a float64 tensor), back in float64."""
+    return t.detach().float().double()
+
+
+def shape_attrs(x, tokens=False):
+    if tokens:
+        return dict(rank=1, tokens=True, c=x.shape[1], h=1, w=1)
+    if x.dim() == 3:
+        return dict(rank=2, c=x.shape[1], h=x.shape[2], w=1)
+    if x.dim() == 4:
+        return dict(rank=3, c=x.shape[1], h=x.shape[2], w=x.shape[3])
+    return dict(rank=1, c=x.shape[1], h=1, w=1)
+
+
+def seq_case(name, seed, ltype, deck, x, module, extra_attrs=None, tokens=False, forward=None):
+    """A layer case in float64: module (already float64, parameters at float32 values) on x."""
+    params = [p for p in module.parameters()]
+    with torch.no_grad():
+        for p in params:
+            p.copy_(f32(p))
+    torch.manual_seed(seed + 1)
+    xin = x if tokens else f32(x).requires_grad_(True)
+    y = forward(xin) if forward else module(xin)
+    dy = f32(torch.randn(y.shape, dtype=torch.float64))
+    y.backward(dy)
+    a = dict(type=ltype, deck=deck, n=x.shape[0], **shape_attrs(x, tokens))
+    a.update(extra_attrs or {})
+    dx = torch.zeros(x.shape) if tokens else xin.grad
+    d = {"x": x.float(), "dy": dy.float(), "y": y.float(), "dx": dx.float()}
+    if params:
+        d["params"] = flat(*params).float()
+        d["dparams"] = flat(*[p.grad for p in params]).float()
+    write("layer_" + name, a, d)
+
+
+def causal_mask(T):
+    return torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+
+
+def randomize(module, seed):
+    """Weights U(+-1.5/sqrt(fan_in)), biases U(-0.2, 0.2), norm weights U(0.7, 1.3)."""
+    for k, (pname, p) in enumerate(module.named_parameters()):
+        if p.dim() > 1:
+            b = 1.5 / math.sqrt(p.shape[1])
+            rand_(p, seed * 100 + k, -b, b)
+        elif pname.endswith("weight"):  # layer and batch norms
+            rand_(p, seed * 100 + k, 0.7, 1.3)
+        else:
+            rand_(p, seed * 100 + k, -0.2, 0.2)
+
+
+class Attention(nn.Module):
+    def __init__(self, D, H):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(D, H, batch_first=True, dtype=torch.float64)
+
+    def forward(self, x):
+        return self.attn(x, x, x, attn_mask=causal_mask(x.shape[1]), need_weights=False)[0]
+
+
+class Block(nn.Module):
+    def __init__(self, D, H, r):
+        super().__init__()
+        kw = dict(dtype=torch.float64)
+        self.ln1 = nn.LayerNorm(D, **kw)
+        self.attn = nn.MultiheadAttention(D, H, batch_first=True, **kw)
+        self.ln2 = nn.LayerNorm(D, **kw)
+        self.mlp = nn.Sequential(nn.Linear(D, r * D, **kw), nn.GELU(), nn.Linear(r * D, D, **kw))
+
+    def forward(self, x):
+        a = self.ln1(x)
+        h = x + self.attn(a, a, a, attn_mask=causal_mask(x.shape[1]), need_weights=False)[0]
+        return h + self.mlp(self.ln2(h))
+
+
+class BasicBlock(nn.Module):
+    """torchvision's BasicBlock (no torchvision here), with `downsample` when needed."""
+
+    def __init__(self, cin, c, stride, momentum):
+        super().__init__()
+        kw = dict(dtype=torch.float64)
+        self.conv1 = nn.Conv2d(cin, c, 3, stride, 1, bias=False, **kw)
+        self.bn1 = nn.BatchNorm2d(c, momentum=momentum, **kw)
+        self.conv2 = nn.Conv2d(c, c, 3, 1, 1, bias=False, **kw)
+        self.bn2 = nn.BatchNorm2d(c, momentum=momentum, **kw)
+        self.downsample = None
+        if stride != 1 or cin != c:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, c, 1, stride, bias=False, **kw),
+                                            nn.BatchNorm2d(c, momentum=momentum, **kw))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + (x if self.downsample is None else self.downsample(x)))
+
+
+def running_stats(module):
+    return flat(*[t for m in module.modules() if isinstance(m, nn.BatchNorm2d) for t in (m.running_mean, m.running_var)])
+
+
+def stateful_case(name, seed, ltype, deck, x0, x, module, extra_attrs):
+    """Two training forwards (x0, then x) and the backward of the second; the running
+    statistics after both; the evaluation output on x."""
+    params = list(module.parameters())
+    with torch.no_grad():
+        for p in params:
+            p.copy_(f32(p))
+    module.train()
+    module(f32(x0))
+    xin = f32(x).requires_grad_(True)
+    y = module(xin)
+    torch.manual_seed(seed + 1)
+    dy = f32(torch.randn(y.shape, dtype=torch.float64))
+    y.backward(dy)
+    module.eval()
+    with torch.no_grad():
+        y_eval = module(f32(x))
+    a = dict(type=ltype, deck=deck, n=x.shape[0], **shape_attrs(x))
+    a.update(extra_attrs)
+    write("layer_" + name, a, {"x0": x0.float(), "x": x.float(), "dy": dy.float(), "y": y.float(), "dx": xin.grad.float(),
+                               "params": flat(*params).float(), "dparams": flat(*[p.grad for p in params]).float(),
+                               "state": running_stats(module).float(), "y_eval": y_eval.float()})
+
+
+def sequence_cases():
+    torch.manual_seed(801)
+    m = nn.LayerNorm(16, eps=1e-5, dtype=torch.float64)
+    randomize(m, 801)
+    seq_case("layernorm_seq", 801, "layernorm", "eps = 1e-05\n", torch.randn(3, 5, 16) * 1.5 + 0.5, m)
+
+    torch.manual_seed(802)
+    V, T, D = 11, 6, 8
+    wte, wpe = nn.Embedding(V, D, dtype=torch.float64), nn.Embedding(T, D, dtype=torch.float64)
+    emb = nn.ModuleList([wte, wpe])
+    tokens = torch.randint(0, V, (4, T))
+    tokens[1, 2] = tokens[0, 2] = tokens[3, 5]  # repeated tokens: the scatter-add sums them
+    seq_case("embedding", 802, "embedding", f"dim = {D}\n", tokens.double(), emb, dict(classes=V), tokens=True,
+             forward=lambda t: wte(t.long()) + wpe(torch.arange(T)))
+
+    for name, seed, n, T, D, H in (("attention", 803, 3, 7, 12, 3), ("attention_h4", 804, 2, 9, 16, 4)):
+        torch.manual_seed(seed)
+        m = Attention(D, H)
+        randomize(m, seed)
+        seq_case(name, seed, "attention", f"heads = {H}\n", torch.randn(n, T, D), m)
+
+    for name, seed, n, T, D, H, r in (("transformer_block", 805, 2, 6, 16, 4, 4), ("transformer_block_r2", 806, 3, 5, 8, 2, 2)):
+        torch.manual_seed(seed)
+        m = Block(D, H, r)
+        randomize(m, seed)
+        seq_case(name, seed, "transformer_block", f"heads = {H}\nmlp_ratio = {r}\n", torch.randn(n, T, D), m)
+
+    for name, seed, bias in (("lm_head", 807, False), ("lm_head_bias", 808, True)):
+        torch.manual_seed(seed)
+        n, T, D, V = 3, 5, 8, 13
+        head = nn.Sequential(nn.LayerNorm(D, dtype=torch.float64), nn.Linear(D, V, bias=bias, dtype=torch.float64))
+        randomize(head, seed)
+        labels = torch.randint(0, V, (n, T))
+        x = torch.randn(n, T, D)
+        params = list(head.parameters())
+        with torch.no_grad():
+            for p in params:
+                p.copy_(f32(p))
+        xin = f32(x).requires_grad_(True)
+        tok = F.cross_entropy(head(xin).reshape(-1, V), labels.reshape(-1), reduction="none").reshape(n, T)
+        tok.mean().backward()  # the mean token loss: pipetrain's loss_scale 1/n over per-sample means
+        write("layer_" + name, dict(type="lm_head", deck=f"bias = {'true' if bias else 'false'}\n", n=n, classes=V,
+                                    loss_scale=1.0 / n, **shape_attrs(x)),
+              {"x": x, "labels": labels.reshape(-1), "y": tok.mean(1, keepdim=True).float(), "dx": xin.grad.float(),
+               "params": flat(*params).float(), "dparams": flat(*[p.grad for p in params]).float()})
+
+    torch.manual_seed(813)
+    seq_case("global_avgpool", 813, "global_avgpool", "", torch.randn(3, 4, 5, 3), nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten()))
+
+
+def batchnorm_cases():
+    for name, seed, mom, eps in (("batchnorm2d", 809, 0.1, 1e-5), ("batchnorm2d_m3", 810, 0.3, 1e-3)):
+        torch.manual_seed(seed)
+        m = nn.BatchNorm2d(3, eps=eps, momentum=mom, dtype=torch.float64)
+        randomize(m, seed)
+        stateful_case(name, seed, "batchnorm2d", f"momentum = {mom}\neps = {eps}\n", torch.randn(4, 3, 5, 5) * 2 + 1,
+                      torch.randn(4, 3, 5, 5) * 0.5 - 0.3, m, {})
+    for name, seed, n, cin, c, hw, stride in (("residual_block", 811, 3, 4, 4, 6, 1), ("residual_block_proj", 812, 3, 3, 6, 7, 2)):
+        torch.manual_seed(seed)
+        m = BasicBlock(cin, c, stride, 0.1)
+        randomize(m, seed)
+        stateful_case(name, seed, "residual_block", f"channels = {c}\nstride = {stride}\n", torch.randn(n, cin, hw, hw),
+                      torch.randn(n, cin, hw, hw) * 1.2 + 0.2, m, {})
+
+
+# ---------------------------------------------------------------------------------------
 # whole models (one training step) and optimizers
 
 def build_mlp():
@@ -443,8 +645,17 @@ def schedule_cases():
             g.create_dataset("lr", data=np.array(formula, dtype=np.float64))
 
 
+ONLY = set(sys.argv[1:])  # e.g. "sequence batchnorm": regenerate only those groups
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
+    if ONLY:
+        for group in sorted(ONLY):
+            globals()[group + "_cases"]()
+        return
+    sequence_cases()
+    batchnorm_cases()
     linear_cases()
     activation_cases()
     conv_cases()

@@ -103,6 +103,53 @@ class Backend {
   // Number of rows whose argmax equals the label (ties: lowest index).
   virtual int64_t count_correct(int64_t n, int64_t classes, const float* logits, const int32_t* labels) = 0;
 
+  // ---- sequences (embedding, attention, language-model head) -------------------------------
+
+  // Batched GEMM: for b in [0, batch), C_b = alpha op(A_b) op(B_b) + beta C_b with
+  // X_b = X + b * strideX, row-major as gemm (the host backend wants contiguous operands).
+  virtual void gemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                                    const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb,
+                                    int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c,
+                                    int64_t batch) = 0;
+  // Head-major permutation: x [n, T, parts, H, dh] -> y [parts, n, H, T, dh] (split) and
+  // back (merge). Pure copies.
+  virtual void heads_split(int64_t n, int64_t T, int64_t parts, int64_t H, int64_t dh, const float* x, float* y) = 0;
+  virtual void heads_merge(int64_t n, int64_t T, int64_t parts, int64_t H, int64_t dh, const float* y, float* x) = 0;
+  // Causal softmax over the rows of `batches` [T, T] matrices: p[b, i, j] = softmax over
+  // j <= i of s[b, i, :], 0 for j > i; max and sum in fp32. p may alias s.
+  virtual void causal_softmax_forward(int64_t batches, int64_t T, const float* s, float* p) = 0;
+  // ds = p * (dp - sum_j p * dp) row by row (0 above the diagonal); ds may alias dp.
+  virtual void causal_softmax_backward(int64_t batches, int64_t T, const float* p, const float* dp, float* ds) = 0;
+  // y[s, t, :] = wte[tokens[s, t], :] + wpe[t, :] (tokens are exact floats in [0, V)).
+  virtual void embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* wte,
+                                 const float* wpe, float* y) = 0;
+  // dwte[tokens[s, t], :] += dy[s, t, :] and dwpe[t, :] += dy[s, t, :], every element's
+  // additions in (s, t) order on every backend (deterministic, no atomics).
+  virtual void embedding_backward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* dy, float* dwte,
+                                  float* dwpe) = 0;
+  // y[r] = mean of x[r, 0..cols) (global average pooling, per-sample mean of token losses);
+  // backward: dx[r, c] = dy[r] / cols.
+  virtual void mean_rows(int64_t rows, int64_t cols, const float* x, float* y) = 0;
+  virtual void mean_rows_backward(int64_t rows, int64_t cols, const float* dy, float* dx) = 0;
+
+  // ---- batch normalisation over NCHW batches, per channel (spatial), fp32 statistics --------
+
+  // Training: batch mean and biased variance over (n, H, W) normalise x; save_mean and
+  // save_invstd ([C]) keep (mean, 1/sqrt(var + eps)) for backward; when running_mean is not
+  // null, running = (1 - momentum) running + momentum batch, the variance unbiased (PyTorch).
+  virtual void batchnorm_forward_training(int64_t n, int64_t C, int64_t HW, float eps, float momentum, const float* x,
+                                          const float* gamma, const float* beta, float* y, float* save_mean,
+                                          float* save_invstd, float* running_mean, float* running_var) = 0;
+  // Evaluation: y = (x - running_mean) / sqrt(running_var + eps) * gamma + beta.
+  virtual void batchnorm_forward_inference(int64_t n, int64_t C, int64_t HW, float eps, const float* x,
+                                           const float* gamma, const float* beta, const float* running_mean,
+                                           const float* running_var, float* y) = 0;
+  // dx is overwritten; dgamma and dbeta accumulate; dx, or dgamma and dbeta (together), may
+  // be null (the split backward's halves; each bitwise as in the full call).
+  virtual void batchnorm_backward(int64_t n, int64_t C, int64_t HW, float eps, const float* x, const float* gamma,
+                                  const float* save_mean, const float* save_invstd, const float* dy, float* dx,
+                                  float* dgamma, float* dbeta) = 0;
+
   // Reductions returned to the host.
   virtual double sum(size_t n, const float* x) = 0;
   virtual bool all_finite(size_t n, const float* x) = 0;

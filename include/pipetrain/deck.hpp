@@ -11,7 +11,7 @@ namespace pt {
 
 struct LayerSpec {
   int index = 0;
-  std::string type;   // linear, relu, gelu, conv2d, maxpool2d, avgpool2d, flatten, layernorm, dropout, softmax_cross_entropy
+  std::string type;   // a registered layer type (layers.hpp; docs/MODELS.md)
   std::string name;   // optional label (defaults to "<type><index>")
   int64_t out = 0;        // linear: output features
   int64_t channels = 0;   // conv2d: output channels
@@ -20,7 +20,17 @@ struct LayerSpec {
   int64_t padding = 0;
   bool bias = true;
   double p = 0.0;         // dropout probability
-  double eps = 1e-5;      // layernorm epsilon
+  double eps = 1e-5;      // layernorm, batchnorm2d, lm_head epsilon
+  int64_t dim = 0;        // embedding: model width D
+  int64_t heads = 0;      // attention, transformer_block
+  int64_t mlp_ratio = 4;  // transformer_block: MLP hidden width / D
+  double momentum = 0.1;  // batchnorm2d running statistics
+  std::string tie;        // lm_head: name of the embedding layer whose token weight it mirrors
+  bool head_bias = false; // lm_head `bias` (default false)
+  // Filled by Model, not deck keys: the data's classes (the vocabulary of token data), and
+  // the index of the layer `tie` names (-1: none).
+  int64_t classes = 0;
+  int tie_layer = -1;
   std::string where;      // "deck.toml:LINE:COL" of its [[model.layers]] table
 };
 

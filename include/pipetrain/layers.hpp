@@ -36,6 +36,14 @@ struct LayerCtx {
   bool training = true;
   const int32_t* labels = nullptr;  // loss layer: labels in backend memory
   float loss_scale = 1.0f;        // loss layer backward: dL/d(per-sample loss), 1/batch_size
+  // Running state (batch-norm statistics; not parameters). To a layer: its own region of
+  // num_state() floats, updated by a training forward and read by an inference forward.
+  // To a Stage: the stage's state buffer (Stage::num_state() floats); the stage points each
+  // layer at base + Stage::state_offset(layer). Null when there is none.
+  float* state = nullptr;
+  // Scratch for the duration of one forward or backward call: at least
+  // n * workspace_per_sample() floats. The Stage provides it; contents are not kept.
+  float* work = nullptr;
 };
 
 class Layer {
@@ -56,6 +64,28 @@ class Layer {
   virtual void init_params(float* host, uint64_t seed) const {}
   // Floats per sample kept for backward besides the layer's input and output.
   virtual int64_t aux_per_sample() const { return 0; }
+  // Floats per sample of scratch (LayerCtx::work) a forward or backward call needs.
+  virtual int64_t workspace_per_sample() const { return 0; }
+  // Split backward of a composite layer (transformer_block, residual_block, attention,
+  // lm_head): floats per sample that backward_input writes and backward_weight reads (the
+  // output gradients of its inner linear/conv/normalisation pieces). When a Stage keeps
+  // output gradients, a layer's aux region holds n * (aux_per_sample() +
+  // split_aux_per_sample()) floats and this extra part starts at aux + n * aux_per_sample();
+  // the fused backward keeps it in LayerCtx::work instead.
+  virtual int64_t split_aux_per_sample() const { return 0; }
+  // Running state that is not a parameter (batch-norm running mean and variance): not
+  // trained, not in the gradient, but checkpointed and kept per replica.
+  virtual int64_t num_state() const { return 0; }
+  virtual void init_state(float* host) const {}  // its initial values (host memory)
+  // Tied parameters: the name of the layer whose token-embedding weight (its tensor 0,
+  // [V, D]) parameter tensor `tensor` of this layer mirrors, or "" (lm_head with `tie`).
+  // Both layers hold their own copy, initialised identically; the runtime sums the two
+  // gradients before each update so the copies stay equal.
+  virtual std::string tied_to(int tensor) const { return ""; }
+  // A loss: the number of classes its labels range over, and labels per sample (1; T for a
+  // sequence loss, whose LayerCtx::labels hold n * T ids).
+  virtual int64_t loss_classes() const { return in_.numel(); }
+  virtual int64_t labels_per_sample() const { return 1; }
   // Output is the input reinterpreted (flatten): no buffer, no work.
   virtual bool is_view() const { return false; }
   virtual bool is_loss() const { return false; }
@@ -71,19 +101,20 @@ class Layer {
   // backward_weight accumulates dw only, each bitwise what the fused backward computes.
   // Defaults: the fused backward in backward_input, nothing in backward_weight.
   virtual bool splits_backward() const { return false; }
+  // backward_input may write the split region after aux (split_aux_per_sample) and nothing else of aux.
   virtual void backward_input(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy,
-                              float* dx, float* dw, const float* aux, int64_t n) const {
+                              float* dx, float* dw, float* aux, int64_t n) const {
     backward(c, w, x, y, dy, dx, dw, aux, n);
   }
   virtual void backward_weight(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy,
                                float* dw, const float* aux, int64_t n) const {}
 
-  // Loss layers, evaluation of n samples of input x: the summed loss (the sum of forward's
-  // per-sample outputs), the correct predictions and the predictions scored (n for a
-  // classifier, n*T for a language model), using `scratch` of n*(out numel + aux_per_sample)
-  // floats; nothing is kept for backward. Labels are in c.labels.
-  virtual void evaluate_loss(const LayerCtx& c, const float* w, const float* x, float* scratch, int64_t n, double* loss_sum,
-                             int64_t* correct, int64_t* scored) const;
+  // Evaluation of a loss layer with parameters (lm_head): the sum over the n samples of the
+  // per-sample loss into *loss_sum and the number of correct predictions (argmax == label,
+  // per label: n * labels_per_sample() of them) into *correct; c.labels holds the labels,
+  // aux is scratch of n * aux_per_sample() floats, y of n floats.
+  virtual void eval_loss(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n,
+                         double* loss_sum, int64_t* correct) const;
 
   virtual double flops_forward() const { return static_cast<double>(out_.numel()); }  // per sample
   virtual double flops_backward() const { return 2.0 * static_cast<double>(in_.numel()); }

@@ -1,8 +1,9 @@
-// A stage: the model slice [first, last) on one backend, its flat parameter layout, the
-// per-microbatch activation slot (stage input, every layer output, every layer's saved
-// extras, and, for split-backward schedules, the output gradient of every layer whose
-// weight gradient runs later), and forward/backward/inference over a slot. Used by the
-// executor, the profiler and the sequential emulator alike.
+// A stage: the model slice [first, last) on one backend, its flat parameter layout, its
+// flat state layout (batch-norm running statistics: not parameters), the per-microbatch
+// activation slot (stage input, every layer output, every layer's saved extras, and, for
+// split-backward schedules, the output gradient of every layer whose weight gradient runs
+// later and the composites' split regions), and forward/backward/inference over a slot.
+// Used by the executor, the profiler and the sequential emulator alike.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -42,6 +43,15 @@ class Stage {
   // Fill the slice's flat parameters on the host: layer l at param_offset(l), keyed by (seed, l).
   void init_params(float* host, uint64_t seed) const;
 
+  // Running state (Layer::num_state): one flat buffer of num_state() floats per stage
+  // replica, layer l's region at state_offset(l). Callers pass its base as LayerCtx::state
+  // to forward(), forward_layer() and infer(); the stage points each layer at its region.
+  // forward() and infer() require it when num_state() > 0; forward_layer() (the profiler)
+  // runs without (training forward then updates no running statistics).
+  int64_t num_state() const { return num_state_; }
+  int64_t state_offset(int layer) const { return state_offset_[static_cast<size_t>(layer - first_)]; }
+  void init_state(float* host) const;  // initial values (running mean 0, variance 1)
+
   struct Slot {
     float* input = nullptr;
     std::vector<float*> out, aux;  // per layer of the slice
@@ -70,8 +80,9 @@ class Stage {
   // Forward without keeping activations (evaluation): returns the last non-loss output,
   // in scratch owned by the stage, valid until the next call.
   const float* infer(const float* x, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
-  // Last stage: the loss layer's evaluation of infer()'s output (Layer::evaluate_loss):
-  // summed loss, correct and scored predictions; labels in ctx.labels.
+  // Last stage: the loss layer's evaluation (Layer::eval_loss) of infer()'s output x: summed
+  // loss, correct predictions and predictions scored (n * labels_per_sample(): n for a
+  // classifier, n*T for a language model); labels in ctx.labels, the stage's state in ctx.state.
   void eval_loss(const float* x, const float* params, const LayerCtx& ctx, int64_t n, double* loss_sum, int64_t* correct,
                  int64_t* scored) const;
 
@@ -92,12 +103,15 @@ class Stage {
   int first_, last_;
   int64_t train_mb_, eval_mb_;
   bool keep_dout_;
-  int64_t num_params_ = 0, slot_floats_ = 0, max_numel_ = 0;
-  std::vector<int64_t> offset_;
+  int64_t num_params_ = 0, slot_floats_ = 0, max_numel_ = 0, num_state_ = 0;
+  std::vector<int64_t> offset_, state_offset_;
+  // The context layer l runs with: the stage's workspace, its own state region.
+  LayerCtx layer_ctx(const LayerCtx& ctx, int l) const;
+  void require_state(const LayerCtx& ctx) const;
   // The buffer that receives layer l's input gradient in a backward pass: the output
   // gradient slot of the next non-view layer below l when it splits, else scratch.
   float* grad_target(const Slot& s, int l, const float* cur_dy, float* dx) const;
-  mutable Buffer scratch_a_, scratch_b_, eval_aux_, eval_loss_;
+  mutable Buffer scratch_a_, scratch_b_, eval_aux_, eval_loss_, work_;
 };
 
 }  // namespace pt

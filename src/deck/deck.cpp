@@ -801,6 +801,7 @@ std::string layer_text(const LayerSpec& l) {
       case Kind::Int: o << *static_cast<int64_t*>(p); break;
       case Kind::Float: o << toml_float(*static_cast<double*>(p)); break;
       case Kind::Bool: o << (*static_cast<bool*>(p) ? "true" : "false"); break;
+      case Kind::String: o << toml_string(*static_cast<std::string*>(p)); break;
       default: break;
     }
     o << "\n";

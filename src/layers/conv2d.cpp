@@ -32,7 +32,7 @@ class Conv2d final : public Layer {
   }
   bool splits_backward() const override { return true; }
   void backward_input(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float*,
-                      const float*, int64_t n) const override {
+                      float*, int64_t n) const override {
     if (dx) c.be.conv2d_backward(g_, n, x, w, dy, dx, nullptr, nullptr);
   }
   void backward_weight(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dw,

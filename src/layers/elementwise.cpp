@@ -1,7 +1,6 @@
 // Elementwise layers without parameters: relu, gelu, dropout, and flatten (a view: its
 // output is its input reinterpreted, no kernels).
 #include "layer_util.hpp"
-#include "pipetrain/rng.hpp"
 
 namespace pt::layers {
 namespace {
@@ -37,18 +36,11 @@ class Dropout final : public Layer {
  public:
   using Layer::Layer;
   void forward(const LayerCtx& c, const float*, const float* x, float* y, float*, int64_t n) const override {
-    const int64_t f = in_.numel();
-    if (!c.training || spec_.p == 0.0) return c.be.copy(y, x, static_cast<size_t>(n * f));
-    const uint64_t key = rng_key(c.seed, Stream::dropout, static_cast<uint64_t>(index()));
-    c.be.dropout_forward(n, f, static_cast<float>(spec_.p), key, c.sample0, x, y);
+    dropout_apply(c, index(), 0, static_cast<float>(spec_.p), in_.numel(), x, y, n);
   }
   void backward(const LayerCtx& c, const float*, const float*, const float*, const float* dy, float* dx, float*,
                 const float*, int64_t n) const override {
-    if (!dx) return;
-    const int64_t f = in_.numel();
-    if (spec_.p == 0.0) return c.be.copy(dx, dy, static_cast<size_t>(n * f));
-    const uint64_t key = rng_key(c.seed, Stream::dropout, static_cast<uint64_t>(index()));
-    c.be.dropout_backward(n, f, static_cast<float>(spec_.p), key, c.sample0, dy, dx);
+    if (dx) dropout_grad(c, index(), 0, static_cast<float>(spec_.p), in_.numel(), dy, dx, n);
   }
 };
 

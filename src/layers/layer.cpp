@@ -1,8 +1,12 @@
-// The layer registry, the factory, and the pieces shared by all layers.
+// The layer registry, the factory, and the pieces shared by all layers (initialisers,
+// row maps, dropout streams, the default loss evaluation).
+#include <cmath>
+
 #include "pipetrain/error.hpp"
 #include "layer_util.hpp"
 #include "pipetrain/layers.hpp"
 #include "pipetrain/registry.hpp"
+#include "pipetrain/rng.hpp"
 
 namespace pt {
 namespace {
@@ -23,8 +27,14 @@ int64_t Layer::num_params() const {
   return n;
 }
 
-void Layer::evaluate_loss(const LayerCtx&, const float*, const float*, float*, int64_t, double*, int64_t*, int64_t*) const {
-  fail(Exit::internal, "layer '" + spec_.name + "' (" + spec_.type + ") is not a loss");
+// The softmax cross entropy of flat logits x against one label per sample; aux holds the
+// probabilities (the loss layer's saved extra).
+void Layer::eval_loss(const LayerCtx& c, const float*, const float* x, float* y, float* aux, int64_t n,
+                      double* loss_sum, int64_t* correct) const {
+  const int64_t classes = in_.numel();
+  c.be.softmax_xent_forward(n, classes, x, c.labels, y, aux);
+  *loss_sum = c.be.sum(static_cast<size_t>(n), y);
+  *correct = c.be.count_correct(n, classes, x, c.labels);
 }
 
 void Layer::shape_error(const std::string& msg) const {
@@ -43,23 +53,85 @@ void require_input(const LayerSpec& s, const Shape& in, int rank, const char* wh
 
 namespace layers {
 
-WindowGeom window_geom(const LayerSpec& s, const Shape& in, int64_t channels) {
+void init_uniform(float* host, int64_t count, float bound, uint64_t seed, int layer, int tensor) {
+  const uint64_t key = rng_key(seed, Stream::init, static_cast<uint64_t>(layer), static_cast<uint64_t>(tensor));
+  for (int64_t i = 0; i < count; ++i) host[i] = (2.0f * rng_uniform(key, static_cast<uint64_t>(i)) - 1.0f) * bound;
+}
+
+void init_normal(float* host, int64_t count, float std, uint64_t seed, int layer, int tensor) {
+  const uint64_t key = rng_key(seed, Stream::init, static_cast<uint64_t>(layer), static_cast<uint64_t>(tensor));
+  const double two_pi = 6.283185307179586476925;
+  for (int64_t i = 0; i < count; ++i) {
+    const double u1 = 1.0 - static_cast<double>(rng_uniform(key, static_cast<uint64_t>(2 * i)));  // (0, 1]
+    const double u2 = static_cast<double>(rng_uniform(key, static_cast<uint64_t>(2 * i + 1)));
+    host[i] = static_cast<float>(std * std::sqrt(-2.0 * std::log(u1)) * std::cos(two_pi * u2));
+  }
+}
+
+void init_constant(float* host, int64_t count, float v) {
+  for (int64_t i = 0; i < count; ++i) host[i] = v;
+}
+
+void key_error(const LayerSpec& s, const char* key, const std::string& msg) {
+  fail(Exit::bad_input, s.where + ": layer " + std::to_string(s.index) + " '" + s.name + "' (" + s.type + "): key 'model.layers[" +
+                            std::to_string(s.index) + "]." + key + "': " + msg, true);
+}
+
+void RowLinear::forward(Backend& be, const float* w, const float* x, float* y, int64_t rows) const {
+  be.gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+  if (bias) be.bias_add_rows(y, w + out * in, rows, out);
+}
+void RowLinear::backward_input(Backend& be, const float* w, const float* dy, float* dx, int64_t rows) const {
+  if (dx) be.gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+}
+void RowLinear::backward_weight(Backend& be, const float* x, const float* dy, float* dw, int64_t rows) const {
+  be.gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
+  if (bias) be.bias_grad_rows(dy, dw + out * in, rows, out);
+}
+
+void dropout_apply(const LayerCtx& c, int layer, uint64_t slot, float p, int64_t features, const float* x, float* y,
+                   int64_t n) {
+  if (!c.training || p == 0.0f) return c.be.copy(y, x, static_cast<size_t>(n * features));
+  const uint64_t key = rng_key(c.seed, Stream::dropout, static_cast<uint64_t>(layer), slot);
+  c.be.dropout_forward(n, features, p, key, c.sample0, x, y);
+}
+
+void dropout_grad(const LayerCtx& c, int layer, uint64_t slot, float p, int64_t features, const float* dy, float* dx,
+                  int64_t n) {
+  if (p == 0.0f) return c.be.copy(dx, dy, static_cast<size_t>(n * features));
+  const uint64_t key = rng_key(c.seed, Stream::dropout, static_cast<uint64_t>(layer), slot);
+  c.be.dropout_backward(n, features, p, key, c.sample0, dy, dx);
+}
+
+WindowGeom square_window(int64_t c_in, int64_t h, int64_t w, int64_t c_out, int64_t kernel, int64_t stride,
+                         int64_t padding) {
   WindowGeom g;
-  g.c_in = in.c();
-  g.h_in = in.h();
-  g.w_in = in.w();
-  g.kernel = s.kernel;
-  g.stride = s.stride;
-  g.padding = s.padding;
+  g.c_in = c_in, g.h_in = h, g.w_in = w, g.c_out = c_out;
+  g.kernel = kernel, g.stride = stride, g.padding = padding;
+  g.h_out = (h + 2 * padding - kernel) / stride + 1;
+  g.w_out = (w + 2 * padding - kernel) / stride + 1;
+  return g;
+}
+
+WindowGeom window_geom(const LayerSpec& s, const Shape& in, int64_t channels) {
   const int64_t hp = in.h() + 2 * s.padding, wp = in.w() + 2 * s.padding;
   if (s.kernel > hp || s.kernel > wp)
     fail(Exit::bad_input, s.where + ": layer " + std::to_string(s.index) + " '" + s.name + "' (" + s.type + "): kernel " +
                               std::to_string(s.kernel) + " does not fit the input " + in.str() + " with padding " +
                               std::to_string(s.padding), true);
-  g.c_out = channels > 0 ? channels : g.c_in;
-  g.h_out = (hp - s.kernel) / s.stride + 1;
-  g.w_out = (wp - s.kernel) / s.stride + 1;
-  return g;
+  return square_window(in.c(), in.h(), in.w(), channels > 0 ? channels : in.c(), s.kernel, s.stride, s.padding);
+}
+
+void require_vocabulary(const LayerSpec& s, int64_t at_least) {
+  if (s.classes >= at_least) return;
+  fail(Exit::bad_input, s.where + ": layer " + std::to_string(s.index) + " '" + s.name + "' (" + s.type +
+                            "): the data declares no vocabulary of at least " + std::to_string(at_least) +
+                            " tokens (classes = " + std::to_string(s.classes) + ")", true);
+}
+
+std::vector<LayerKey> batchnorm_keys() {
+  return {PT_LAYER_KEY("momentum", KeyKind::Float, false, key_between(0, 1), "running-statistics momentum (default 0.1)", momentum),
+          PT_LAYER_KEY("eps", KeyKind::Float, false, key_ge(1e-5), "epsilon (default 1e-5, cuDNN's minimum)", eps)};
 }
 
 }  // namespace layers

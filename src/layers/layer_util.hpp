@@ -1,18 +1,115 @@
-// Internal to src/layers: helpers the layer files share.
+// Internal to src/layers: helpers the layer files share. The row maps (RowLinear, RowNorm)
+// are the linear and layer-norm kernels of one layer applied to `rows` rows (samples, or
+// every position of every sample), split into the halves of the split backward; the
+// linear and layernorm layers and the composite blocks all use them, so a block's inner
+// pieces compute exactly what the standalone layers do.
 #pragma once
 #include <cstdint>
 
+#include "pipetrain/error.hpp"
 #include "pipetrain/layers.hpp"
 
 namespace pt::layers {
 
 // PyTorch's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), keyed by (seed, layer, tensor).
 void init_uniform(float* host, int64_t count, float bound, uint64_t seed, int layer, int tensor);
+// N(0, std^2) (GPT-2's initialisation: std 0.02), Box-Muller on two rng_uniform draws per
+// value, keyed by (seed, layer, tensor).
+void init_normal(float* host, int64_t count, float std, uint64_t seed, int layer, int tensor);
+void init_constant(float* host, int64_t count, float v);
 
 // Geometry of a square window (conv2d, pooling) over an image input, from the spec's
 // kernel, stride and padding; c_out = channels (0: c_in). A window that does not fit is a
 // located shape error naming the layer.
 WindowGeom window_geom(const LayerSpec& s, const Shape& in, int64_t channels);
+
+// A square window over an image [c_in, h, w] with c_out output channels.
+WindowGeom square_window(int64_t c_in, int64_t h, int64_t w, int64_t c_out, int64_t kernel, int64_t stride,
+                         int64_t padding);
+
+// The data must declare a vocabulary (embedding, lm_head): else a located error.
+void require_vocabulary(const LayerSpec& s, int64_t at_least);
+
+// The batch-norm keys (batchnorm2d, residual_block): momentum and eps.
+std::vector<LayerKey> batchnorm_keys();
+
+// A located deck error about one key of a layer: "<where>: layer i 'name' (type): key
+// 'model.layers[i].<key>': <msg>".
+[[noreturn]] void key_error(const LayerSpec& s, const char* key, const std::string& msg);
+
+// The fused backward of a composite: its split region (keep_per_sample floats per sample)
+// at the start of the workspace, the context of its halves with the workspace after it.
+struct KeepInWork {
+  LayerCtx ctx;
+  float* keep;
+};
+inline KeepInWork keep_in_work(const LayerCtx& c, int64_t keep_per_sample, int64_t n) {
+  LayerCtx lc = c;
+  lc.work = c.work + n * keep_per_sample;
+  return {lc, c.work};
+}
+
+// Consecutive regions of n samples each in a buffer (aux, work, the split region).
+struct Carve {
+  float* p;
+  int64_t n;
+  float* take(int64_t per_sample) {
+    float* r = p;
+    p += n * per_sample;
+    return r;
+  }
+};
+
+// y[r, :] = x[r, :] W^T + b for W [out, in] (PyTorch layout), b [out] after W when bias.
+struct RowLinear {
+  int64_t in = 0, out = 0;
+  bool bias = true;
+  int64_t size() const { return in * out + (bias ? out : 0); }
+  void forward(Backend& be, const float* w, const float* x, float* y, int64_t rows) const;
+  void backward_input(Backend& be, const float* w, const float* dy, float* dx, int64_t rows) const;  // dx = dy W
+  void backward_weight(Backend& be, const float* x, const float* dy, float* dw, int64_t rows) const; // dW += dy^T x
+};
+
+// Layer norm of each row over `cols` features, weight then bias [cols]; stats: 2 per row.
+struct RowNorm {
+  int64_t cols = 0;
+  float eps = 1e-5f;
+  int64_t size() const { return 2 * cols; }
+  void forward(Backend& be, const float* w, const float* x, float* y, float* stats, int64_t rows) const {
+    be.layernorm_forward(rows, cols, eps, x, w, w + cols, y, stats);
+  }
+  void backward_input(Backend& be, const float* w, const float* x, const float* stats, const float* dy, float* dx,
+                      int64_t rows) const {
+    if (dx) be.layernorm_backward(rows, cols, x, w, stats, dy, dx, nullptr, nullptr);
+  }
+  void backward_weight(Backend& be, const float* w, const float* x, const float* stats, const float* dy, float* dw,
+                       int64_t rows) const {
+    be.layernorm_backward(rows, cols, x, w, stats, dy, nullptr, dw, dw + cols);
+  }
+};
+
+// Batch norm of NCHW batches per channel, weight then bias [C]; stats: 2 C floats per call
+// (batch mean, 1/std); state: running mean then running variance [C] (null in training:
+// not updated; inference needs it). Defined in batchnorm2d.cpp.
+struct ChannelNorm {
+  int64_t C = 0, HW = 0;
+  float eps = 1e-5f, momentum = 0.1f;
+  int64_t size() const { return 2 * C; }
+  void init_state(float* host) const;  // mean 0, variance 1
+  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* stats, float* state, int64_t n) const;
+  void backward_input(Backend& be, const float* w, const float* x, const float* stats, const float* dy, float* dx,
+                      int64_t n) const;
+  void backward_weight(Backend& be, const float* w, const float* x, const float* stats, const float* dy, float* dw,
+                       int64_t n) const;
+};
+
+// Inverted dropout of `features` values per sample with the stream (seed, layer, slot):
+// slot 0 is the dropout layer's; composites use 1, 2, ... for their inner dropouts.
+// p = 0 or evaluation: y = x (a copy unless in place).
+void dropout_apply(const LayerCtx& c, int layer, uint64_t slot, float p, int64_t features, const float* x, float* y,
+                   int64_t n);
+void dropout_grad(const LayerCtx& c, int layer, uint64_t slot, float p, int64_t features, const float* dy, float* dx,
+                  int64_t n);
 
 // A LayerKey whose value lands in LayerSpec member `member`.
 #define PT_LAYER_KEY(name, kind, required, range, doc, member) \

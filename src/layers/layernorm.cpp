@@ -1,5 +1,7 @@
-// Layer normalisation over all features of a sample, with elementwise affine weight and
-// bias. Backward splits: dx (needs the weight) and dweight, dbias (the W half).
+// Layer normalisation with elementwise affine weight and bias. A flat [F] or image
+// [C, H, W] sample is normalised over all its features (weight and bias of the sample's
+// shape); a sequence [T, D] over D at each position (weight and bias [D], as
+// torch.nn.LayerNorm(D)). Backward splits: dx (needs the weight) and dweight, dbias.
 #include "layer_util.hpp"
 
 namespace pt::layers {
@@ -7,45 +9,49 @@ namespace {
 
 class LayerNorm final : public Layer {
  public:
-  using Layer::Layer;
+  LayerNorm(const LayerSpec& s, Shape in)
+      : Layer(s, in), per_pos_(in.rank == 2), map_{per_pos_ ? in.D() : in.numel(), static_cast<float>(s.eps)} {}
+
   std::vector<ParamTensor> params() const override {
-    const int64_t f = in_.numel();
+    const int64_t f = map_.cols;
     std::vector<int64_t> shape = in_.rank == 3 ? std::vector<int64_t>{in_.c(), in_.h(), in_.w()} : std::vector<int64_t>{f};
     return {{"weight", shape, 0, f}, {"bias", shape, f, f}};
   }
   void init_params(float* host, uint64_t) const override {
-    const int64_t f = in_.numel();
-    for (int64_t i = 0; i < f; ++i) host[i] = 1.0f, host[f + i] = 0.0f;
+    init_constant(host, map_.cols, 1.0f);
+    init_constant(host + map_.cols, map_.cols, 0.0f);
   }
-  int64_t aux_per_sample() const override { return 2; }
+  int64_t aux_per_sample() const override { return 2 * rows(1); }
   void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const override {
-    const int64_t f = in_.numel();
-    c.be.layernorm_forward(n, f, static_cast<float>(spec_.eps), x, w, w + f, y, aux);
+    map_.forward(c.be, w, x, y, aux, rows(n));
   }
   void backward(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float* dw,
                 const float* aux, int64_t n) const override {
-    const int64_t f = in_.numel();
-    c.be.layernorm_backward(n, f, x, w, aux, dy, dx, dw, dw + f);
+    c.be.layernorm_backward(rows(n), map_.cols, x, w, aux, dy, dx, dw, dw + map_.cols);
   }
   bool splits_backward() const override { return true; }
   void backward_input(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float*,
-                      const float* aux, int64_t n) const override {
-    if (dx) c.be.layernorm_backward(n, in_.numel(), x, w, aux, dy, dx, nullptr, nullptr);
+                      float* aux, int64_t n) const override {
+    map_.backward_input(c.be, w, x, aux, dy, dx, rows(n));
   }
   void backward_weight(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dw,
                        const float* aux, int64_t n) const override {
-    const int64_t f = in_.numel();
-    c.be.layernorm_backward(n, f, x, w, aux, dy, nullptr, dw, dw + f);
+    map_.backward_weight(c.be, w, x, aux, dy, dw, rows(n));
   }
   double flops_forward() const override { return 8.0 * out_.numel(); }
   double flops_backward() const override { return 12.0 * out_.numel(); }
+
+ private:
+  int64_t rows(int64_t n) const { return per_pos_ ? n * in_.T() : n; }
+  bool per_pos_;
+  RowNorm map_;
 };
 
 LayerType layernorm_type() {
   LayerType t;
   t.name = "layernorm";
-  t.doc = "normalise each sample over its features, then weight and bias";
-  t.pytorch = "torch.nn.LayerNorm(sample shape, eps)";
+  t.doc = "normalise each sample over its features ([F], [C, H, W]) or each position over D ([T, D]), then weight and bias";
+  t.pytorch = "torch.nn.LayerNorm(sample shape, eps); for [T, D]: torch.nn.LayerNorm(D, eps)";
   t.keys = {PT_LAYER_KEY("eps", KeyKind::Float, false, key_gt(0), "epsilon (default 1e-5)", eps)};
   t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
     if (in.is_tokens) require_input(s, in, 1, "a float", prev);

@@ -17,13 +17,6 @@ class SoftmaxCrossEntropy final : public Layer {
                 const float* aux, int64_t n) const override {
     if (dx) c.be.softmax_xent_backward(n, in_.numel(), aux, c.labels, c.loss_scale, dx);
   }
-  void evaluate_loss(const LayerCtx& c, const float* w, const float* x, float* scratch, int64_t n, double* loss_sum,
-                     int64_t* correct, int64_t* scored) const override {
-    forward(c, w, x, scratch, scratch + n, n);
-    *loss_sum = c.be.sum(static_cast<size_t>(n), scratch);
-    *correct = c.be.count_correct(n, in_.numel(), x, c.labels);
-    *scored = n;
-  }
   double flops_forward() const override { return 4.0 * in_.numel(); }
 };
 

@@ -10,13 +10,59 @@
 
 namespace pt {
 
+namespace {
+
+[[noreturn]] void tie_error(const LayerSpec& s, const std::string& msg) {
+  fail(Exit::bad_input, s.where + ": layer " + std::to_string(s.index) + " '" + s.name + "' (" + s.type + "): key 'model.layers[" +
+                            std::to_string(s.index) + "].tie': " + msg, true);
+}
+
+// `tie = "<name>"`: the index of the one earlier embedding layer of that name.
+int resolve_tie(const LayerSpec& s, const std::vector<LayerSpec>& all) {
+  int found = -1;
+  for (const LayerSpec& o : all)
+    if (o.name == s.tie) {
+      if (found >= 0) tie_error(s, "names '" + s.tie + "', which more than one layer is called");
+      found = o.index;
+    }
+  if (found < 0) tie_error(s, "names '" + s.tie + "', which is not a layer of the model");
+  const LayerSpec& t = all[static_cast<size_t>(found)];
+  if (t.type != "embedding")
+    tie_error(s, "names layer " + std::to_string(found) + " '" + t.name + "', a " + t.type + ", not an embedding");
+  if (found >= s.index) tie_error(s, "names layer " + std::to_string(found) + " '" + t.name + "', which does not come before it");
+  return found;
+}
+
+// The tied tensor's shape must be the embedding's token weight [V, D].
+void check_tie_shapes(const LayerSpec& s, const Layer& head, const Layer& emb) {
+  const auto hp = head.params(), ep = emb.params();
+  for (size_t t = 0; t < hp.size(); ++t) {
+    if (head.tied_to(static_cast<int>(t)).empty()) continue;
+    if (ep.empty() || ep[0].shape != hp[t].shape) {
+      auto str = [](const std::vector<int64_t>& v) {
+        std::string o;
+        for (auto x : v) o += (o.empty() ? "" : ", ") + std::to_string(x);
+        return "[" + o + "]";
+      };
+      tie_error(s, "its " + hp[t].name + " " + str(hp[t].shape) + " does not match the token weight " +
+                       (ep.empty() ? std::string("(none)") : str(ep[0].shape)) + " of layer " + std::to_string(emb.index()) +
+                       " '" + emb.name() + "'");
+    }
+  }
+}
+
+}  // namespace
+
 Model::Model(const Deck& deck, Shape input, int64_t classes) : input_(input), classes_(classes) {
   Shape cur = input;
   std::string prev = "the data";
-  for (const LayerSpec& spec : deck.model.layers) {
+  for (LayerSpec spec : deck.model.layers) {
+    spec.classes = classes;
+    if (!spec.tie.empty()) spec.tie_layer = resolve_tie(spec, deck.model.layers);
     layers_.push_back(make_layer(spec, cur, prev));
     const Layer& l = *layers_.back();
-    if (l.is_loss() && l.in_shape().numel() != classes)
+    if (spec.tie_layer >= 0) check_tie_shapes(spec, l, layer(spec.tie_layer));
+    if (l.is_loss() && l.loss_classes() != classes)
       fail(Exit::bad_input,
            spec.where + ": layer " + std::to_string(spec.index) + " '" + spec.name + "': the loss needs [" +
                std::to_string(classes) + "] logits (the data has " + std::to_string(classes) + " classes), but " + prev +

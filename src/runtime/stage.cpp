@@ -11,17 +11,20 @@ namespace pt {
 Stage::Stage(Backend& be, const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb, bool keep_output_grads)
     : be_(be), model_(model), first_(first), last_(last), train_mb_(train_mb), eval_mb_(eval_mb), keep_dout_(keep_output_grads) {
   PT_CHECK(0 <= first && first < last && last <= model.size(), "bad stage [" << first << ", " << last << ")");
-  int64_t aux_max = 0;
+  int64_t aux_max = 0, work_max = 0;
   slot_floats_ = in_shape().numel();
   max_numel_ = in_shape().numel();
   for (int l = first; l < last; ++l) {
     const Layer& layer = model.layer(l);
     offset_.push_back(num_params_);
     num_params_ += layer.num_params();
+    state_offset_.push_back(num_state_);
+    num_state_ += layer.num_state();
     if (!layer.is_view()) slot_floats_ += layer.out_shape().numel();
-    slot_floats_ += layer.aux_per_sample();
-    if (keep_dout_ && layer.splits_backward()) slot_floats_ += layer.out_shape().numel();
+    slot_floats_ += layer.aux_per_sample() + (keep_dout_ ? layer.split_aux_per_sample() : 0);
+    if (keep_dout_ && layer.splits_backward() && !layer.is_loss()) slot_floats_ += layer.out_shape().numel();
     aux_max = std::max(aux_max, layer.aux_per_sample());
+    work_max = std::max(work_max, layer.workspace_per_sample());
     max_numel_ = std::max({max_numel_, layer.in_shape().numel(), layer.out_shape().numel()});
   }
   slot_floats_ *= train_mb;
@@ -29,14 +32,32 @@ Stage::Stage(Backend& be, const Model& model, int first, int last, int64_t train
   scratch_a_ = Buffer(be, static_cast<size_t>(scratch));
   scratch_b_ = Buffer(be, static_cast<size_t>(scratch));
   eval_aux_ = Buffer(be, static_cast<size_t>(std::max<int64_t>(1, eval_mb * aux_max)));
+  if (work_max) work_ = Buffer(be, static_cast<size_t>(std::max(train_mb, eval_mb) * work_max));
   if (has_loss()) {
     const Layer& loss = model.layer(last - 1);
-    eval_loss_ = Buffer(be, static_cast<size_t>(eval_mb * (loss.out_shape().numel() + loss.aux_per_sample())));
+    eval_loss_ = Buffer(be, static_cast<size_t>(eval_mb * std::max<int64_t>(1, loss.out_shape().numel())));
   }
 }
 
 void Stage::init_params(float* host, uint64_t seed) const {
   for (int l = first_; l < last_; ++l) model_.layer(l).init_params(host + param_offset(l), seed);
+}
+
+void Stage::init_state(float* host) const {
+  for (int l = first_; l < last_; ++l) model_.layer(l).init_state(host + state_offset(l));
+}
+
+LayerCtx Stage::layer_ctx(const LayerCtx& ctx, int l) const {
+  LayerCtx lc = ctx;
+  lc.work = work_.data();
+  lc.state = ctx.state && model_.layer(l).num_state() ? ctx.state + state_offset(l) : nullptr;
+  return lc;
+}
+
+void Stage::require_state(const LayerCtx& ctx) const {
+  PT_CHECK(num_state_ == 0 || ctx.state, "layers " << first_ << ".." << last_ - 1 << " keep " << num_state_
+                                                   << " floats of running state (batch norm), but no state buffer "
+                                                      "was passed (LayerCtx::state)");
 }
 
 Stage::Slot Stage::carve(float* base, int32_t* labels) const {
@@ -51,9 +72,10 @@ Stage::Slot Stage::carve(float* base, int32_t* labels) const {
     float* y = layer.is_view() ? const_cast<float*>(prev) : p;
     if (!layer.is_view()) p += train_mb_ * layer.out_shape().numel();
     s.out.push_back(y);
-    s.aux.push_back(layer.aux_per_sample() ? p : nullptr);
-    p += train_mb_ * layer.aux_per_sample();
-    const bool keep = keep_dout_ && layer.splits_backward();
+    const int64_t aux = layer.aux_per_sample() + (keep_dout_ ? layer.split_aux_per_sample() : 0);
+    s.aux.push_back(aux ? p : nullptr);
+    p += train_mb_ * aux;
+    const bool keep = keep_dout_ && layer.splits_backward() && !layer.is_loss();
     s.dout.push_back(keep ? p : nullptr);
     if (keep) p += train_mb_ * layer.out_shape().numel();
     prev = y;
@@ -65,11 +87,12 @@ Stage::Slot Stage::carve(float* base, int32_t* labels) const {
 void Stage::forward_layer(int l, const Slot& s, const float* params, const LayerCtx& ctx, int64_t n) const {
   const size_t i = static_cast<size_t>(l - first_);
   const float* x = i == 0 ? s.input : s.out[i - 1];
-  model_.layer(l).forward(ctx, params + offset_[i], x, s.out[i], s.aux[i], n);
+  model_.layer(l).forward(layer_ctx(ctx, l), params + offset_[i], x, s.out[i], s.aux[i], n);
 }
 
 void Stage::forward(const Slot& s, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const {
   PT_CHECK(n <= train_mb_, "microbatch " << n << " > slot capacity " << train_mb_);
+  require_state(ctx);
   for (int l = first_; l < last_; ++l) {
     forward_layer(l, s, params, ctx, n);
     poll();
@@ -80,7 +103,7 @@ void Stage::backward_layer(int l, const Slot& s, const float* params, float* gra
                            const LayerCtx& ctx, int64_t n) const {
   const size_t i = static_cast<size_t>(l - first_);
   const float* x = i == 0 ? s.input : s.out[i - 1];
-  model_.layer(l).backward(ctx, params + offset_[i], x, s.out[i], dy, dx, grads + offset_[i], s.aux[i], n);
+  model_.layer(l).backward(layer_ctx(ctx, l), params + offset_[i], x, s.out[i], dy, dx, grads + offset_[i], s.aux[i], n);
 }
 
 void Stage::backward_weight_layer(int l, const Slot& s, const float* params, float* grads, const float* dy,
@@ -136,7 +159,7 @@ void Stage::backward_input(const Slot& s, const float* params, float* grads, con
     }
     float* target = l == first_ ? dx : grad_target(s, l, cur_dy, dx);
     const float* x = i == 0 ? s.input : s.out[i - 1];
-    layer.backward_input(ctx, params + offset_[i], x, s.out[i], cur_dy, target, grads + offset_[i], s.aux[i], n);
+    layer.backward_input(layer_ctx(ctx, l), params + offset_[i], x, s.out[i], cur_dy, target, grads + offset_[i], s.aux[i], n);
     cur_dy = target;
     poll();
   }
@@ -146,21 +169,23 @@ void Stage::backward_weight(const Slot& s, const float* params, float* grads, co
                             PollHook poll) const {
   for (int l = last_ - 1; l >= first_; --l) {
     const size_t i = static_cast<size_t>(l - first_);
-    if (!s.dout[i]) continue;
+    const Layer& layer = model_.layer(l);
+    if (!layer.splits_backward()) continue;  // its output gradient is in s.dout[i] (none for the loss)
     const float* x = i == 0 ? s.input : s.out[i - 1];
-    model_.layer(l).backward_weight(ctx, params + offset_[i], x, s.out[i], s.dout[i], grads + offset_[i], s.aux[i], n);
+    layer.backward_weight(layer_ctx(ctx, l), params + offset_[i], x, s.out[i], s.dout[i], grads + offset_[i], s.aux[i], n);
     poll();
   }
 }
 
 const float* Stage::infer(const float* x, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const {
   PT_CHECK(n <= eval_mb_, "eval microbatch " << n << " > " << eval_mb_);
+  require_state(ctx);
   const float* cur = x;
   for (int l = first_; l < last_; ++l) {
     const Layer& layer = model_.layer(l);
     if (layer.is_loss() || layer.is_view()) continue;
     float* y = (cur == scratch_a_.data()) ? scratch_b_.data() : scratch_a_.data();
-    layer.forward(ctx, params + param_offset(l), cur, y, eval_aux_.data(), n);
+    layer.forward(layer_ctx(ctx, l), params + param_offset(l), cur, y, eval_aux_.data(), n);
     cur = y;
     poll();
   }
@@ -169,8 +194,13 @@ const float* Stage::infer(const float* x, const float* params, const LayerCtx& c
 
 void Stage::eval_loss(const float* x, const float* params, const LayerCtx& ctx, int64_t n, double* loss_sum, int64_t* correct,
                       int64_t* scored) const {
-  const Layer& loss = model_.layer(last_ - 1);
-  loss.evaluate_loss(ctx, params + param_offset(last_ - 1), x, eval_loss_.data(), n, loss_sum, correct, scored);
+  PT_CHECK(n <= eval_mb_, "eval microbatch " << n << " > " << eval_mb_);
+  const int l = last_ - 1;
+  const Layer& loss = model_.layer(l);
+  LayerCtx c = ctx;
+  c.training = false;
+  loss.eval_loss(layer_ctx(c, l), params + param_offset(l), x, eval_loss_.data(), eval_aux_.data(), n, loss_sum, correct);
+  *scored = n * loss.labels_per_sample();
 }
 
 }  // namespace pt

@@ -1,7 +1,9 @@
 // The CUDA backend against the host backend (the reference semantics): every op of
-// pt::Backend on the same inputs, with a tolerance per op (exact where the GPU kernel does
-// the host's arithmetic in the host's order: copies, relu, dropout, max pooling, argmax
-// counts); a whole stage holding every layer type, forward, backward and inference; and
+// pt::Backend on the same inputs (the sequence and batch-norm ops included), with a
+// tolerance per op (exact where the GPU kernel does the host's arithmetic in the host's
+// order: copies, relu, dropout, max pooling, argmax counts, the embedding's scatter-add);
+// a whole stage holding every layer type, forward, backward and inference;
+// transformer and ResNet chains (and their split backward, bitwise on the GPU); and
 // the CUDA transport (staged and direct) over a single-rank communicator. Built only with
 // CUDA=1 (tests/unit/test_cuda.cpp is left out of the CPU build); every test skips with a
 // message when cudaGetDeviceCount finds no device. Run: build-cuda/pt_tests --gtest_filter='Cuda*'
@@ -476,6 +478,112 @@ TEST_F(CudaOps, OptimizerUpdates) {
   check("adamw second moment", v, {1e-10, 1e-6});
 }
 
+// ---- sequence and batch-norm ops ------------------------------------------------------
+
+TEST_F(CudaOps, GemmStridedBatched) {
+  Rng r(20);
+  const int64_t M = 7, N = 5, K = 9, batch = 6;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      Pair A(H(), G(), r.vec(static_cast<size_t>(batch * M * K))), B(H(), G(), r.vec(static_cast<size_t>(batch * K * N)));
+      Pair C(H(), G(), r.vec(static_cast<size_t>(batch * M * N)));
+      const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+      for (Backend* be : {&H(), &G()}) {
+        const bool g = be == &G();
+        be->gemm_strided_batched(ta, tb, M, N, K, 0.5f, g ? A.g() : A.h(), lda, M * K, g ? B.g() : B.h(), ldb, K * N,
+                                 0.25f, g ? C.g() : C.h(), N, M * N, batch);
+      }
+      check("batched gemm ta " + std::to_string(ta) + " tb " + std::to_string(tb), C, {2e-6, 1e-5});
+    }
+}
+
+TEST_F(CudaOps, HeadsPermutationsAndCausalSoftmax) {
+  Rng r(21);
+  const int64_t n = 3, T = 37, parts = 3, Hh = 4, dh = 5;
+  const size_t total = static_cast<size_t>(n * T * parts * Hh * dh);
+  Pair x(H(), G(), r.vec(total)), y(H(), G(), total), back(H(), G(), total);
+  H().heads_split(n, T, parts, Hh, dh, x.h(), y.h());
+  G().heads_split(n, T, parts, Hh, dh, x.g(), y.g());
+  check("heads_split", y, kExact);
+  H().heads_merge(n, T, parts, Hh, dh, y.h(), back.h());
+  G().heads_merge(n, T, parts, Hh, dh, y.g(), back.g());
+  check("heads_merge", back, kExact);
+  expect_close("merge(split(x)) == x", gpu_of(back), cpu_of(x), kExact);
+  const int64_t batches = 5;
+  const size_t tt = static_cast<size_t>(batches * T * T);
+  Pair s(H(), G(), r.vec(tt, -6.0f, 6.0f)), p(H(), G(), tt), dp(H(), G(), r.vec(tt)), ds(H(), G(), tt);
+  H().causal_softmax_forward(batches, T, s.h(), p.h());
+  G().causal_softmax_forward(batches, T, s.g(), p.g());
+  check("causal softmax", p, {1e-7, 1e-5});
+  H().causal_softmax_backward(batches, T, p.h(), dp.h(), ds.h());
+  G().causal_softmax_backward(batches, T, p.g(), dp.g(), ds.g());
+  check("causal softmax backward", ds, {1e-7, 1e-5});
+  H().causal_softmax_forward(batches, T, s.h(), s.h());  // in place
+  G().causal_softmax_forward(batches, T, s.g(), s.g());
+  check("causal softmax in place", s, {1e-7, 1e-5});
+}
+
+TEST_F(CudaOps, EmbeddingAndRowMeansBitwise) {
+  Rng r(22);
+  const int64_t n = 4, T = 9, D = 33, V = 7;  // few ids: many repeated rows in the scatter-add
+  std::vector<float> tok(static_cast<size_t>(n * T));
+  for (auto& v : tok) v = static_cast<float>(std::floor(r.uniform(0.0f, static_cast<float>(V) - 0.001f)));
+  Pair t(H(), G(), tok), wte(H(), G(), r.vec(static_cast<size_t>(V * D))), wpe(H(), G(), r.vec(static_cast<size_t>(T * D)));
+  Pair y(H(), G(), static_cast<size_t>(n * T * D)), dy(H(), G(), r.vec(static_cast<size_t>(n * T * D)));
+  H().embedding_forward(n, T, D, t.h(), wte.h(), wpe.h(), y.h());
+  G().embedding_forward(n, T, D, t.g(), wte.g(), wpe.g(), y.g());
+  check("embedding forward", y, kExact);
+  H().embedding_backward(n, T, D, t.h(), dy.h(), wte.h(), wpe.h());
+  G().embedding_backward(n, T, D, t.g(), dy.g(), wte.g(), wpe.g());
+  check("embedding backward, token rows (same order of additions)", wte, kExact);
+  check("embedding backward, positions", wpe, kExact);
+  Pair m(H(), G(), static_cast<size_t>(n * T)), dx(H(), G(), static_cast<size_t>(n * T * D));
+  H().mean_rows(n * T, D, dy.h(), m.h());
+  G().mean_rows(n * T, D, dy.g(), m.g());
+  check("mean_rows", m, kExact);
+  H().mean_rows_backward(n * T, D, m.h(), dx.h());
+  G().mean_rows_backward(n * T, D, m.g(), dx.g());
+  check("mean_rows backward", dx, kExact);
+}
+
+TEST_F(CudaOps, BatchNormCudnnMatchesHost) {
+  Rng r(23);
+  const int64_t n = 5, C = 6, HW = 49;
+  const size_t total = static_cast<size_t>(n * C * HW);
+  Pair x(H(), G(), r.vec(total, -2.0f, 3.0f)), g(H(), G(), r.vec(static_cast<size_t>(C), 0.5f, 1.5f));
+  Pair b(H(), G(), r.vec(static_cast<size_t>(C))), y(H(), G(), total), sm(H(), G(), static_cast<size_t>(C));
+  Pair si(H(), G(), static_cast<size_t>(C)), rm(H(), G(), static_cast<size_t>(C));
+  Pair rv(H(), G(), std::vector<float>(static_cast<size_t>(C), 1.0f));
+  for (int step = 0; step < 2; ++step) {
+    H().batchnorm_forward_training(n, C, HW, 1e-5f, 0.1f, x.h(), g.h(), b.h(), y.h(), sm.h(), si.h(), rm.h(), rv.h());
+    G().batchnorm_forward_training(n, C, HW, 1e-5f, 0.1f, x.g(), g.g(), b.g(), y.g(), sm.g(), si.g(), rm.g(), rv.g());
+  }
+  check("batch norm training forward", y, {1e-5, 1e-5});
+  check("saved mean", sm, {1e-6, 1e-5});
+  check("saved 1/std", si, {1e-6, 1e-5});
+  check("running mean", rm, {1e-6, 1e-5});
+  check("running variance (unbiased)", rv, {1e-6, 1e-5});
+  Pair dy(H(), G(), r.vec(total)), dx(H(), G(), total), dg(H(), G(), r.vec(static_cast<size_t>(C)));
+  Pair db(H(), G(), r.vec(static_cast<size_t>(C)));
+  H().batchnorm_backward(n, C, HW, 1e-5f, x.h(), g.h(), sm.h(), si.h(), dy.h(), dx.h(), dg.h(), db.h());
+  G().batchnorm_backward(n, C, HW, 1e-5f, x.g(), g.g(), sm.g(), si.g(), dy.g(), dx.g(), dg.g(), db.g());
+  check("batch norm backward dx", dx, {1e-5, 1e-4});
+  check("batch norm dgamma (accumulated)", dg, {1e-4, 1e-5});
+  check("batch norm dbeta (accumulated)", db, {1e-4, 1e-5});
+  // the halves: bitwise the full call's outputs on the GPU
+  Pair dx2(H(), G(), total), dg2(H(), G(), static_cast<size_t>(C)), db2(H(), G(), static_cast<size_t>(C));
+  Pair dg3(H(), G(), static_cast<size_t>(C)), db3(H(), G(), static_cast<size_t>(C));
+  G().batchnorm_backward(n, C, HW, 1e-5f, x.g(), g.g(), sm.g(), si.g(), dy.g(), dx2.g(), dg2.g(), db2.g());
+  G().batchnorm_backward(n, C, HW, 1e-5f, x.g(), g.g(), sm.g(), si.g(), dy.g(), nullptr, dg3.g(), db3.g());
+  expect_close("dgamma of the W half", gpu_of(dg3), gpu_of(dg2), kExact);
+  expect_close("dbeta of the W half", gpu_of(db3), gpu_of(db2), kExact);
+  G().batchnorm_backward(n, C, HW, 1e-5f, x.g(), g.g(), sm.g(), si.g(), dy.g(), dx.g(), nullptr, nullptr);
+  expect_close("dx of the I half", gpu_of(dx), gpu_of(dx2), kExact);
+  H().batchnorm_forward_inference(n, C, HW, 1e-5f, x.h(), g.h(), b.h(), rm.h(), rv.h(), y.h());
+  G().batchnorm_forward_inference(n, C, HW, 1e-5f, x.g(), g.g(), b.g(), rm.g(), rv.g(), y.g());
+  check("batch norm inference", y, {1e-5, 1e-5});
+}
+
 TEST_F(CudaOps, RegionTimer) {
   Buffer a(G(), 1 << 22);
   G().timer_start();
@@ -559,6 +667,97 @@ TEST_F(CudaOps, StageWithEveryLayerMatchesHost) {
   expect_close("inference logits", g.logits, h.logits, {1e-4, 1e-4});
   EXPECT_NEAR(g.eval_loss, h.eval_loss, 1e-4 * std::max(1.0, std::fabs(h.eval_loss)));
   EXPECT_EQ(g.correct, h.correct);
+}
+
+// Transformer and ResNet chains on both backends: loss, every layer's gradients, the
+// running statistics; and on the GPU, the split backward bitwise equal to the fused one.
+namespace {
+
+const char* kGptChain =
+    "[data]\nsource = \"synthetic\"\nshape = [16]\nclasses = 50\n[model]\n"
+    "[[model.layers]]\ntype = \"embedding\"\nname = \"emb\"\ndim = 32\n"
+    "[[model.layers]]\ntype = \"transformer_block\"\nheads = 4\ndropout = 0.1\n"
+    "[[model.layers]]\ntype = \"attention\"\nheads = 2\n"
+    "[[model.layers]]\ntype = \"transformer_block\"\nheads = 8\nmlp_ratio = 2\n"
+    "[[model.layers]]\ntype = \"lm_head\"\ntie = \"emb\"\n";
+
+const char* kResNetChain =
+    "[data]\nsource = \"synthetic\"\nshape = [3, 16, 16]\nclasses = 10\n[model]\n"
+    "[[model.layers]]\ntype = \"conv2d\"\nchannels = 8\nkernel = 3\npadding = 1\nbias = false\n"
+    "[[model.layers]]\ntype = \"batchnorm2d\"\n"
+    "[[model.layers]]\ntype = \"relu\"\n"
+    "[[model.layers]]\ntype = \"residual_block\"\nchannels = 8\n"
+    "[[model.layers]]\ntype = \"residual_block\"\nchannels = 16\nstride = 2\n"
+    "[[model.layers]]\ntype = \"global_avgpool\"\n"
+    "[[model.layers]]\ntype = \"linear\"\nout = 10\n"
+    "[[model.layers]]\ntype = \"softmax_cross_entropy\"\n";
+
+struct ChainRun {
+  std::vector<float> loss, grads, state;
+};
+
+ChainRun run_chain(Backend& be, const Model& model, const std::vector<float>& x, const std::vector<int32_t>& labels,
+                   int64_t mb, bool split) {
+  Stage st(be, model, 0, model.size(), mb, mb, split);
+  const size_t np = static_cast<size_t>(st.num_params()), ns = static_cast<size_t>(st.num_state());
+  std::vector<float> host(np), state0(ns);
+  st.init_params(host.data(), 7);
+  st.init_state(state0.data());
+  Buffer params(be, np), grads(be, np), slot_mem(be, static_cast<size_t>(st.slot_floats())), state(be, std::max<size_t>(1, ns));
+  be.from_host(params.data(), host.data(), np);
+  if (ns) be.from_host(state.data(), state0.data(), ns);
+  int32_t* lab = be.alloc_int(labels.size());
+  be.labels_from_host(lab, labels.data(), labels.size());
+  Stage::Slot slot = st.carve(slot_mem.data(), lab);
+  be.from_host(slot.input, x.data(), x.size());
+  LayerCtx ctx{be, 3, 60, true, lab, 1.0f / static_cast<float>(mb)};
+  ctx.state = state.data();
+  st.forward(slot, params.data(), ctx, mb, PollHook{});
+  ChainRun out;
+  out.loss.resize(static_cast<size_t>(mb));
+  be.to_host(out.loss.data(), st.output(slot), out.loss.size());
+  if (split) {
+    st.backward_input(slot, params.data(), grads.data(), nullptr, nullptr, ctx, mb, PollHook{});
+    st.backward_weight(slot, params.data(), grads.data(), ctx, mb, PollHook{});
+  } else {
+    st.backward(slot, params.data(), grads.data(), nullptr, nullptr, ctx, mb, PollHook{});
+  }
+  out.grads.resize(np);
+  be.to_host(out.grads.data(), grads.data(), np);
+  out.state.resize(ns);
+  if (ns) be.to_host(out.state.data(), state.data(), ns);
+  be.release_int(lab);
+  return out;
+}
+
+}  // namespace
+
+TEST_F(CudaOps, TransformerAndResNetChainsMatchHostAndSplitBitwise) {
+  for (bool gpt : {true, false}) {
+    SCOPED_TRACE(gpt ? "transformer chain" : "resnet chain");
+    const Deck deck = parse_deck_text(gpt ? kGptChain : kResNetChain, "cuda_chain.toml", {});
+    const Shape in = gpt ? Shape::tokens(16) : Shape::chw(3, 16, 16);
+    const Model model(deck, in, deck.data.classes);
+    const int64_t mb = 4;
+    Rng r(24);
+    std::vector<float> x(static_cast<size_t>(mb * in.numel()));
+    for (auto& v : x) v = gpt ? std::floor(r.uniform(0.0f, 49.99f)) : r.uniform(-2.0f, 2.0f);
+    const std::vector<int32_t> labels = r.labels(static_cast<size_t>(mb * model.layer(model.size() - 1).labels_per_sample()),
+                                                 static_cast<int32_t>(deck.data.classes));
+    const ChainRun h = run_chain(H(), model, x, labels, mb, false), g = run_chain(G(), model, x, labels, mb, false);
+    expect_close("per-sample loss", g.loss, h.loss, {1e-4, 1e-4});
+    expect_close("running statistics", g.state, h.state, {1e-5, 1e-4});
+    Stage probe(H(), model, 0, model.size(), mb, mb);
+    for (int l = 0; l < model.size(); ++l) {
+      const int64_t np = model.layer(l).num_params();
+      if (!np) continue;
+      const size_t off = static_cast<size_t>(probe.param_offset(l));
+      expect_norm_close("gradient of layer " + std::to_string(l) + " (" + model.layer(l).type() + ")", g.grads.data() + off,
+                        h.grads.data() + off, static_cast<size_t>(np), 1e-4);
+    }
+    const ChainRun gs = run_chain(G(), model, x, labels, mb, true);
+    expect_close("GPU split backward vs fused", gs.grads, g.grads, kExact);
+  }
 }
 
 // The CUDA transport on one rank: messages to self and the single-rank allreduce.

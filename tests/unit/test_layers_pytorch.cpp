@@ -1,8 +1,11 @@
-// Every layer against PyTorch 1.13 (CPU, float32): forward output, input gradient and
-// parameter gradients on the fixtures of tools/make_fixtures.py, run on the host backend
-// as one batch, in chunks (per-sample and uneven: exercises the conv GEMM grouping and
-// the += accumulation of parameter gradients), and with dx = null (first layer).
-// Dropout cannot match PyTorch's RNG: its properties are tested instead.
+// Every layer against PyTorch 1.13 (CPU, float32; the sequence and residual layers'
+// references in float64): forward output, input gradient and parameter gradients on the
+// fixtures of tools/make_fixtures.py, run on the host backend as one batch, in chunks
+// (per-sample and uneven: exercises the conv GEMM grouping and the += accumulation of
+// parameter gradients), and with dx = null (first layer). Layers with batch statistics
+// (batchnorm2d, residual_block) run as one batch, twice in training (running statistics),
+// then backward, then in evaluation. Dropout cannot match PyTorch's RNG: its properties
+// are tested instead.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,7 +23,17 @@ namespace {
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 Shape fixture_shape(const Fixture& fx) {
-  return fx.i("rank") == 3 ? Shape::chw(fx.i("c"), fx.i("h"), fx.i("w")) : Shape::vec(fx.i("c"));
+  if (fx.i("rank") == 3) return Shape::chw(fx.i("c"), fx.i("h"), fx.i("w"));
+  if (fx.i("rank") == 2) return Shape::seq(fx.i("c"), fx.i("h"));
+  return fx.has_attr("tokens") && fx.i("tokens") ? Shape::tokens(fx.i("c")) : Shape::vec(fx.i("c"));
+}
+
+bool is_loss_type(const std::string& type) { return type == "softmax_cross_entropy" || type == "lm_head"; }
+
+// The data's classes: the fixture's (a vocabulary), the logits of a softmax loss, else 2.
+int64_t fixture_classes(const Fixture& fx) {
+  if (fx.has_attr("classes")) return fx.i("classes");
+  return fx.s("type") == "softmax_cross_entropy" ? fixture_shape(fx).numel() : 2;
 }
 
 // A deck whose layer 0 is the fixture's layer (the deck must end in the loss, so a
@@ -28,25 +41,34 @@ Shape fixture_shape(const Fixture& fx) {
 std::string layer_deck(const Fixture& fx) {
   const std::string type = fx.s("type");
   const Shape in = fixture_shape(fx);
-  const bool loss = type == "softmax_cross_entropy";
+  const bool loss = is_loss_type(type);
   std::ostringstream o;
   o << std::setprecision(17);
-  o << "[data]\nsource = \"synthetic\"\n";
+  o << "[data]\nsource = \"synthetic\"\n";  // the shape here is not used: Model gets the fixture's
   if (in.rank == 3) o << "shape = [" << in.c() << ", " << in.h() << ", " << in.w() << "]\n";
-  else o << "shape = [" << in.d[0] << "]\n";
-  o << "classes = " << (loss ? in.numel() : 2) << "\n\n[model]\n[[model.layers]]\ntype = \"" << type << "\"\n";
-  if (type == "linear") o << "out = " << fx.i("out") << "\nbias = " << (fx.i("bias") ? "true" : "false") << "\n";
-  if (type == "conv2d")
+  else o << "shape = [" << in.numel() << "]\n";
+  o << "classes = " << fixture_classes(fx) << "\n\n[model]\n[[model.layers]]\ntype = \"" << type << "\"\n";
+  if (fx.has_attr("deck")) o << fx.s("deck");  // the layer's keys as TOML
+  else if (type == "linear") o << "out = " << fx.i("out") << "\nbias = " << (fx.i("bias") ? "true" : "false") << "\n";
+  else if (type == "conv2d")
     o << "channels = " << fx.i("channels") << "\nkernel = " << fx.i("kernel") << "\nstride = " << fx.i("stride")
       << "\npadding = " << fx.i("padding") << "\nbias = " << (fx.i("bias") ? "true" : "false") << "\n";
-  if (type == "maxpool2d" || type == "avgpool2d")
+  else if (type == "maxpool2d" || type == "avgpool2d")
     o << "kernel = " << fx.i("kernel") << "\nstride = " << fx.i("stride") << "\npadding = " << fx.i("padding") << "\n";
-  if (type == "layernorm") o << "eps = " << fx.d("eps") << "\n";
+  else if (type == "layernorm") o << "eps = " << fx.d("eps") << "\n";
   if (!loss)
-    o << "[[model.layers]]\ntype = \"flatten\"\n[[model.layers]]\ntype = \"linear\"\nout = 2\n"
-         "[[model.layers]]\ntype = \"softmax_cross_entropy\"\n";
+    o << "[[model.layers]]\ntype = \"flatten\"\n[[model.layers]]\ntype = \"linear\"\nout = " << fixture_classes(fx)
+      << "\n[[model.layers]]\ntype = \"softmax_cross_entropy\"\n";
   return o.str();
 }
+
+// The fixture's layer as layer 0 of a model.
+struct FixtureModel {
+  explicit FixtureModel(const Fixture& fx)
+      : deck(parse_deck_text(layer_deck(fx), fx.path() + ".toml", {})), model(deck, fixture_shape(fx), fixture_classes(fx)) {}
+  Deck deck;
+  Model model;
+};
 
 struct LayerTol {
   Tol y, dx, dw;
@@ -73,22 +95,25 @@ Run run_layer(Backend& be, const Layer& L, const Fixture& fx, int64_t n, int64_t
   // the loss ignores dy: give it NaN to prove that
   Buffer dy = L.is_loss() ? filled(be, static_cast<size_t>(n * fo), kNaN) : on_backend(be, fx.floats("dy"));
   Buffer dx = filled(be, static_cast<size_t>(n * fi), kNaN);
+  Buffer work = filled(be, static_cast<size_t>(std::max<int64_t>(1, n * L.workspace_per_sample())), kNaN);
   std::unique_ptr<Labels> labels;
   if (L.is_loss()) labels = std::make_unique<Labels>(be, fx.ints("labels"));
+  const int64_t lps = L.labels_per_sample();
   LayerCtx ctx{be};
   ctx.seed = 5;
   ctx.training = true;
   ctx.loss_scale = L.is_loss() ? static_cast<float>(fx.d("loss_scale")) : 1.0f;
+  ctx.work = work.data();
   for (int64_t s0 = 0; s0 < n; s0 += chunk) {
     const int64_t m = std::min(chunk, n - s0);
     ctx.sample0 = s0;
-    ctx.labels = labels ? labels->p + s0 : nullptr;
+    ctx.labels = labels ? labels->p + s0 * lps : nullptr;
     L.forward(ctx, w.data(), x.data() + s0 * fi, y.data() + s0 * fo, aux.data() + s0 * fa, m);
   }
   for (int64_t s0 = 0; s0 < n; s0 += chunk) {
     const int64_t m = std::min(chunk, n - s0);
     ctx.sample0 = s0;
-    ctx.labels = labels ? labels->p + s0 : nullptr;
+    ctx.labels = labels ? labels->p + s0 * lps : nullptr;
     L.backward(ctx, w.data(), x.data() + s0 * fi, y.data() + s0 * fo, dy.data() + s0 * fo,
                with_dx ? dx.data() + s0 * fi : nullptr, dw.data(), aux.data() + s0 * fa, m);
   }
@@ -106,9 +131,8 @@ void check_layer(const std::string& name, const LayerTol& tol) {
   const std::string type = fx.s("type");
   const int64_t n = fx.i("n");
   const Shape in = fixture_shape(fx);
-  const Deck deck = parse_deck_text(layer_deck(fx), "layer_" + name + ".toml", {});
-  const Model model(deck, in, type == "softmax_cross_entropy" ? in.numel() : 2);
-  const Layer& L = model.layer(0);
+  const FixtureModel fm(fx);
+  const Layer& L = fm.model.layer(0);
   ASSERT_EQ(L.type(), type);
   ASSERT_FALSE(L.is_view());
   const auto y_ref = fx.floats("y"), dx_ref = fx.floats("dx");
@@ -171,6 +195,96 @@ TEST(LayerVsTorch, SoftmaxCrossEntropy) { check_layer("softmax_xent", {{1e-6, 1e
 TEST(LayerVsTorch, SoftmaxCrossEntropyLargeLogits) {
   check_layer("softmax_xent_large", {{1e-6, 1e-5}, {1e-7, 1e-5}, {}});
 }
+
+// ---- sequence layers (references in float64: the tolerances are pipetrain's fp32 error) ----
+
+namespace {
+
+// Forward outputs and gradients of the sequence layers: sums of <= 4D products and
+// softmaxes over <= 9 positions; rtol 1e-5 with an atol of 1e-6 (a few ulp of the O(1)
+// values: elements that cancel to ~0 carry the rounding of their terms).
+const Tol kSeq{1e-6, 1e-5};
+// Parameter gradients through attention: dW sums n T products that cancel (an element of
+// 0.0199 from terms of ~0.5); PyTorch's own float32 result sits at half of kSeq's limit
+// there (0.47), so its atol is doubled.
+const Tol kAttnGrad{2e-6, 1e-5};
+
+}  // namespace
+
+TEST(LayerVsTorch, LayerNormPerPosition) { check_layer("layernorm_seq", {kSeq, kSeq, kSeq}); }
+TEST(LayerVsTorch, EmbeddingScatterAddsRepeatedTokens) { check_layer("embedding", {kSeq, kSeq, kSeq}); }
+TEST(LayerVsTorch, AttentionCausalThreeHeads) { check_layer("attention", {kSeq, kSeq, kAttnGrad}); }
+TEST(LayerVsTorch, AttentionCausalFourHeads) { check_layer("attention_h4", {kSeq, kSeq, kAttnGrad}); }
+TEST(LayerVsTorch, TransformerBlock) { check_layer("transformer_block", {kSeq, kSeq, kAttnGrad}); }
+TEST(LayerVsTorch, TransformerBlockMlpRatio2) { check_layer("transformer_block_r2", {kSeq, kSeq, kAttnGrad}); }
+TEST(LayerVsTorch, LmHeadMeanTokenLoss) { check_layer("lm_head", {kSeq, kSeq, kSeq}); }
+TEST(LayerVsTorch, LmHeadWithBias) { check_layer("lm_head_bias", {kSeq, kSeq, kSeq}); }
+TEST(LayerVsTorch, GlobalAvgPool) { check_layer("global_avgpool", {kSeq, kSeq, {}}); }
+
+// ---- batch statistics: batchnorm2d and residual_block ---------------------------------
+
+namespace {
+
+struct StatefulRun {
+  std::vector<float> y, dx, dw, state, y_eval;
+};
+
+// Two training forwards (x0, then x: the running statistics follow both), the backward of
+// the second, and an evaluation forward of x with the running statistics.
+StatefulRun run_stateful(Backend& be, const Layer& L, const Fixture& fx, int64_t n) {
+  const int64_t fi = L.in_shape().numel(), fo = L.out_shape().numel();
+  const size_t np = static_cast<size_t>(L.num_params()), ns = static_cast<size_t>(L.num_state());
+  std::vector<float> state0(ns);
+  L.init_state(state0.data());
+  Buffer x0 = on_backend(be, fx.floats("x0")), x = on_backend(be, fx.floats("x")), w = on_backend(be, fx.floats("params"));
+  Buffer state = on_backend(be, state0), dw(be, np), dy = on_backend(be, fx.floats("dy"));
+  Buffer y = filled(be, static_cast<size_t>(n * fo), kNaN), dx = filled(be, static_cast<size_t>(n * fi), kNaN);
+  Buffer aux = filled(be, static_cast<size_t>(n * L.aux_per_sample()), kNaN);
+  Buffer work = filled(be, static_cast<size_t>(std::max<int64_t>(1, n * L.workspace_per_sample())), kNaN);
+  LayerCtx ctx{be};
+  ctx.state = state.data();
+  ctx.work = work.data();
+  L.forward(ctx, w.data(), x0.data(), y.data(), aux.data(), n);
+  L.forward(ctx, w.data(), x.data(), y.data(), aux.data(), n);
+  StatefulRun r;
+  r.y = to_host(be, y.data(), y.size());
+  L.backward(ctx, w.data(), x.data(), y.data(), dy.data(), dx.data(), dw.data(), aux.data(), n);
+  r.dx = to_host(be, dx.data(), dx.size());
+  r.dw = to_host(be, dw.data(), np);
+  r.state = to_host(be, state.data(), ns);
+  ctx.training = false;
+  L.forward(ctx, w.data(), x.data(), y.data(), aux.data(), n);
+  r.y_eval = to_host(be, y.data(), y.size());
+  return r;
+}
+
+void check_stateful(const std::string& name, Tol tol, Tol state_tol) {
+  SCOPED_TRACE("fixture layer_" + name);
+  Fixture fx("layer_" + name);
+  const FixtureModel fm(fx);
+  const Layer& L = fm.model.layer(0);
+  ASSERT_EQ(L.type(), fx.s("type"));
+  ASSERT_EQ(static_cast<int64_t>(fx.floats("params").size()), L.num_params());
+  ASSERT_EQ(static_cast<int64_t>(fx.floats("state").size()), L.num_state());
+  for (auto& tb : test_backends()) {
+    const StatefulRun r = run_stateful(*tb.be, L, fx, fx.i("n"));
+    EXPECT_TRUE(all_close(tb.tag + name + " y", r.y, fx.floats("y"), tol));
+    EXPECT_TRUE(all_close(tb.tag + name + " dx", r.dx, fx.floats("dx"), tol));
+    EXPECT_TRUE(all_close(tb.tag + name + " dparams", r.dw, fx.floats("dparams"), tol));
+    EXPECT_TRUE(all_close(tb.tag + name + " running statistics", r.state, fx.floats("state"), state_tol));
+    EXPECT_TRUE(all_close(tb.tag + name + " evaluation y", r.y_eval, fx.floats("y_eval"), tol));
+  }
+}
+
+// Running statistics: two momentum updates of float32 state from double statistics.
+const Tol kState{1e-7, 1e-6};
+
+}  // namespace
+
+TEST(LayerVsTorch, BatchNorm2dTwoTrainingForwardsThenEval) { check_stateful("batchnorm2d", kSeq, kState); }
+TEST(LayerVsTorch, BatchNorm2dMomentum03Eps1e3) { check_stateful("batchnorm2d_m3", kSeq, kState); }
+TEST(LayerVsTorch, ResidualBlockIdentityShortcut) { check_stateful("residual_block", kSeq, kState); }
+TEST(LayerVsTorch, ResidualBlockProjectionShortcut) { check_stateful("residual_block_proj", kSeq, kState); }
 
 // Flatten is a view: no buffer and no kernel; the stage aliases its output to its input
 // and passes the gradient through. Checked through a one-layer stage.

@@ -1,12 +1,15 @@
-// The split backward (zero-bubble schedules): for every slice of two models covering
-// every layer type, backward_input then backward_weight gives bitwise the fused
+// The split backward (zero-bubble schedules): for every slice of four models covering
+// every layer type (a CNN, an MLP, a GPT-style transformer chain with a tied head, a
+// ResNet with batch norms), backward_input then backward_weight gives bitwise the fused
 // backward's input gradient and parameter gradients, over two microbatches accumulated in
-// order, and the slot keeps exactly the splitting layers' output gradients.
+// order, and the slot keeps exactly the splitting layers' output gradients and the
+// composites' split regions.
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "fixture_util.hpp"
+#include "model_decks.hpp"
 #include "pipetrain/model.hpp"
 #include "pipetrain/stage.hpp"
 
@@ -35,8 +38,19 @@ const char* kMlpDeck =
     "[[model.layers]]\ntype = \"linear\"\nout = 3\n"
     "[[model.layers]]\ntype = \"softmax_cross_entropy\"\n";
 
+const char* kGptDeck =
+    "[data]\nsource = \"synthetic\"\nshape = [6]\nclasses = 11\n[model]\n"
+    "[[model.layers]]\ntype = \"embedding\"\nname = \"emb\"\ndim = 8\n"
+    "[[model.layers]]\ntype = \"transformer_block\"\nheads = 2\ndropout = 0.1\n"
+    "[[model.layers]]\ntype = \"transformer_block\"\nheads = 4\nmlp_ratio = 2\n"
+    "[[model.layers]]\ntype = \"layernorm\"\n"
+    "[[model.layers]]\ntype = \"attention\"\nheads = 2\ndropout = 0.2\n"
+    "[[model.layers]]\ntype = \"transformer_block\"\nheads = 1\n"
+    "[[model.layers]]\ntype = \"lm_head\"\ntie = \"emb\"\nbias = true\n";
+
+
 struct Run {
-  std::vector<float> grads, dx;
+  std::vector<float> grads, dx, state;
 };
 
 // Forward then backward (fused or split) of two microbatches through [first, last).
@@ -45,7 +59,10 @@ Run run_slice(const Model& m, int first, int last, bool split, uint64_t seed) {
   const int64_t n = 3;
   Stage st(*be, m, first, last, n, n, split);
   Buffer mem(*be, static_cast<size_t>(st.slot_floats()));
-  int32_t* labels = be->alloc_int(static_cast<size_t>(n));
+  const int64_t nl = n * m.layer(m.size() - 1).labels_per_sample();
+  int32_t* labels = be->alloc_int(static_cast<size_t>(nl));
+  std::vector<float> state(static_cast<size_t>(st.num_state()));
+  st.init_state(state.data());
   Stage::Slot slot = st.carve(mem.data(), labels);
   Rand rnd(seed);
   std::vector<float> w(static_cast<size_t>(st.num_params()));
@@ -57,13 +74,14 @@ Run run_slice(const Model& m, int first, int last, bool split, uint64_t seed) {
   out.dx.assign(2 * in, 0.0f);
   for (int mb = 0; mb < 2; ++mb) {
     std::vector<float> x(in), dy(outn);
-    for (auto& v : x) v = rnd.uniform(-1.0f, 1.0f);
+    for (auto& v : x) v = st.in_shape().is_tokens ? static_cast<float>(rnd.below(m.classes())) : rnd.uniform(-1.0f, 1.0f);
     for (auto& v : dy) v = rnd.uniform(-1.0f, 1.0f);
-    std::vector<int32_t> lab(static_cast<size_t>(n));
+    std::vector<int32_t> lab(static_cast<size_t>(nl));
     for (auto& v : lab) v = static_cast<int32_t>(rnd.below(m.classes()));
     be->labels_from_host(labels, lab.data(), lab.size());
     std::memcpy(slot.input, x.data(), in * sizeof(float));
     LayerCtx ctx{*be, seed, mb * n, true, labels, 1.0f / 6};
+    ctx.state = state.data();
     st.forward(slot, w.data(), ctx, n, PollHook{});
     const float* dyp = st.has_loss() ? nullptr : dy.data();
     float* dx = first == 0 ? nullptr : out.dx.data() + mb * in;
@@ -75,13 +93,18 @@ Run run_slice(const Model& m, int first, int last, bool split, uint64_t seed) {
     }
   }
   be->release_int(labels);
+  out.state = state;
   return out;
 }
 
-void check_model(const char* text) {
+Shape input_of(const Deck& d, bool tokens) {
+  if (tokens) return Shape::tokens(d.data.shape[0]);
+  return d.data.shape.size() == 3 ? Shape::chw(d.data.shape[0], d.data.shape[1], d.data.shape[2]) : Shape::vec(d.data.shape[0]);
+}
+
+void check_model(const char* text, bool tokens = false) {
   const Deck d = parse_deck_text(text, "split.toml", {});
-  const Model m(d, d.data.shape.size() == 3 ? Shape::chw(d.data.shape[0], d.data.shape[1], d.data.shape[2])
-                                            : Shape::vec(d.data.shape[0]), d.data.classes);
+  const Model m(d, input_of(d, tokens), d.data.classes);
   int slices = 0;
   for (int first = 0; first < m.size(); ++first)
     for (int last = first + 1; last <= m.size(); ++last) {
@@ -92,6 +115,7 @@ void check_model(const char* text) {
           << "parameter gradients differ for layers " << first << ".." << last - 1;
       EXPECT_EQ(0, std::memcmp(fused.dx.data(), split.dx.data(), fused.dx.size() * sizeof(float)))
           << "input gradients differ for layers " << first << ".." << last - 1;
+      EXPECT_EQ(fused.state, split.state) << "running statistics differ for layers " << first << ".." << last - 1;
       ++slices;
     }
   EXPECT_GT(slices, 10);
@@ -101,6 +125,27 @@ void check_model(const char* text) {
 
 TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceCnn) { check_model(kCnnDeck); }
 TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceMlp) { check_model(kMlpDeck); }
+TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceTransformer) { check_model(kGptDeck, true); }
+TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceResNet) { check_model(kResNetDeck); }
+
+TEST(SplitBackward, SlotHoldsCompositeSplitRegions) {
+  const Deck d = parse_deck_text(kGptDeck, "split.toml", {});
+  const Model m(d, Shape::tokens(6), 11);
+  auto be = make_host_backend();
+  Stage fused(*be, m, 0, m.size(), 2, 2, false), split(*be, m, 0, m.size(), 2, 2, true);
+  int64_t extra = 0;
+  for (int l = 0; l < m.size(); ++l) {
+    const Layer& L = m.layer(l);
+    extra += L.split_aux_per_sample() + (L.splits_backward() && !L.is_loss() ? L.out_shape().numel() : 0);
+  }
+  EXPECT_EQ(split.slot_floats() - fused.slot_floats(), 2 * extra);
+  EXPECT_GT(m.layer(1).split_aux_per_sample(), 0);  // transformer_block
+  EXPECT_GT(m.layer(6).split_aux_per_sample(), 0);  // lm_head
+  Buffer mem(*be, static_cast<size_t>(split.slot_floats()));
+  const Stage::Slot s = split.carve(mem.data(), nullptr);
+  EXPECT_NE(s.dout[0], nullptr);  // the embedding's weight gradient runs in W
+  EXPECT_EQ(s.dout[6], nullptr);  // the loss has no output gradient
+}
 
 TEST(SplitBackward, SlotKeepsOnlySplittingLayersOutputGradients) {
   const Deck d = parse_deck_text(kMlpDeck, "split.toml", {});

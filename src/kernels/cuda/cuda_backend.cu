@@ -126,6 +126,7 @@ CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(copy_);
   release_dnn_plans();
   if (ws_) cudaFree(ws_);
+  if (bn_scratch_) cudaFree(bn_scratch_);
   for (auto& u : uploads_)
     if (u.done) cudaEventDestroy(u.done);
   if (red_dev_) cudaFree(red_dev_);
@@ -261,6 +262,25 @@ void CudaBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   PT_CUBLAS_CHECK(cublasSgemm(blas_, op_b, op_a, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha,
                               B, static_cast<int>(ldb), A, static_cast<int>(lda), &beta, C, static_cast<int>(ldc)));
+}
+
+void CudaBackend::gemm_strided_batched(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                                       int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
+                                       float beta, float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+  if (M == 0 || N == 0 || batch == 0) return;
+  if (K == 0) {
+    for (int64_t b = 0; b < batch; ++b) gemm(ta, tb, M, N, 0, alpha, A, lda, B, ldb, beta, C + b * stride_c, ldc);
+    return;
+  }
+  PT_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX && ldb <= INT32_MAX &&
+               ldc <= INT32_MAX && batch <= INT32_MAX,
+           "batched gemm dimensions exceed cuBLAS's int: M " << M << ", N " << N << ", K " << K << ", batch " << batch);
+  const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  // the row-major trick of gemm(), per batch entry
+  PT_CUBLAS_CHECK(cublasSgemmStridedBatched(blas_, op_b, op_a, static_cast<int>(N), static_cast<int>(M),
+                                            static_cast<int>(K), &alpha, B, static_cast<int>(ldb), stride_b, A,
+                                            static_cast<int>(lda), stride_a, &beta, C, static_cast<int>(ldc), stride_c,
+                                            static_cast<int>(batch)));
 }
 
 }  // namespace cuda

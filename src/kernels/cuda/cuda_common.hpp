@@ -26,6 +26,10 @@ inline unsigned blocks_for(size_t n, int threads = kThreads) {
 
 }  // namespace pt::cuda
 
+// A grid-stride loop over [0, n) (in kernels).
+#define GRID_STRIDE(i, n) \
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<size_t>(blockDim.x) * gridDim.x)
+
 #define PT_CU_CHECK(call)                                                                   \
   do {                                                                                      \
     const cudaError_t pt_e_ = (call);                                                       \

@@ -12,8 +12,6 @@
 namespace pt::cuda {
 namespace {
 
-#define GRID_STRIDE(i, n) \
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<size_t>(blockDim.x) * gridDim.x)
 
 // Block-wide sum of one double per thread (blockDim.x a power of two <= 1024), fixed order.
 __device__ double block_sum(double v, double* sh) {

@@ -53,6 +53,28 @@ class HostBackend final : public Backend {
   void softmax_xent_backward(int64_t n, int64_t classes, const float* probs, const int32_t* labels, float scale,
                              float* dlogits) override;
   int64_t count_correct(int64_t n, int64_t classes, const float* logits, const int32_t* labels) override;
+  void gemm_strided_batched(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                            int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
+                            float* C, int64_t ldc, int64_t stride_c, int64_t batch) override;
+  void heads_split(int64_t n, int64_t T, int64_t parts, int64_t H, int64_t dh, const float* x, float* y) override;
+  void heads_merge(int64_t n, int64_t T, int64_t parts, int64_t H, int64_t dh, const float* y, float* x) override;
+  void causal_softmax_forward(int64_t batches, int64_t T, const float* s, float* p) override;
+  void causal_softmax_backward(int64_t batches, int64_t T, const float* p, const float* dp, float* ds) override;
+  void embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* wte, const float* wpe,
+                         float* y) override;
+  void embedding_backward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* dy, float* dwte,
+                          float* dwpe) override;
+  void mean_rows(int64_t rows, int64_t cols, const float* x, float* y) override;
+  void mean_rows_backward(int64_t rows, int64_t cols, const float* dy, float* dx) override;
+  void batchnorm_forward_training(int64_t n, int64_t C, int64_t HW, float eps, float momentum, const float* x,
+                                  const float* gamma, const float* beta, float* y, float* save_mean, float* save_invstd,
+                                  float* running_mean, float* running_var) override;
+  void batchnorm_forward_inference(int64_t n, int64_t C, int64_t HW, float eps, const float* x, const float* gamma,
+                                   const float* beta, const float* running_mean, const float* running_var,
+                                   float* y) override;
+  void batchnorm_backward(int64_t n, int64_t C, int64_t HW, float eps, const float* x, const float* gamma,
+                          const float* save_mean, const float* save_invstd, const float* dy, float* dx, float* dgamma,
+                          float* dbeta) override;
   double sum(size_t n, const float* x) override;
   bool all_finite(size_t n, const float* x) override;
   void sgd_update(size_t n, float* w, const float* g, float* buf, float lr, float momentum, float weight_decay,

@@ -1,0 +1,117 @@
+// Host kernels for sequence models: batched GEMM (a loop of KokkosBlas GEMMs), the
+// head-major permutations of attention, the causal softmax and its backward, token plus
+// position embedding (a scatter-add in (sample, position) order: deterministic), and row
+// means (global average pooling, the per-sample mean of token losses). Kokkos Serial.
+#include <cmath>
+#include <cstring>
+
+#include "host_backend.hpp"
+#include "pipetrain/error.hpp"
+#include "pipetrain/views.hpp"
+
+namespace pt::host {
+
+void HostBackend::gemm_strided_batched(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                                       int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
+                                       float beta, float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+  for (int64_t b = 0; b < batch; ++b)
+    gemm(ta, tb, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb, beta, C + b * stride_c, ldc);
+}
+
+namespace {
+
+// One row of dh floats per (part, sample, head, position): copy between the token-major
+// and the head-major layout, in either direction.
+void permute_heads(int64_t n, int64_t T, int64_t parts, int64_t H, int64_t dh, const float* src, float* dst,
+                   bool to_heads) {
+  Kokkos::parallel_for("pt::heads_permute", Range(0, parts * n * H * T), [=](int64_t r) {
+    const int64_t t = r % T, h = (r / T) % H, s = (r / (T * H)) % n, p = r / (T * H * n);
+    const int64_t tok = (((s * T + t) * parts + p) * H + h) * dh;  // [n, T, parts, H, dh]
+    const int64_t head = r * dh;                                    // [parts, n, H, T, dh]
+    if (to_heads) std::memcpy(dst + head, src + tok, sizeof(float) * dh);
+    else std::memcpy(dst + tok, src + head, sizeof(float) * dh);
+  });
+}
+
+}  // namespace
+
+void HostBackend::heads_split(int64_t n, int64_t T, int64_t parts, int64_t H, int64_t dh, const float* x, float* y) {
+  permute_heads(n, T, parts, H, dh, x, y, true);
+}
+void HostBackend::heads_merge(int64_t n, int64_t T, int64_t parts, int64_t H, int64_t dh, const float* y, float* x) {
+  permute_heads(n, T, parts, H, dh, y, x, false);
+}
+
+void HostBackend::causal_softmax_forward(int64_t batches, int64_t T, const float* s, float* p) {
+  Kokkos::parallel_for("pt::causal_softmax_forward", Range(0, batches * T), [=](int64_t r) {
+    const int64_t i = r % T;
+    const float* sr = s + r * T;
+    float* pr = p + r * T;
+    float mx = sr[0];
+    for (int64_t j = 1; j <= i; ++j) mx = sr[j] > mx ? sr[j] : mx;
+    float sum = 0.0f;
+    for (int64_t j = 0; j <= i; ++j) {
+      pr[j] = std::exp(sr[j] - mx);
+      sum += pr[j];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j <= i; ++j) pr[j] *= inv;
+    for (int64_t j = i + 1; j < T; ++j) pr[j] = 0.0f;
+  });
+}
+
+void HostBackend::causal_softmax_backward(int64_t batches, int64_t T, const float* p, const float* dp, float* ds) {
+  Kokkos::parallel_for("pt::causal_softmax_backward", Range(0, batches * T), [=](int64_t r) {
+    const int64_t i = r % T;
+    const float* pr = p + r * T;
+    const float* dpr = dp + r * T;
+    float* dsr = ds + r * T;
+    float dot = 0.0f;
+    for (int64_t j = 0; j <= i; ++j) dot += pr[j] * dpr[j];
+    for (int64_t j = 0; j <= i; ++j) dsr[j] = pr[j] * (dpr[j] - dot);
+    for (int64_t j = i + 1; j < T; ++j) dsr[j] = 0.0f;
+  });
+}
+
+void HostBackend::embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* wte,
+                                    const float* wpe, float* y) {
+  Kokkos::parallel_for("pt::embedding_forward", Range(0, n * T), [=](int64_t r) {
+    const float* e = wte + static_cast<int64_t>(tokens[r]) * D;
+    const float* q = wpe + (r % T) * D;
+    float* yr = y + r * D;
+    for (int64_t d = 0; d < D; ++d) yr[d] = e[d] + q[d];
+  });
+}
+
+void HostBackend::embedding_backward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* dy, float* dwte,
+                                     float* dwpe) {
+  // one kernel index: the scatter-add runs in (sample, position) order
+  Kokkos::parallel_for("pt::embedding_backward", Range(0, 1), [=](int) {
+    for (int64_t r = 0; r < n * T; ++r) {
+      const float* d = dy + r * D;
+      float* e = dwte + static_cast<int64_t>(tokens[r]) * D;
+      float* q = dwpe + (r % T) * D;
+      for (int64_t k = 0; k < D; ++k) {
+        e[k] += d[k];
+        q[k] += d[k];
+      }
+    }
+  });
+}
+
+void HostBackend::mean_rows(int64_t rows, int64_t cols, const float* x, float* y) {
+  const float count = static_cast<float>(cols);
+  Kokkos::parallel_for("pt::mean_rows", Range(0, rows), [=](int64_t r) {
+    const float* xr = x + r * cols;
+    float acc = 0.0f;
+    for (int64_t c = 0; c < cols; ++c) acc += xr[c];
+    y[r] = acc / count;
+  });
+}
+
+void HostBackend::mean_rows_backward(int64_t rows, int64_t cols, const float* dy, float* dx) {
+  const float count = static_cast<float>(cols);
+  Kokkos::parallel_for("pt::mean_rows_backward", Range(0, rows * cols), [=](int64_t i) { dx[i] = dy[i / cols] / count; });
+}
+
+}  // namespace pt::host

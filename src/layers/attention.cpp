@@ -1,0 +1,178 @@
+// Causal multi-head self-attention: the shared core (attention_core.hpp) and the
+// `attention` layer on [T, D] (no residual, no norm: torch.nn.MultiheadAttention with a
+// causal mask). Backward splits: dx (I) and the projection gradients (W); the in_proj
+// output gradient is kept between them.
+#include <algorithm>
+#include <cmath>
+
+#include "attention_core.hpp"
+
+namespace pt::layers {
+
+namespace {
+constexpr uint64_t kProbDropout = 3;  // dropout stream slot of the attention probabilities
+}
+
+AttentionCore::AttentionCore(int64_t T, int64_t D, int64_t heads, float p, int layer)
+    : T_(T), D_(D), H_(heads), dh_(D / heads), p_(p), scale_(1.0f / std::sqrt(static_cast<float>(D / heads))),
+      layer_(layer), qkv_{D, 3 * D, true}, proj_{D, D, true} {}
+
+void AttentionCore::init_params(float* host, uint64_t seed, int layer, int first_tensor) const {
+  init_normal(host, 3 * D_ * D_, 0.02f, seed, layer, first_tensor);
+  init_constant(host + 3 * D_ * D_, 3 * D_, 0.0f);
+  float* w = host + qkv_.size();
+  init_normal(w, D_ * D_, 0.02f, seed, layer, first_tensor + 2);
+  init_constant(w + D_ * D_, D_, 0.0f);
+}
+
+int64_t AttentionCore::forward_work() const {
+  return std::max(3 * T_ * D_, (p_ > 0 ? H_ * T_ * T_ : 0) + T_ * D_);
+}
+int64_t AttentionCore::backward_work() const { return 5 * T_ * D_ + (p_ > 0 ? 2 : 1) * H_ * T_ * T_; }
+
+void AttentionCore::heads_gemm(Backend& be, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                               const float* A, const float* B, float* C, int64_t n) const {
+  const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  be.gemm_strided_batched(ta, tb, M, N, K, alpha, A, lda, M * K, B, ldb, K * N, 0.0f, C, N, M * N, n * H_);
+}
+
+// The probabilities after dropout: P itself, or its dropped copy in buf.
+const float* AttentionCore::dropped(const LayerCtx& c, const float* P, float* buf, int64_t n) const {
+  if (!c.training || p_ == 0.0f) return P;
+  dropout_apply(c, layer_, kProbDropout, p_, H_ * T_ * T_, P, buf, n);
+  return buf;
+}
+
+void AttentionCore::forward(const LayerCtx& c, const float* w, const float* x, float* y, float* saved,
+                            int64_t n) const {
+  Backend& be = c.be;
+  const int64_t TD = T_ * D_;
+  Carve s{saved, n};
+  float* qkvh = s.take(3 * TD);
+  float* P = s.take(H_ * T_ * T_);
+  float* O = s.take(TD);
+  qkv_.forward(be, w, x, c.work, n * T_);  // [n, T, 3, H, dh]
+  be.heads_split(n, T_, 3, H_, dh_, c.work, qkvh);
+  const float *q = qkvh, *k = qkvh + n * TD, *v = qkvh + 2 * n * TD;
+  heads_gemm(be, false, true, T_, T_, dh_, scale_, q, k, P, n);  // scores
+  be.causal_softmax_forward(n * H_, T_, P, P);
+  Carve wk{c.work, n};
+  float* pd_buf = p_ > 0 ? wk.take(H_ * T_ * T_) : nullptr;
+  float* Oh = wk.take(TD);
+  heads_gemm(be, false, false, T_, dh_, T_, 1.0f, dropped(c, P, pd_buf, n), v, Oh, n);
+  be.heads_merge(n, T_, 1, H_, dh_, Oh, O);
+  proj_.forward(be, w + qkv_.size(), O, y, n * T_);
+}
+
+void AttentionCore::input_half(const LayerCtx& c, const float* w, const float* dy, float* dx, const float* saved,
+                               float* keep, int64_t n) const {
+  Backend& be = c.be;
+  const int64_t TD = T_ * D_, TT = T_ * T_;
+  const float* qkvh = saved;
+  const float* P = saved + n * 3 * TD;
+  const float *q = qkvh, *k = qkvh + n * TD, *v = qkvh + 2 * n * TD;
+  Carve wk{c.work, n};
+  float* dO = wk.take(TD);
+  float* dOh = wk.take(TD);
+  float* dP = wk.take(H_ * TT);
+  float* pd_buf = p_ > 0 ? wk.take(H_ * TT) : nullptr;
+  float* dqkvh = wk.take(3 * TD);
+  proj_.backward_input(be, w + qkv_.size(), dy, dO, n * T_);
+  be.heads_split(n, T_, 1, H_, dh_, dO, dOh);
+  heads_gemm(be, false, true, T_, T_, dh_, 1.0f, dOh, v, dP, n);                          // dPd = dO V^T
+  heads_gemm(be, true, false, T_, dh_, T_, 1.0f, dropped(c, P, pd_buf, n), dOh, dqkvh + 2 * n * TD, n);  // dV = Pd^T dO
+  if (c.training && p_ > 0) dropout_grad(c, layer_, kProbDropout, p_, H_ * TT, dP, dP, n);
+  be.causal_softmax_backward(n * H_, T_, P, dP, dP);                                        // dS
+  heads_gemm(be, false, false, T_, dh_, T_, scale_, dP, k, dqkvh, n);                       // dQ = s dS K
+  heads_gemm(be, true, false, T_, dh_, T_, scale_, dP, q, dqkvh + n * TD, n);               // dK = s dS^T Q
+  be.heads_merge(n, T_, 3, H_, dh_, dqkvh, keep);
+  qkv_.backward_input(be, w, keep, dx, n * T_);
+}
+
+void AttentionCore::weight_half(const LayerCtx& c, const float* x, const float* dy, float* dw, const float* saved,
+                                const float* keep, int64_t n) const {
+  const float* O = saved + n * (3 * T_ * D_ + H_ * T_ * T_);
+  proj_.backward_weight(c.be, O, dy, dw + qkv_.size(), n * T_);
+  qkv_.backward_weight(c.be, x, keep, dw, n * T_);
+}
+
+double AttentionCore::flops_forward() const {
+  const double T = static_cast<double>(T_), D = static_cast<double>(D_);
+  return 2 * T * D * 3 * D + 4 * T * T * D + 2 * T * D * D + 5.0 * H_ * T * T;
+}
+
+namespace {
+
+class Attention final : public Layer {
+ public:
+  Attention(const LayerSpec& s, Shape in)
+      : Layer(s, in), core_(in.T(), in.D(), s.heads, static_cast<float>(s.p), s.index) {}
+
+  std::vector<ParamTensor> params() const override {
+    const int64_t D = in_.D();
+    return {{"in_proj_weight", {3 * D, D}, 0, 3 * D * D},
+            {"in_proj_bias", {3 * D}, 3 * D * D, 3 * D},
+            {"out_proj.weight", {D, D}, 3 * D * D + 3 * D, D * D},
+            {"out_proj.bias", {D}, 4 * D * D + 3 * D, D}};
+  }
+  void init_params(float* host, uint64_t seed) const override { core_.init_params(host, seed, index(), 0); }
+  int64_t aux_per_sample() const override { return core_.saved_per_sample(); }
+  int64_t split_aux_per_sample() const override { return core_.keep_per_sample(); }
+  int64_t workspace_per_sample() const override {
+    return std::max(core_.forward_work(), core_.keep_per_sample() + core_.backward_work());
+  }
+  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const override {
+    core_.forward(c, w, x, y, aux, n);
+  }
+  void backward(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float* dw,
+                const float* aux, int64_t n) const override {
+    const KeepInWork k = keep_in_work(c, core_.keep_per_sample(), n);
+    core_.input_half(k.ctx, w, dy, dx, aux, k.keep, n);
+    core_.weight_half(k.ctx, x, dy, dw, aux, k.keep, n);
+  }
+  bool splits_backward() const override { return true; }
+  void backward_input(const LayerCtx& c, const float* w, const float*, const float*, const float* dy, float* dx, float*,
+                      float* aux, int64_t n) const override {
+    core_.input_half(c, w, dy, dx, aux, aux + n * aux_per_sample(), n);
+  }
+  void backward_weight(const LayerCtx& c, const float*, const float* x, const float*, const float* dy, float* dw,
+                       const float* aux, int64_t n) const override {
+    core_.weight_half(c, x, dy, dw, aux, aux + n * aux_per_sample(), n);
+  }
+  double flops_forward() const override { return core_.flops_forward(); }
+  double flops_backward() const override { return 2.0 * core_.flops_forward(); }
+
+ private:
+  AttentionCore core_;
+};
+
+}  // namespace
+
+void check_heads(const LayerSpec& s, const Shape& in) {
+  if (in.D() % s.heads != 0)
+    key_error(s, "heads", "heads = " + std::to_string(s.heads) + " must divide the model width D = " +
+                              std::to_string(in.D()) + " of its input " + in.str());
+}
+
+namespace {
+
+LayerType attention_type() {
+  LayerType t;
+  t.name = "attention";
+  t.doc = "causal multi-head self-attention on [T, D] (softmax(q k^T / sqrt(D / heads)) v, then the output projection)";
+  t.pytorch = "torch.nn.MultiheadAttention(D, heads, dropout, batch_first=True)(x, x, x, attn_mask=causal, need_weights=False)";
+  t.keys = {PT_LAYER_KEY("heads", KeyKind::Int, true, key_gt(0), "attention heads (must divide D)", heads),
+            PT_LAYER_KEY("dropout", KeyKind::Float, false, key_between(0, 1, true), "dropout of the attention probabilities (default 0)", p)};
+  t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
+    require_input(s, in, 2, "a sequence [T, D]", prev);
+    check_heads(s, in);
+    return std::make_unique<Attention>(s, in);
+  };
+  return t;
+}
+
+}  // namespace
+
+PT_REGISTER_LAYER(attention, attention_type())
+
+}  // namespace pt::layers

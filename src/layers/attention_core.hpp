@@ -1,0 +1,47 @@
+// Internal to src/layers: causal multi-head self-attention on [T, D] sequences, shared by
+// the attention layer and transformer_block. Parameters (PyTorch nn.MultiheadAttention
+// layout): in_proj weight [3D, D] and bias [3D] (q, k, v stacked), out_proj weight [D, D]
+// and bias [D]. Per sample it saves q, k, v head-major (3 T D), the attention
+// probabilities before dropout (H T T) and the merged head outputs (T D); the input half of
+// backward leaves the in_proj output gradient (3 T D) in `keep` for the weight half.
+// Probability dropout is keyed by (seed, layer, stream slot 3, sample, head/query/key
+// position) and recomputed in backward.
+#pragma once
+#include "layer_util.hpp"
+
+namespace pt::layers {
+
+// `heads` must divide the input's D: else a located error naming the layer, key and values.
+void check_heads(const LayerSpec& s, const Shape& in);
+
+class AttentionCore {
+ public:
+  AttentionCore(int64_t T, int64_t D, int64_t heads, float p, int layer);
+
+  int64_t num_params() const { return qkv_.size() + proj_.size(); }
+  void init_params(float* host, uint64_t seed, int layer, int first_tensor) const;  // N(0, 0.02), zero biases
+  int64_t saved_per_sample() const { return 4 * T_ * D_ + H_ * T_ * T_; }
+  int64_t keep_per_sample() const { return 3 * T_ * D_; }
+  int64_t forward_work() const;   // per sample
+  int64_t backward_work() const;  // per sample, input half
+
+  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* saved, int64_t n) const;
+  // dx (may be null) = dL/dx; keep = the in_proj output gradient. c.work: backward_work().
+  void input_half(const LayerCtx& c, const float* w, const float* dy, float* dx, const float* saved, float* keep,
+                  int64_t n) const;
+  void weight_half(const LayerCtx& c, const float* x, const float* dy, float* dw, const float* saved,
+                   const float* keep, int64_t n) const;
+  double flops_forward() const;
+
+ private:
+  // batched [T, *] products over the n * H heads
+  void heads_gemm(Backend& be, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  const float* B, float* C, int64_t n) const;
+  const float* dropped(const LayerCtx& c, const float* P, float* buf, int64_t n) const;
+  int64_t T_, D_, H_, dh_;
+  float p_, scale_;
+  int layer_;
+  RowLinear qkv_, proj_;
+};
+
+}  // namespace pt::layers

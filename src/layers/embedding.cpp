@@ -1,0 +1,68 @@
+// Token plus learned position embedding, the first layer of a language model: T token ids
+// ([T] tokens, exact floats) -> [T, D] = weight[token] + pos[position]. Parameters weight
+// [V, D] (V = the data's vocabulary, Model's classes) and pos [T, D], GPT-2's N(0, 0.02)
+// keyed by (seed, layer, tensor). Backward has no input gradient (token ids are not
+// differentiable: dx, if asked for, is zero) and a deterministic scatter-add into the token
+// rows; it splits as I = nothing, W = the scatter-add.
+#include "layer_util.hpp"
+
+namespace pt::layers {
+namespace {
+
+class Embedding final : public Layer {
+ public:
+  Embedding(const LayerSpec& s, Shape in) : Layer(s, in), V_(s.classes), D_(s.dim) { out_ = Shape::seq(in.T(), s.dim); }
+
+  std::vector<ParamTensor> params() const override {
+    const int64_t T = in_.T();
+    return {{"weight", {V_, D_}, 0, V_ * D_}, {"pos", {T, D_}, V_ * D_, T * D_}};
+  }
+  void init_params(float* host, uint64_t seed) const override {
+    int t = 0;
+    for (auto& p : params()) init_normal(host + p.offset, p.size, 0.02f, seed, index(), t++);
+  }
+  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float*, int64_t n) const override {
+    c.be.embedding_forward(n, in_.T(), D_, x, w, w + V_ * D_, y);
+  }
+  void backward(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy, float* dx, float* dw,
+                const float* aux, int64_t n) const override {
+    backward_input(c, w, x, y, dy, dx, dw, nullptr, n);
+    backward_weight(c, w, x, y, dy, dw, aux, n);
+  }
+  bool splits_backward() const override { return true; }
+  void backward_input(const LayerCtx& c, const float*, const float*, const float*, const float*, float* dx, float*,
+                      float*, int64_t n) const override {
+    if (dx) c.be.fill(dx, 0.0f, static_cast<size_t>(n * in_.numel()));
+  }
+  void backward_weight(const LayerCtx& c, const float*, const float* x, const float*, const float* dy, float* dw,
+                       const float*, int64_t n) const override {
+    c.be.embedding_backward(n, in_.T(), D_, x, dy, dw, dw + V_ * D_);
+  }
+  double flops_forward() const override { return static_cast<double>(out_.numel()); }
+  double flops_backward() const override { return 2.0 * out_.numel(); }
+
+ private:
+  int64_t V_, D_;
+};
+
+LayerType embedding_type() {
+  LayerType t;
+  t.name = "embedding";
+  t.doc = "token embedding (vocabulary = the data's classes) plus learned position embedding: [T] tokens -> [T, dim]";
+  t.pytorch = "torch.nn.Embedding(V, dim)(tokens) + torch.nn.Embedding(T, dim)(arange(T)) (GPT-2's wte + wpe)";
+  t.keys = {PT_LAYER_KEY("dim", KeyKind::Int, true, key_gt(0), "model width D", dim)};
+  t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
+    if (!in.is_tokens)
+      fail(Exit::bad_input, s.where + ": layer " + std::to_string(s.index) + " '" + s.name + "' (embedding): expects [T] tokens input (data.source = \"text\" or \"tokens\"), but " +
+                                prev + " outputs " + in.str(), true);
+    require_vocabulary(s, 1);
+    return std::make_unique<Embedding>(s, in);
+  };
+  return t;
+}
+
+}  // namespace
+
+PT_REGISTER_LAYER(embedding, embedding_type())
+
+}  // namespace pt::layers

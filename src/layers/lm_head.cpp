@@ -1,0 +1,133 @@
+// The language-model head, a loss layer: the final layer norm over D, the linear map to
+// the vocabulary V (the data's classes), and softmax cross entropy of every position
+// against its next-token label (LayerCtx::labels: n * T ids). The per-sample output is the
+// mean over the T positions of the token loss, so the trainer's mean over samples is the
+// mean token loss in nats; backward ignores dy and scales by loss_scale / T. Parameters:
+// norm.weight [D], norm.bias [D], weight [V, D], then bias [V] when `bias = true`. With
+// `tie = "<embedding layer>"` its weight mirrors that embedding's token weight: its own
+// copy, initialised with the embedding's key (seed, that layer, tensor 0); tied_to(2)
+// names it and the runtime sums the two gradients. Backward splits: the input half keeps
+// the norm's output gradient; the weight half recomputes the logits' gradient from the
+// saved probabilities (the same kernel: bitwise).
+#include "layer_util.hpp"
+
+namespace pt::layers {
+namespace {
+
+class LmHead final : public Layer {
+ public:
+  LmHead(const LayerSpec& s, Shape in)
+      : Layer(s, in), T_(in.T()), D_(in.D()), V_(s.classes), norm_{D_, static_cast<float>(s.eps)},
+        lin_{D_, V_, s.head_bias} {
+    out_ = Shape::vec(1);
+  }
+
+  bool is_loss() const override { return true; }
+  int64_t loss_classes() const override { return V_; }
+  int64_t labels_per_sample() const override { return T_; }
+  std::string tied_to(int tensor) const override { return tensor == 2 ? spec_.tie : ""; }
+
+  std::vector<ParamTensor> params() const override {
+    std::vector<ParamTensor> p = {{"norm.weight", {D_}, 0, D_}, {"norm.bias", {D_}, D_, D_}, {"weight", {V_, D_}, 2 * D_, V_ * D_}};
+    if (spec_.head_bias) p.push_back({"bias", {V_}, 2 * D_ + V_ * D_, V_});
+    return p;
+  }
+  // norm (1, 0); weight N(0, 0.02), keyed as the tied embedding's token weight when tied;
+  // bias 0
+  void init_params(float* host, uint64_t seed) const override {
+    init_constant(host, D_, 1.0f);
+    init_constant(host + D_, D_, 0.0f);
+    if (spec_.tie_layer >= 0) init_normal(host + 2 * D_, V_ * D_, 0.02f, seed, spec_.tie_layer, 0);
+    else init_normal(host + 2 * D_, V_ * D_, 0.02f, seed, index(), 2);
+    if (spec_.head_bias) init_constant(host + 2 * D_ + V_ * D_, V_, 0.0f);
+  }
+  // norm output, norm stats, probabilities, token losses
+  int64_t aux_per_sample() const override { return T_ * D_ + 2 * T_ + T_ * V_ + T_; }
+  int64_t split_aux_per_sample() const override { return T_ * D_; }
+  int64_t workspace_per_sample() const override { return T_ * V_ + T_ * D_; }
+
+  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const override {
+    Carve s{aux, n};
+    float* z = s.take(T_ * D_);
+    float* st = s.take(2 * T_);
+    float* probs = s.take(T_ * V_);
+    float* tok = s.take(T_);
+    norm_.forward(c.be, w, x, z, st, n * T_);
+    lin_.forward(c.be, w + 2 * D_, z, c.work, n * T_);  // logits
+    c.be.softmax_xent_forward(n * T_, V_, c.work, c.labels, tok, probs);
+    c.be.mean_rows(n, T_, tok, y);
+  }
+  void eval_loss(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n, double* loss_sum,
+                 int64_t* correct) const override {
+    forward(c, w, x, y, aux, n);
+    *loss_sum = c.be.sum(static_cast<size_t>(n), y);
+    *correct = c.be.count_correct(n * T_, V_, c.work, c.labels);  // the logits forward left in the workspace
+  }
+  void backward(const LayerCtx& c, const float* w, const float* x, const float*, const float*, float* dx, float* dw,
+                const float* aux, int64_t n) const override {
+    float* keep = c.work + n * T_ * V_;
+    input_half(c, w, x, dx, aux, keep, n);
+    weight_half(c, w, x, dw, aux, keep, n, false);
+  }
+  bool splits_backward() const override { return true; }
+  void backward_input(const LayerCtx& c, const float* w, const float* x, const float*, const float*, float* dx, float*,
+                      float* aux, int64_t n) const override {
+    input_half(c, w, x, dx, aux, aux + n * aux_per_sample(), n);
+  }
+  void backward_weight(const LayerCtx& c, const float* w, const float* x, const float*, const float*, float* dw,
+                       const float* aux, int64_t n) const override {
+    weight_half(c, w, x, dw, aux, aux + n * aux_per_sample(), n, true);
+  }
+  double flops_forward() const override {
+    return 8.0 * T_ * D_ + 2.0 * T_ * D_ * V_ + 4.0 * T_ * V_;
+  }
+  double flops_backward() const override { return 12.0 * T_ * D_ + 4.0 * T_ * D_ * V_ + 2.0 * T_ * V_; }
+
+ private:
+  const float* probs(const float* aux, int64_t n) const { return aux + n * (T_ * D_ + 2 * T_); }
+  // dlogits = loss_scale / T * (probs - onehot(labels)) into the workspace
+  void logits_grad(const LayerCtx& c, const float* aux, int64_t n) const {
+    c.be.softmax_xent_backward(n * T_, V_, probs(aux, n), c.labels, c.loss_scale / static_cast<float>(T_), c.work);
+  }
+  void input_half(const LayerCtx& c, const float* w, const float* x, float* dx, const float* aux, float* dz,
+                  int64_t n) const {
+    logits_grad(c, aux, n);
+    lin_.backward_input(c.be, w + 2 * D_, c.work, dz, n * T_);
+    norm_.backward_input(c.be, w, x, aux + n * T_ * D_, dz, dx, n * T_);
+  }
+  void weight_half(const LayerCtx& c, const float* w, const float* x, float* dw, const float* aux, const float* dz,
+                   int64_t n, bool recompute) const {
+    if (recompute) logits_grad(c, aux, n);
+    lin_.backward_weight(c.be, aux, c.work, dw + 2 * D_, n * T_);
+    norm_.backward_weight(c.be, w, x, aux + n * T_ * D_, dz, dw, n * T_);
+  }
+
+  int64_t T_, D_, V_;
+  RowNorm norm_;
+  RowLinear lin_;
+};
+
+LayerType lm_head_type() {
+  LayerType t;
+  t.name = "lm_head";
+  t.doc = "language-model head and loss on [T, D]: layer norm, linear to the vocabulary, next-token cross entropy "
+          "averaged over the T positions";
+  t.pytorch = "F.cross_entropy(Linear(D, V, bias)(LayerNorm(D, eps)(x)).view(-1, V), labels.view(-1)) (mean over tokens)";
+  t.loss = true;
+  t.keys = {PT_LAYER_KEY("tie", KeyKind::String, false, KeyRange{},
+                         "name of the embedding layer whose token weight this head's weight mirrors (default \"\": untied)", tie),
+            PT_LAYER_KEY("bias", KeyKind::Bool, false, KeyRange{}, "add a bias to the logits (default false)", head_bias),
+            PT_LAYER_KEY("eps", KeyKind::Float, false, key_gt(0), "layer-norm epsilon (default 1e-5)", eps)};
+  t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
+    require_input(s, in, 2, "a sequence [T, D]", prev);
+    require_vocabulary(s, 2);
+    return std::make_unique<LmHead>(s, in);
+  };
+  return t;
+}
+
+}  // namespace
+
+PT_REGISTER_LAYER(lm_head, lm_head_type())
+
+}  // namespace pt::layers

@@ -1,0 +1,222 @@
+// The ResNet basic block, one composite link of the chain with its residual graph inside:
+// y = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), conv1 3x3 with `stride`,
+// conv2 3x3, both padding 1 and without bias; the shortcut is x itself, or a 1x1 conv
+// with `stride` (no bias) and a batch norm when the channels or the stride change
+// (torchvision's BasicBlock). Parameters in this order: conv1.weight, bn1.weight,
+// bn1.bias, conv2.weight, bn2.weight, bn2.bias, then downsample.0.weight, downsample.1.weight,
+// downsample.1.bias; state: the running mean and variance of bn1, bn2 (and the shortcut's).
+// Backward = input half (every inner output gradient into `keep`) then weight half.
+#include <algorithm>
+#include <cmath>
+
+#include "layer_util.hpp"
+
+namespace pt::layers {
+namespace {
+
+class ResidualBlock final : public Layer {
+ public:
+  ResidualBlock(const LayerSpec& s, Shape in)
+      : Layer(s, in), g1_(square_window(in.c(), in.h(), in.w(), s.channels, 3, s.stride, 1)),
+        g2_(square_window(s.channels, g1_.h_out, g1_.w_out, s.channels, 3, 1, 1)),
+        gp_(square_window(in.c(), in.h(), in.w(), s.channels, 1, s.stride, 0)),
+        proj_(s.stride != 1 || s.channels != in.c()),
+        bn_{s.channels, g1_.h_out * g1_.w_out, static_cast<float>(s.eps), static_cast<float>(s.momentum)} {
+    out_ = Shape::chw(s.channels, g1_.h_out, g1_.w_out);
+  }
+
+  std::vector<ParamTensor> params() const override;
+  void init_params(float* host, uint64_t seed) const override;
+  int64_t num_state() const override { return (proj_ ? 3 : 2) * 2 * bn_.C; }
+  void init_state(float* host) const override {
+    for (int i = 0; i < (proj_ ? 3 : 2); ++i) bn_.init_state(host + i * 2 * bn_.C);
+  }
+  // conv1 out, relu(bn1) out, conv2 out, [shortcut conv out], batch statistics of each bn
+  int64_t aux_per_sample() const override { return (proj_ ? 4 : 3) * O() + (proj_ ? 3 : 2) * 2 * bn_.C; }
+  // output gradients of bn2 (= the shortcut bn's), conv2, bn1, conv1, [shortcut conv]
+  int64_t split_aux_per_sample() const override { return (proj_ ? 5 : 4) * O(); }
+  int64_t workspace_per_sample() const override {
+    return std::max(O(), split_aux_per_sample() + O() + in_.numel());
+  }
+  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const override;
+  void backward(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy, float* dx, float* dw,
+                const float* aux, int64_t n) const override {
+    const KeepInWork k = keep_in_work(c, split_aux_per_sample(), n);
+    input_half(k.ctx, w, x, y, dy, dx, aux, k.keep, n);
+    weight_half(k.ctx, w, x, dw, aux, k.keep, n);
+  }
+  bool splits_backward() const override { return true; }
+  void backward_input(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy, float* dx,
+                      float*, float* aux, int64_t n) const override {
+    input_half(c, w, x, y, dy, dx, aux, aux + n * aux_per_sample(), n);
+  }
+  void backward_weight(const LayerCtx& c, const float* w, const float* x, const float*, const float*, float* dw,
+                       const float* aux, int64_t n) const override {
+    weight_half(c, w, x, dw, aux, aux + n * aux_per_sample(), n);
+  }
+  double flops_forward() const override {
+    const double conv = 2.0 * O() * (in_.c() * 9 + bn_.C * 9 + (proj_ ? in_.c() : 0));
+    return conv + (proj_ ? 3 : 2) * 8.0 * O() + 3.0 * O();
+  }
+  double flops_backward() const override { return 2.0 * flops_forward(); }
+
+ private:
+  int64_t O() const { return out_.numel(); }
+  int64_t w1() const { return g1_.c_out * g1_.c_in * 9; }
+  int64_t w2() const { return g2_.c_out * g2_.c_in * 9; }
+  // Parameter offsets: conv1, bn1, conv2, bn2, shortcut conv, shortcut bn.
+  struct Offsets {
+    int64_t c1, b1, c2, b2, cp, bp;
+  };
+  Offsets off() const {
+    Offsets o;
+    o.c1 = 0, o.b1 = w1(), o.c2 = o.b1 + bn_.size(), o.b2 = o.c2 + w2(), o.cp = o.b2 + bn_.size();
+    o.bp = o.cp + gp_.c_out * gp_.c_in;
+    return o;
+  }
+  struct Saved {
+    float *c1, *r1, *c2, *cp, *st1, *st2, *stp;
+  };
+  Saved saved(const float* aux, int64_t n) const {
+    Carve s{const_cast<float*>(aux), n};
+    Saved v;
+    v.c1 = s.take(O()), v.r1 = s.take(O()), v.c2 = s.take(O()), v.cp = proj_ ? s.take(O()) : nullptr;
+    v.st1 = s.take(2 * bn_.C), v.st2 = s.take(2 * bn_.C), v.stp = proj_ ? s.take(2 * bn_.C) : nullptr;
+    return v;
+  }
+  struct Kept {
+    float *ds, *dc2, *db1, *dc1, *dcp;
+  };
+  Kept kept(const float* keep, int64_t n) const {
+    Carve k{const_cast<float*>(keep), n};
+    Kept v;
+    v.ds = k.take(O()), v.dc2 = k.take(O()), v.db1 = k.take(O()), v.dc1 = k.take(O()), v.dcp = proj_ ? k.take(O()) : nullptr;
+    return v;
+  }
+  void input_half(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy, float* dx,
+                  const float* aux, float* keep, int64_t n) const;
+  void weight_half(const LayerCtx& c, const float* w, const float* x, float* dw, const float* aux, const float* keep,
+                   int64_t n) const;
+
+  WindowGeom g1_, g2_, gp_;
+  bool proj_;
+  ChannelNorm bn_;
+};
+
+std::vector<ParamTensor> ResidualBlock::params() const {
+  const Offsets o = off();
+  const int64_t C = bn_.C, Ci = in_.c();
+  std::vector<ParamTensor> p = {{"conv1.weight", {C, Ci, 3, 3}, o.c1, w1()}, {"bn1.weight", {C}, o.b1, C},
+                                {"bn1.bias", {C}, o.b1 + C, C},           {"conv2.weight", {C, C, 3, 3}, o.c2, w2()},
+                                {"bn2.weight", {C}, o.b2, C},             {"bn2.bias", {C}, o.b2 + C, C}};
+  if (proj_) {
+    p.push_back({"downsample.0.weight", {C, Ci, 1, 1}, o.cp, C * Ci});
+    p.push_back({"downsample.1.weight", {C}, o.bp, C});
+    p.push_back({"downsample.1.bias", {C}, o.bp + C, C});
+  }
+  return p;
+}
+
+// Convolutions as PyTorch's default (U(+-1/sqrt(fan_in))) keyed by (seed, layer, tensor
+// index above); batch norms (1, 0).
+void ResidualBlock::init_params(float* host, uint64_t seed) const {
+  int t = 0;
+  for (const ParamTensor& p : params()) {
+    if (p.shape.size() == 4) {
+      const float fan_in = static_cast<float>(p.shape[1] * p.shape[2] * p.shape[3]);
+      init_uniform(host + p.offset, p.size, 1.0f / std::sqrt(fan_in), seed, index(), t);
+    } else {
+      init_constant(host + p.offset, p.size, p.name.find("weight") != std::string::npos ? 1.0f : 0.0f);
+    }
+    ++t;
+  }
+}
+
+void ResidualBlock::forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux,
+                            int64_t n) const {
+  Backend& be = c.be;
+  const Offsets o = off();
+  const Saved s = saved(aux, n);
+  const size_t no = static_cast<size_t>(n * O());
+  float* st = c.state;
+  const int64_t S = 2 * bn_.C;  // state floats per batch norm
+  be.conv2d_forward(g1_, n, x, w + o.c1, nullptr, s.c1);
+  bn_.forward(c, w + o.b1, s.c1, s.r1, s.st1, st, n);
+  be.relu_forward(no, s.r1, s.r1);
+  be.conv2d_forward(g2_, n, s.r1, w + o.c2, nullptr, s.c2);
+  bn_.forward(c, w + o.b2, s.c2, y, s.st2, st ? st + S : nullptr, n);
+  if (proj_) {
+    be.conv2d_forward(gp_, n, x, w + o.cp, nullptr, s.cp);
+    bn_.forward(c, w + o.bp, s.cp, c.work, s.stp, st ? st + 2 * S : nullptr, n);
+    be.axpy(no, 1.0f, c.work, y);
+  } else {
+    be.axpy(no, 1.0f, x, y);
+  }
+  be.relu_forward(no, y, y);
+}
+
+void ResidualBlock::input_half(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy,
+                               float* dx, const float* aux, float* keep, int64_t n) const {
+  Backend& be = c.be;
+  const Offsets o = off();
+  const Saved s = saved(aux, n);
+  const Kept k = kept(keep, n);
+  const size_t no = static_cast<size_t>(n * O());
+  float* dr1 = c.work;
+  float* dxp = c.work + n * O();
+  be.relu_backward(no, y, dy, k.ds);
+  bn_.backward_input(be, w + o.b2, s.c2, s.st2, k.ds, k.dc2, n);
+  be.conv2d_backward(g2_, n, s.r1, w + o.c2, k.dc2, dr1, nullptr, nullptr);
+  be.relu_backward(no, s.r1, dr1, k.db1);
+  bn_.backward_input(be, w + o.b1, s.c1, s.st1, k.db1, k.dc1, n);
+  if (proj_) bn_.backward_input(be, w + o.bp, s.cp, s.stp, k.ds, k.dcp, n);
+  if (!dx) return;
+  be.conv2d_backward(g1_, n, x, w + o.c1, k.dc1, dx, nullptr, nullptr);
+  if (proj_) {
+    be.conv2d_backward(gp_, n, x, w + o.cp, k.dcp, dxp, nullptr, nullptr);
+    be.axpy(static_cast<size_t>(n * in_.numel()), 1.0f, dxp, dx);
+  } else {
+    be.axpy(no, 1.0f, k.ds, dx);
+  }
+}
+
+void ResidualBlock::weight_half(const LayerCtx& c, const float* w, const float* x, float* dw, const float* aux,
+                                const float* keep, int64_t n) const {
+  Backend& be = c.be;
+  const Offsets o = off();
+  const Saved s = saved(aux, n);
+  const Kept k = kept(keep, n);
+  be.conv2d_backward(g2_, n, s.r1, w + o.c2, k.dc2, nullptr, dw + o.c2, nullptr);
+  bn_.backward_weight(be, w + o.b2, s.c2, s.st2, k.ds, dw + o.b2, n);
+  be.conv2d_backward(g1_, n, x, w + o.c1, k.dc1, nullptr, dw + o.c1, nullptr);
+  bn_.backward_weight(be, w + o.b1, s.c1, s.st1, k.db1, dw + o.b1, n);
+  if (!proj_) return;
+  be.conv2d_backward(gp_, n, x, w + o.cp, k.dcp, nullptr, dw + o.cp, nullptr);
+  bn_.backward_weight(be, w + o.bp, s.cp, s.stp, k.ds, dw + o.bp, n);
+}
+
+LayerType residual_block_type() {
+  LayerType t;
+  t.name = "residual_block";
+  t.doc = "ResNet basic block: relu(bn(conv3x3(relu(bn(conv3x3/stride(x))))) + shortcut), shortcut = x or "
+          "bn(conv1x1/stride(x)) when channels or stride change; one link of the chain";
+  t.pytorch = "torchvision.models.resnet.BasicBlock(in, channels, stride, downsample=Sequential(Conv2d(in, channels, 1, "
+              "stride, bias=False), BatchNorm2d(channels)) when needed)";
+  t.keys = {PT_LAYER_KEY("channels", KeyKind::Int, true, key_gt(0), "output channels", channels),
+            PT_LAYER_KEY("stride", KeyKind::Int, false, key_gt(0), "stride of the first conv and the shortcut (default 1)", stride)};
+  for (LayerKey& k : batchnorm_keys()) t.keys.push_back(std::move(k));
+  t.finish = [](LayerSpec& s) {
+    if (s.stride == 0) s.stride = 1;
+  };
+  t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
+    require_input(s, in, 3, "an image [C, H, W]", prev);
+    return std::make_unique<ResidualBlock>(s, in);
+  };
+  return t;
+}
+
+}  // namespace
+
+PT_REGISTER_LAYER(residual_block, residual_block_type())
+
+}  // namespace pt::layers

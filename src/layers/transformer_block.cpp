@@ -1,0 +1,221 @@
+// The pre-LN transformer block, one composite link of the chain with its residual graph
+// inside: h = x + dropout(attn(ln1(x))), y = h + dropout(fc2(gelu(fc1(ln2(h))))), fc1 D ->
+// mlp_ratio D, causal multi-head attention (attention_core.hpp). Parameters in this order
+// (a PyTorch module with these attribute names loads them): ln1.weight, ln1.bias,
+// attn.in_proj_weight, attn.in_proj_bias, attn.out_proj.weight, attn.out_proj.bias,
+// ln2.weight, ln2.bias, mlp.0.weight, mlp.0.bias, mlp.2.weight, mlp.2.bias.
+// Residual dropout streams: slot 1 (attention branch) and 2 (MLP branch), keyed by (seed,
+// layer, sample, position, feature). Backward = input half (every inner output gradient
+// into `keep`) then weight half, so the fused and the split backward are bitwise equal.
+#include <algorithm>
+
+#include "attention_core.hpp"
+
+namespace pt::layers {
+namespace {
+
+class TransformerBlock final : public Layer {
+ public:
+  TransformerBlock(const LayerSpec& s, Shape in)
+      : Layer(s, in), T_(in.T()), D_(in.D()), F_(s.mlp_ratio * in.D()), p_(static_cast<float>(s.p)),
+        attn_(in.T(), in.D(), s.heads, p_, s.index), ln_{D_, 1e-5f}, fc1_{D_, F_, true}, fc2_{F_, D_, true} {}
+
+  std::vector<ParamTensor> params() const override;
+  void init_params(float* host, uint64_t seed) const override;
+  // ln1 out, ln1 stats, h, ln2 out, ln2 stats, fc1 out, gelu out, then the attention's
+  int64_t aux_per_sample() const override { return 3 * T_ * D_ + 4 * T_ + 2 * T_ * F_ + attn_.saved_per_sample(); }
+  // output gradients of fc2, fc1, ln2, the attention, its in_proj, ln1
+  int64_t split_aux_per_sample() const override { return 4 * T_ * D_ + T_ * F_ + attn_.keep_per_sample(); }
+  int64_t workspace_per_sample() const override {
+    const int64_t fwd = T_ * D_ + attn_.forward_work();
+    const int64_t bwd = split_aux_per_sample() + T_ * D_ + std::max(T_ * F_, attn_.backward_work());
+    return std::max(fwd, bwd);
+  }
+  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const override;
+  void backward(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float* dw,
+                const float* aux, int64_t n) const override {
+    const KeepInWork k = keep_in_work(c, split_aux_per_sample(), n);
+    input_half(k.ctx, w, x, dy, dx, aux, k.keep, n);
+    weight_half(k.ctx, w, x, dw, aux, k.keep, n);
+  }
+  bool splits_backward() const override { return true; }
+  void backward_input(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float*,
+                      float* aux, int64_t n) const override {
+    input_half(c, w, x, dy, dx, aux, aux + n * aux_per_sample(), n);
+  }
+  void backward_weight(const LayerCtx& c, const float* w, const float* x, const float*, const float*, float* dw,
+                       const float* aux, int64_t n) const override {
+    weight_half(c, w, x, dw, aux, aux + n * aux_per_sample(), n);
+  }
+  double flops_forward() const override {
+    const double TD = static_cast<double>(T_ * D_);
+    return attn_.flops_forward() + 4.0 * TD * F_ + 2 * 8.0 * TD + 20.0 * T_ * F_ + 2 * TD;
+  }
+  double flops_backward() const override { return 2.0 * flops_forward(); }
+
+ private:
+  // Parameter offsets: ln1, attention, ln2, fc1, fc2.
+  struct Offsets {
+    int64_t ln1, attn, ln2, fc1, fc2;
+  };
+  Offsets off() const {
+    Offsets o;
+    o.ln1 = 0;
+    o.attn = ln_.size();
+    o.ln2 = o.attn + attn_.num_params();
+    o.fc1 = o.ln2 + ln_.size();
+    o.fc2 = o.fc1 + fc1_.size();
+    return o;
+  }
+  // The saved activations of n samples.
+  struct Saved {
+    float *a1, *st1, *h, *b, *st2, *f, *g, *attn;
+  };
+  Saved saved(float* aux, int64_t n) const {
+    Carve s{aux, n};
+    Saved v;
+    v.a1 = s.take(T_ * D_), v.st1 = s.take(2 * T_), v.h = s.take(T_ * D_), v.b = s.take(T_ * D_);
+    v.st2 = s.take(2 * T_), v.f = s.take(T_ * F_), v.g = s.take(T_ * F_), v.attn = s.take(attn_.saved_per_sample());
+    return v;
+  }
+  // The kept output gradients of n samples.
+  struct Kept {
+    float *dm, *df, *db, *da, *dqkv, *da1;
+  };
+  Kept kept(float* keep, int64_t n) const {
+    Carve k{keep, n};
+    Kept v;
+    v.dm = k.take(T_ * D_), v.df = k.take(T_ * F_), v.db = k.take(T_ * D_), v.da = k.take(T_ * D_);
+    v.dqkv = k.take(attn_.keep_per_sample()), v.da1 = k.take(T_ * D_);
+    return v;
+  }
+  void input_half(const LayerCtx& c, const float* w, const float* x, const float* dy, float* dx, const float* aux,
+                  float* keep, int64_t n) const;
+  void weight_half(const LayerCtx& c, const float* w, const float* x, float* dw, const float* aux, const float* keep,
+                   int64_t n) const;
+
+  int64_t T_, D_, F_;
+  float p_;
+  AttentionCore attn_;
+  RowNorm ln_;
+  RowLinear fc1_, fc2_;
+};
+
+std::vector<ParamTensor> TransformerBlock::params() const {
+  const Offsets o = off();
+  const int64_t D = D_, F = F_;
+  return {{"ln1.weight", {D}, o.ln1, D},
+          {"ln1.bias", {D}, o.ln1 + D, D},
+          {"attn.in_proj_weight", {3 * D, D}, o.attn, 3 * D * D},
+          {"attn.in_proj_bias", {3 * D}, o.attn + 3 * D * D, 3 * D},
+          {"attn.out_proj.weight", {D, D}, o.attn + 3 * D * D + 3 * D, D * D},
+          {"attn.out_proj.bias", {D}, o.attn + 4 * D * D + 3 * D, D},
+          {"ln2.weight", {D}, o.ln2, D},
+          {"ln2.bias", {D}, o.ln2 + D, D},
+          {"mlp.0.weight", {F, D}, o.fc1, F * D},
+          {"mlp.0.bias", {F}, o.fc1 + F * D, F},
+          {"mlp.2.weight", {D, F}, o.fc2, D * F},
+          {"mlp.2.bias", {D}, o.fc2 + D * F, D}};
+}
+
+// Norms (1, 0); weights N(0, 0.02) keyed by (seed, layer, tensor index above); biases 0.
+void TransformerBlock::init_params(float* host, uint64_t seed) const {
+  const Offsets o = off();
+  for (int64_t ln : {o.ln1, o.ln2}) {
+    init_constant(host + ln, D_, 1.0f);
+    init_constant(host + ln + D_, D_, 0.0f);
+  }
+  attn_.init_params(host + o.attn, seed, index(), 2);
+  init_normal(host + o.fc1, F_ * D_, 0.02f, seed, index(), 8);
+  init_constant(host + o.fc1 + F_ * D_, F_, 0.0f);
+  init_normal(host + o.fc2, D_ * F_, 0.02f, seed, index(), 10);
+  init_constant(host + o.fc2 + D_ * F_, D_, 0.0f);
+}
+
+void TransformerBlock::forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux,
+                               int64_t n) const {
+  Backend& be = c.be;
+  const Offsets o = off();
+  const Saved s = saved(aux, n);
+  const int64_t rows = n * T_;
+  const size_t nd = static_cast<size_t>(rows * D_);
+  float* m = c.work;  // a branch's output, then its dropped copy
+  LayerCtx lc = c;
+  lc.work = c.work + n * T_ * D_;
+  ln_.forward(be, w + o.ln1, x, s.a1, s.st1, rows);
+  attn_.forward(lc, w + o.attn, s.a1, m, s.attn, n);
+  dropout_apply(c, index(), 1, p_, T_ * D_, m, m, n);
+  be.copy(s.h, x, nd);
+  be.axpy(nd, 1.0f, m, s.h);
+  ln_.forward(be, w + o.ln2, s.h, s.b, s.st2, rows);
+  fc1_.forward(be, w + o.fc1, s.b, s.f, rows);
+  be.gelu_forward(static_cast<size_t>(rows * F_), s.f, s.g);
+  fc2_.forward(be, w + o.fc2, s.g, m, rows);
+  dropout_apply(c, index(), 2, p_, T_ * D_, m, m, n);
+  be.copy(y, s.h, nd);
+  be.axpy(nd, 1.0f, m, y);
+}
+
+void TransformerBlock::input_half(const LayerCtx& c, const float* w, const float* x, const float* dy, float* dx,
+                                  const float* aux, float* keep, int64_t n) const {
+  Backend& be = c.be;
+  const Offsets o = off();
+  const Saved s = saved(const_cast<float*>(aux), n);
+  const Kept k = kept(keep, n);
+  const int64_t rows = n * T_;
+  const size_t nd = static_cast<size_t>(rows * D_);
+  float* dh = c.work;                    // gradient of h
+  float* dg = c.work + n * T_ * D_;      // gradient of the gelu output, then the attention's scratch
+  LayerCtx lc = c;
+  lc.work = dg;
+  dropout_grad(c, index(), 2, p_, T_ * D_, dy, k.dm, n);
+  fc2_.backward_input(be, w + o.fc2, k.dm, dg, rows);
+  be.gelu_backward(static_cast<size_t>(rows * F_), s.f, dg, k.df);
+  fc1_.backward_input(be, w + o.fc1, k.df, k.db, rows);
+  ln_.backward_input(be, w + o.ln2, s.h, s.st2, k.db, dh, rows);
+  be.axpy(nd, 1.0f, dy, dh);
+  dropout_grad(c, index(), 1, p_, T_ * D_, dh, k.da, n);
+  attn_.input_half(lc, w + o.attn, k.da, k.da1, s.attn, k.dqkv, n);
+  if (!dx) return;
+  ln_.backward_input(be, w + o.ln1, x, s.st1, k.da1, dx, rows);
+  be.axpy(nd, 1.0f, dh, dx);
+}
+
+void TransformerBlock::weight_half(const LayerCtx& c, const float* w, const float* x, float* dw, const float* aux,
+                                   const float* keep, int64_t n) const {
+  Backend& be = c.be;
+  const Offsets o = off();
+  const Saved s = saved(const_cast<float*>(aux), n);
+  const Kept k = kept(const_cast<float*>(keep), n);
+  const int64_t rows = n * T_;
+  fc2_.backward_weight(be, s.g, k.dm, dw + o.fc2, rows);
+  fc1_.backward_weight(be, s.b, k.df, dw + o.fc1, rows);
+  ln_.backward_weight(be, w + o.ln2, s.h, s.st2, k.db, dw + o.ln2, rows);
+  attn_.weight_half(c, s.a1, k.da, dw + o.attn, s.attn, k.dqkv, n);
+  ln_.backward_weight(be, w + o.ln1, x, s.st1, k.da1, dw + o.ln1, rows);
+}
+
+LayerType transformer_block_type() {
+  LayerType t;
+  t.name = "transformer_block";
+  t.doc = "pre-LN transformer block on [T, D]: x + attn(ln1(x)), then + mlp(ln2(.)), causal multi-head attention, "
+          "MLP D -> mlp_ratio D -> D with exact GELU; one link of the chain";
+  t.pytorch = "h = x + Dropout(p)(MultiheadAttention(D, heads, p, batch_first=True)(a, a, a, attn_mask=causal)[0]), a = "
+              "LayerNorm(D)(x); y = h + Dropout(p)(Sequential(Linear(D, rD), GELU(), Linear(rD, D))(LayerNorm(D)(h)))";
+  t.keys = {PT_LAYER_KEY("heads", KeyKind::Int, true, key_gt(0), "attention heads (must divide D)", heads),
+            PT_LAYER_KEY("mlp_ratio", KeyKind::Int, false, key_gt(0), "MLP hidden width / D (default 4)", mlp_ratio),
+            PT_LAYER_KEY("dropout", KeyKind::Float, false, key_between(0, 1, true),
+                         "dropout of the attention probabilities and both residual branches (default 0)", p)};
+  t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
+    require_input(s, in, 2, "a sequence [T, D]", prev);
+    check_heads(s, in);
+    return std::make_unique<TransformerBlock>(s, in);
+  };
+  return t;
+}
+
+}  // namespace
+
+PT_REGISTER_LAYER(transformer_block, transformer_block_type())
+
+}  // namespace pt::layers
