@@ -33,6 +33,7 @@ struct StageInfo {
   int stage = 0, replica = 0, first_layer = 0, end_layer = 0;
   std::vector<int64_t> layer_offsets;  // param offset of each layer of the stage
   std::vector<int64_t> layer_counts;
+  std::vector<int64_t> state_offsets, state_counts;  // running state (batch norm) of each layer
   std::vector<std::string> optimizer_names;
 };
 
@@ -80,7 +81,7 @@ std::vector<WorkerState> load_worker_state(const std::string& step_dir, int rank
 // Re-slice for another layout: the parameters and optimizer state of layers [first, end)
 // gathered from the old stages' files. Only for checkpoints without in-flight state.
 WorkerState load_resliced_state(const std::string& step_dir, const CheckpointMeta& meta, int first, int end,
-                                size_t nparams, size_t optimizer_buffers);
+                                size_t nparams, size_t optimizer_buffers, size_t nstate = 0);
 // The old layout of a checkpoint (split, replicas per group, placement).
 Layout checkpoint_layout(const CheckpointMeta& meta, int layers);
 // Field-level differences between a checkpoint's model and the deck's ("" when equal).

@@ -46,7 +46,8 @@ std::string chrome_trace_json(const std::vector<TraceEvent>& events, const Layou
 // the model elsewhere needs: the input shape, classes, the input transform (mean, std) and
 // the deck's model text (docs/ARCHITECTURE.md, "Run directory"; tools/to_pytorch.py).
 void write_weights_h5(const std::string& path, const Model& model, const std::vector<std::vector<float>>& per_layer,
-                      const Deck& deck, const InputTransform& input);
+                      const Deck& deck, const InputTransform& input,
+                      const std::vector<std::vector<float>>& per_layer_state = {});
 // Read them back (tests, comparisons): per layer, the concatenated parameters.
 std::vector<std::vector<float>> read_weights_h5(const std::string& path, const Model& model);
 

@@ -91,6 +91,7 @@ struct WorkerState {
   std::vector<std::pair<int64_t, std::vector<float>>> versions;  // every live version (latest included)
   std::vector<std::vector<float>> optimizer;                      // Optimizer::state() order
   int64_t optimizer_updates = 0;
+  std::vector<float> state;  // running state (batch-norm statistics) of this replica, Stage::num_state() floats
   struct Unit {            // a microbatch forwarded here and not yet done with its backward
     int32_t mb = 0;
     int64_t fwd_version = 0;  // absolute
@@ -163,6 +164,7 @@ struct StageRuntime {
   std::unique_ptr<WeightStore> weights;
   std::unique_ptr<Optimizer> opt;
   Buffer grads;  // accumulated gradients + 1 float: the loss sum riding along the allreduce
+  Buffer state;  // running state of this replica (batch-norm statistics), Stage::num_state() floats
   Boundary in, out;
   bool first = false, last = false;  // holds the model's first / last layer
 
@@ -232,6 +234,7 @@ class Executor {
 
  private:
   struct Step;  // the state of one train() call
+  struct Tie;   // a parameter tensor held by two stages (tied embeddings): gradients summed per update
   using Handler = void (Executor::*)(const Action&, Step&);
   static const Handler kHandlers[kOpCount];
 
@@ -247,6 +250,8 @@ class Executor {
   void finish_unit(StageRuntime& r, const Action& a, Step& st);
   void check_finite_grads(StageRuntime& r, int64_t mb, const char* when);
   void cut_at(const Action& a, int64_t version, Step& st);
+  void find_ties();
+  void apply_ties(const Action& a);  // before a stage's update: sum its tied gradients with the partner's
 
   // One handler per op (kHandlers): what each does to which buffer is in executor.cpp.
   void on_forward(const Action& a, Step& st);
@@ -291,6 +296,7 @@ class Executor {
 
   std::vector<TimelineEvent> timeline_;
   std::vector<VersionRecord> version_log_;
+  std::vector<Tie> ties_;
 };
 
 }  // namespace pt

@@ -115,6 +115,10 @@ void write_stage_parameters(hid_t root, const std::string& g, const WorkerState&
   for (size_t i = 0; i < info.layer_offsets.size(); ++i)
     offs.insert(offs.end(), {info.first_layer + static_cast<int64_t>(i), info.layer_offsets[i], info.layer_counts[i]});
   h5::write_int64s(root, g + "/layout/layers", offs.data(), {info.layer_offsets.size(), 3}, true, path);
+  std::vector<int64_t> soffs;
+  for (size_t i = 0; i < info.state_offsets.size(); ++i)
+    soffs.insert(soffs.end(), {info.first_layer + static_cast<int64_t>(i), info.state_offsets[i], info.state_counts[i]});
+  h5::write_int64s(root, g + "/layout/state", soffs.data(), {info.state_offsets.size(), 3}, true, path);
   std::vector<int64_t> ids;
   for (auto& [id, w] : st.versions) {
     ids.push_back(id);
@@ -155,6 +159,8 @@ void write_stage_group(hid_t root, const WorkerState& st, const StageInfo& info,
   h5::attr_int(grp.id(), "optimizer_updates", st.optimizer_updates, path);
   h5::attr_string(grp.id(), "optimizer_state", nlohmann::json(info.optimizer_names).dump(), path);
   if (info.replica == 0) write_stage_parameters(root, g, st, info, path);
+  // running statistics differ between replicas (each sees its own microbatches): every rank keeps its own
+  h5::write_floats(root, g + "/state", st.state.data(), {st.state.size()}, true, path);
   write_stage_inflight(root, g, st, path);
 }
 

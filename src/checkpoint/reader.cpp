@@ -337,6 +337,7 @@ WorkerState load_stage(hid_t f, const std::string& own, hid_t f0, const std::str
     u.fwd_version = h5::read_attr_int(ugrp.id(), "fwd_version", own);
     st.units.push_back(std::move(u));
   }
+  st.state = floats(f, g + "/state", own);
   const auto actions = int64s(f, g + "/crossing_actions", own);
   for (size_t k = 0; k < actions.size(); ++k) st.crossing.push_back({actions[k], floats(f, g + "/crossing/" + std::to_string(k), own)});
   for (int64_t id : int64s(f0, g + "/versions_held", shared))
@@ -383,11 +384,25 @@ namespace {
 // The parameters and optimizer state of the layers in [first, end) that old stage s holds,
 // appended to the new stage's buffers at *at.
 struct Reslice {
-  std::vector<float> params;
+  std::vector<float> params, state;
   std::vector<std::vector<float>> opt;
-  size_t at = 0;
+  size_t at = 0, state_at = 0;
   int64_t filled = 0, updates = -1;
 };
+
+// Replica 0's running state of the layers in [first, end), appended at r.state_at.
+void gather_state(hid_t f, const std::string& path, const std::string& g, int first, int end, Reslice& r) {
+  const auto layout = int64s(f, g + "/layout/state", path);
+  const auto st = floats(f, g + "/state", path);
+  for (size_t i = 0; i + 2 < layout.size(); i += 3) {
+    const int64_t layer = layout[i], off = layout[i + 1], cnt = layout[i + 2];
+    if (layer < first || layer >= end || cnt == 0) continue;
+    if (off < 0 || static_cast<size_t>(off + cnt) > st.size() || r.state_at + static_cast<size_t>(cnt) > r.state.size())
+      fail(Exit::bad_input, path + ": " + g + "/layout/state entry for layer " + std::to_string(layer) + " is out of range");
+    std::copy(st.begin() + off, st.begin() + off + cnt, r.state.begin() + static_cast<long>(r.state_at));
+    r.state_at += static_cast<size_t>(cnt);
+  }
+}
 
 void gather_stage(const std::string& step_dir, const CheckpointMeta& meta, int s, int first, int end, size_t optimizer_buffers,
                   Reslice& r) {
@@ -406,6 +421,7 @@ void gather_stage(const std::string& step_dir, const CheckpointMeta& meta, int s
   std::vector<std::vector<float>> o;
   for (auto& n : names) o.push_back(floats(f.id(), g + "/optimizer/" + n, path));
   const int64_t u = h5::read_attr_int(grp.id(), "optimizer_updates", path);
+  gather_state(f.id(), path, g, first, end, r);
   // The errors below depend on this rank's part of the model, so they are not collective:
   // the rank that finds one aborts the job with it.
   for (size_t i = 0; i + 2 < layers.size(); i += 3) {
@@ -434,7 +450,7 @@ void gather_stage(const std::string& step_dir, const CheckpointMeta& meta, int s
 }  // namespace
 
 WorkerState load_resliced_state(const std::string& step_dir, const CheckpointMeta& meta, int first, int end,
-                                size_t nparams, size_t optimizer_buffers) {
+                                size_t nparams, size_t optimizer_buffers, size_t nstate) {
   WorkerState st;
   st.epoch = meta.epoch;
   st.epoch_steps = meta.epoch_steps;
@@ -442,12 +458,17 @@ WorkerState load_resliced_state(const std::string& step_dir, const CheckpointMet
   st.latest = meta.step;
   Reslice r;
   r.params.assign(nparams, 0.0f);
+  r.state.assign(nstate, 0.0f);
   r.opt.assign(optimizer_buffers, std::vector<float>(nparams, 0.0f));
   const int old_stages = static_cast<int>(meta.split.size()) + 1;
   for (int s = 0; s < old_stages && r.at < nparams + 1; ++s) gather_stage(step_dir, meta, s, first, end, optimizer_buffers, r);
   if (static_cast<size_t>(r.filled) != nparams)
     fail(Exit::bad_input, step_dir + ": found " + std::to_string(r.filled) + " of the " + std::to_string(nparams) +
                               " parameters of layers " + std::to_string(first) + ".." + std::to_string(end - 1));
+  if (r.state_at != nstate)
+    fail(Exit::bad_input, step_dir + ": found " + std::to_string(r.state_at) + " of the " + std::to_string(nstate) +
+                              " running-state values of layers " + std::to_string(first) + ".." + std::to_string(end - 1));
+  st.state = std::move(r.state);
   st.versions.emplace_back(meta.step, std::move(r.params));
   st.optimizer = std::move(r.opt);
   st.optimizer_updates = std::max<int64_t>(r.updates, 0);

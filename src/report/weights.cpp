@@ -19,8 +19,28 @@ static std::vector<int64_t> dims_of(const Shape& s) {
   return d;
 }
 
+// A layer's parameters (a tied tensor is a soft link to the holder's dataset: stored once)
+// and its running state (batch norm: running mean then running variance per channel).
+static void write_layer_tensors(hid_t g, const Model& model, int i, const std::vector<float>& params, const std::vector<float>* state,
+                                const std::string& tmp) {
+  const Layer& l = model.layer(i);
+  const std::vector<ParamTensor> ps = l.params();
+  for (size_t t = 0; t < ps.size(); ++t) {
+    const ParamTensor& p = ps[t];
+    if (!l.tied_to(static_cast<int>(t)).empty() && l.spec().tie_layer >= 0) {
+      const std::string target = layer_group(l.spec().tie_layer) + "/" + model.layer(l.spec().tie_layer).params().front().name;
+      if (H5Lcreate_soft(target.c_str(), g, p.name.c_str(), H5P_DEFAULT, H5P_DEFAULT) < 0)
+        fail(Exit::io, tmp + ": cannot link " + p.name + " to " + target);
+      continue;
+    }
+    std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
+    h5::write_floats(g, p.name, params.data() + p.offset, dims, true, tmp);
+  }
+  if (state && !state->empty()) h5::write_floats(g, "state", state->data(), {state->size()}, true, tmp);
+}
+
 void write_weights_h5(const std::string& path, const Model& model, const std::vector<std::vector<float>>& per_layer,
-                      const Deck& deck, const InputTransform& input) {
+                      const Deck& deck, const InputTransform& input, const std::vector<std::vector<float>>& per_layer_state) {
   const std::string tmp = path + ".tmp";
   {
     h5::Handle f = h5::create_file(tmp);
@@ -54,10 +74,9 @@ void write_weights_h5(const std::string& path, const Model& model, const std::ve
         if (s.kind == 'f') h5::attr_double(g.id(), s.key, s.f, tmp);
         else h5::attr_int(g.id(), s.key, s.i, tmp);
       }
-      for (const ParamTensor& p : l.params()) {
-        std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
-        h5::write_floats(g.id(), p.name, per_layer[static_cast<size_t>(i)].data() + p.offset, dims, true, tmp);
-      }
+      if (!l.spec().tie.empty()) h5::attr_string(g.id(), "tie", l.spec().tie, tmp);
+      write_layer_tensors(g.id(), model, i, per_layer[static_cast<size_t>(i)],
+                          per_layer_state.empty() ? nullptr : &per_layer_state[static_cast<size_t>(i)], tmp);
     }
     if (!f.close()) fail(Exit::io, tmp + ": closing failed");
   }

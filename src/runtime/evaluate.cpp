@@ -95,6 +95,7 @@ void Executor::eval_forward(const Action& a, int64_t n, std::vector<const float*
     io[0] = r.eval_in[0].data();
   }
   LayerCtx lc{be_, cfg_.seed, 0, false, r.eval_labels, 1.0f};
+  lc.state = r.state.data();
   const float* params = r.weights->latest();
   io[1] = r.stage->infer(io[0], params, lc, n, PollHook{});
   if (!r.last) return;

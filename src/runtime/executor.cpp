@@ -22,6 +22,7 @@ Executor::Executor(ParallelContext& ctx, std::vector<StageRuntime*> stages, Back
                    const Dataset& test, const ExecutorConfig& cfg)
     : ctx_(ctx), stages_(std::move(stages)), be_(be), train_(train), test_(test), cfg_(cfg),
       tr_(make_transport(be, cfg.nccl_allreduce)) {
+  find_ties();
   int64_t mb = cfg.eval_mb, in = 1;
   for (StageRuntime* r : stages_) mb = std::max(mb, r->stage->train_mb()), in = std::max(in, r->in.shape.numel());
   host_x_.resize(static_cast<size_t>(mb * in));
@@ -84,7 +85,9 @@ bool Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
 }
 
 LayerCtx Executor::layer_ctx(StageRuntime& r, const Stage::Slot& slot, int64_t mb, bool training) const {
-  return LayerCtx{be_, cfg_.seed, sample_base_ + mb * mb_size_, training, slot.labels, 1.0f / static_cast<float>(cfg_.batch_size)};
+  LayerCtx c{be_, cfg_.seed, sample_base_ + mb * mb_size_, training, slot.labels, 1.0f / static_cast<float>(cfg_.batch_size)};
+  c.state = r.state.data();
+  return c;
 }
 
 // Stage 0 reads its unit's samples, the last stage its labels, each from its own copy of the data.
@@ -262,6 +265,7 @@ void Executor::on_optimizer_step(const Action& a, Step& st) {
     loss_sum = l;
   }
   const bool skip = cfg_.skip_nonfinite && (r.group_nonfinite || !be_.all_finite(n, r.grads.data()));
+  apply_ties(a);
   UpdateReport rep;
   rep.stage = a.stage;
   rep.lr = r.opt->current_lr();

@@ -25,6 +25,7 @@ std::vector<WorkerState> Executor::capture(const Schedule& ir, size_t position, 
     for (auto& [id, ptr] : r->weights->live()) st.versions.emplace_back(id, host_copy(be_, ptr, r->weights->size()));
     for (Buffer* b : r->opt->state()) st.optimizer.push_back(host_copy(be_, b->data(), b->size()));
     st.optimizer_updates = r->opt->updates();
+    st.state = host_copy(be_, r->state.data(), r->state.size());
     for (auto& [mb, s] : r->slot_of_mb) {
       const StageRuntime::SlotState& ss = r->slot_state[static_cast<size_t>(s)];
       if (!ss.forwarded) continue;  // only posted ahead: not state
@@ -71,6 +72,10 @@ void Executor::restore(const Schedule& ir, const std::vector<WorkerState>& state
       be_.from_host(state[i]->data(), st.optimizer[i].data(), st.optimizer[i].size());
     }
     r.opt->set_updates(st.optimizer_updates);
+    if (!st.state.empty()) {
+      PT_CHECK(st.state.size() == r.state.size(), "running state: checkpoint has " << st.state.size() << " floats, stage " << r.state.size());
+      be_.from_host(r.state.data(), st.state.data(), st.state.size());
+    }
     restore_units(r, st);
   }
   for (const WorkerState& st : states)

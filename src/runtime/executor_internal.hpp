@@ -8,6 +8,16 @@ namespace pt {
 
 // Tag kinds: activation, gradient, evaluation activation.
 enum TagKind { kTagAct = 0, kTagGrad = 1, kTagEval = 2, kTagKinds = 3 };
+constexpr int kTagTie = 1 << 20;  // tied-gradient exchanges, on the world communicator (p2p carries the pipeline)
+
+// A tensor of one layer held again by a later one (lm_head's tie to the embedding): where
+// each holder keeps it in its stage's flat parameters, and who holds the other copy.
+struct Executor::Tie {
+  int emb_stage, head_stage;      // stages of the two holders
+  int64_t emb_offset, head_offset;  // floats into each stage's flat parameters
+  int64_t size;
+  int64_t done_group = -1;          // both copies local: the group whose sum is already in both
+};
 
 struct Executor::Step {
   Step(const Schedule& s, int rank, PollHook p) : ir(s), poll(p) {

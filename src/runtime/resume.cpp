@@ -90,7 +90,7 @@ std::vector<WorkerState> load_states(const std::string& dir, const CheckpointMet
   }
   for (const StageRuntime* r : stages) {
     WorkerState st = load_resliced_state(dir, meta, r->stage->first(), r->stage->last(), static_cast<size_t>(r->stage->num_params()),
-                                         r->opt->state_names().size());
+                                         r->opt->state_names().size(), static_cast<size_t>(r->stage->num_state()));
     st.stage = r->id;
     if (!meta.epoch_complete) st.position = position_in(setup, ctx, meta, meta.epoch_steps);
     out.push_back(std::move(st));

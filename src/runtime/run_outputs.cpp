@@ -79,6 +79,44 @@ nlohmann::json rank_formula(const TrainSetup& setup, int rank, bool versions) {
 
 // Final weights: replica 0 of each stage sends its parameters to the reporter (tag 77000 +
 // stage), which lays them out per layer.
+// Final running state per layer: replica 0 of each stage sends it to the reporter (tag
+// 78000 + stage); empty for layers without state.
+std::vector<std::vector<float>> gather_state(const RunOutputs& o) {
+  const ParallelContext& ctx = o.ctx;
+  const Layout& layout = o.setup.layout;
+  const Model& model = *o.setup.model;
+  std::map<int, std::vector<float>> mine;
+  for (const StageRuntime* r : o.stages) {
+    std::vector<float>& host = mine[r->id];
+    host.resize(r->state.size());
+    if (!host.empty()) r->stage->backend().to_host(host.data(), r->state.data(), host.size());
+    if (ctx.replica() == 0 && !ctx.is_reporter() && !host.empty()) {
+      MPI_Request req;
+      MPI_Isend(host.data(), static_cast<int>(host.size()), MPI_FLOAT, ctx.reporter(), 78000 + r->id, ctx.world(), &req);
+      ctx.wait(&req, [&] { return std::string("sending running state to the reporter"); });
+    }
+  }
+  std::vector<std::vector<float>> per_layer(static_cast<size_t>(model.size()));
+  if (!ctx.is_reporter()) return per_layer;
+  for (int s = 0; s < layout.stages(); ++s) {
+    int64_t n = 0;
+    for (int l = layout.first_layer(s); l < layout.end_layer(s); ++l) n += model.layer(l).num_state();
+    std::vector<float> buf = mine.count(s) ? mine[s] : std::vector<float>(static_cast<size_t>(n));
+    if (!mine.count(s) && n > 0) {
+      MPI_Request req;
+      MPI_Irecv(buf.data(), static_cast<int>(n), MPI_FLOAT, layout.rank_of(s, 0), 78000 + s, ctx.world(), &req);
+      ctx.wait(&req, [&] { return "running state of stage " + std::to_string(s); });
+    }
+    int64_t off = 0;
+    for (int l = layout.first_layer(s); l < layout.end_layer(s); ++l) {
+      const int64_t k = model.layer(l).num_state();
+      per_layer[static_cast<size_t>(l)].assign(buf.begin() + off, buf.begin() + off + k);
+      off += k;
+    }
+  }
+  return per_layer;
+}
+
 std::vector<std::vector<float>> gather_weights(const RunOutputs& o) {
   const ParallelContext& ctx = o.ctx;
   const Layout& layout = o.setup.layout;
@@ -193,7 +231,7 @@ void write_run_outputs(const RunOutputs& o) {
   const Model& model = *o.setup.model;
   const std::vector<double> all = gather_doubles(ctx, rank_stats(o), ctx.reporter(), "run statistics");
   const std::vector<std::vector<double>> traces = gatherv(ctx, timeline_doubles(o), ctx.reporter(), "timeline");
-  const std::vector<std::vector<float>> per_layer = gather_weights(o);
+  const std::vector<std::vector<float>> per_layer = gather_weights(o), per_layer_state = gather_state(o);
   if (!ctx.is_reporter()) return;
   Totals t;
   t.samples = static_cast<double>(o.steps_run * o.deck.train.batch_size);
@@ -202,7 +240,7 @@ void write_run_outputs(const RunOutputs& o) {
   nlohmann::json ranks = per_rank(o, all, t);
   write_file_atomic(o.run_dir + "/summary.json", summary_json(o, t, std::move(ranks)).dump(2) + "\n");
   write_trace(o, traces);
-  write_weights_h5(o.run_dir + "/weights.h5", model, per_layer, o.deck, o.input);
+  write_weights_h5(o.run_dir + "/weights.h5", model, per_layer, o.deck, o.input, per_layer_state);
   std::printf("wrote %s/{summary.json, metrics.jsonl, trace.json, weights.h5, deck.toml}\n", o.run_dir.c_str());
   std::printf("PERF schedule=%s ranks=%d stages=%d replicas=%s microbatches=%d samples_per_s=%.1f bubble=%.3f "
               "test_accuracy=%.4f train_wall_s=%.2f network_bytes_per_sample=%.0f comm_reduction_vs_bsp=%.3f\n",

@@ -27,6 +27,7 @@ StageRuntime::StageRuntime(Backend& be, const Model& model, const Layout& layout
   weights = std::make_unique<WeightStore>(be, n);
   opt = std::make_unique<Optimizer>(train, be, n, std::max<int64_t>(1, total_updates));
   grads = Buffer(be, n + 1);
+  state = Buffer(be, static_cast<size_t>(stage->num_state()));
 }
 
 StageRuntime::~StageRuntime() {

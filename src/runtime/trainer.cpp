@@ -127,6 +127,9 @@ void Trainer::build_stages() {
     std::vector<float> host(static_cast<size_t>(r->stage->num_params()));
     r->stage->init_params(host.data(), static_cast<uint64_t>(deck_.run.seed));
     be_->from_host(r->weights->latest(), host.data(), host.size());
+    std::vector<float> state(static_cast<size_t>(r->stage->num_state()));
+    r->stage->init_state(state.data());
+    if (!state.empty()) be_->from_host(r->state.data(), state.data(), state.size());
     stages_.push_back(std::move(r));
   }
   ExecutorConfig cfg;
@@ -287,6 +290,8 @@ std::vector<WorkerState> Trainer::drained_states() const {
       st.optimizer.push_back(std::move(v));
     }
     st.optimizer_updates = r->opt->updates();
+    st.state.resize(r->state.size());
+    if (!st.state.empty()) be_->to_host(st.state.data(), r->state.data(), st.state.size());
     out.push_back(std::move(st));
   }
   return out;
@@ -333,6 +338,8 @@ std::vector<StageInfo> Trainer::stage_infos() const {
     for (int l = r->stage->first(); l < r->stage->last(); ++l) {
       i.layer_offsets.push_back(r->stage->param_offset(l));
       i.layer_counts.push_back(setup_.model->layer(l).num_params());
+      i.state_offsets.push_back(r->stage->state_offset(l));
+      i.state_counts.push_back(setup_.model->layer(l).num_state());
     }
     i.optimizer_names = r->opt->state_names();
     out.push_back(std::move(i));

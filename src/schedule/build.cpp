@@ -61,28 +61,56 @@ std::map<int, GroupCounter> group_counters(const Schedule& S, int rank) {
 
 }  // namespace
 
+// One worker's updates. With one stage: ALLREDUCE and OPTIMIZER_STEP of each group right
+// after its last B or W. With several stages (looped, V; flush schedules): each stage's
+// ALLREDUCE starts as soon as its group is done, but the worker's OPTIMIZER_STEPs of group
+// g come together after its last backward work of g on any stage, so that no update waits
+// (for a replica or a tied gradient) while the worker still owes another stage's backward.
+class UpdateInserter {
+ public:
+  UpdateInserter(const Schedule& S, int w) : S_(S), counters_(group_counters(S, w)), multi_(counters_.size() > 1) {}
+
+  std::vector<Action> run(const std::vector<Action>& acts) {
+    for (auto& [s, c] : counters_) complete(s);
+    for (const Action& a : acts) {
+      out_.push_back(a);
+      if (a.op != Op::backward && a.op != Op::backward_weight) continue;
+      --counters_[a.stage].left[static_cast<size_t>(S_.group_of(a.stage, a.mb))];
+      complete(a.stage);
+    }
+    return std::move(out_);
+  }
+
+ private:
+  void complete(int s) {
+    GroupCounter& c = counters_[s];
+    while (c.done < static_cast<int64_t>(c.left.size()) && c.left[static_cast<size_t>(c.done)] == 0) {
+      const int32_t g = static_cast<int32_t>(c.done++);
+      if (S_.layout.replicas_of(s) > 1) out_.push_back({Op::allreduce, static_cast<int16_t>(s), g, -1, -1});
+      if (!multi_) out_.push_back({Op::optimizer_step, static_cast<int16_t>(s), g, -1, -1});
+    }
+    while (multi_ && all_done(stepped_)) {
+      for (auto& [st, cc] : counters_) out_.push_back({Op::optimizer_step, static_cast<int16_t>(st), static_cast<int32_t>(stepped_), -1, -1});
+      ++stepped_;
+    }
+  }
+  bool all_done(int64_t g) const {
+    for (auto& [st, cc] : counters_)
+      if (cc.done <= g) return false;
+    return true;
+  }
+
+  const Schedule& S_;
+  std::map<int, GroupCounter> counters_;
+  bool multi_;
+  int64_t stepped_ = 0;
+  std::vector<Action> out_;
+};
+
 void insert_updates(Schedule& S) {
   if (!S.training()) return;
-  for (int w = 0; w < S.layout.ranks(); ++w) {
-    std::map<int, GroupCounter> counters = group_counters(S, w);
-    std::vector<Action> out;
-    auto flush_done = [&](int s) {
-      GroupCounter& c = counters[s];
-      while (c.done < static_cast<int64_t>(c.left.size()) && c.left[static_cast<size_t>(c.done)] == 0) {
-        const int32_t g = static_cast<int32_t>(c.done++);
-        if (S.layout.replicas_of(s) > 1) out.push_back({Op::allreduce, static_cast<int16_t>(s), g, -1, -1});
-        out.push_back({Op::optimizer_step, static_cast<int16_t>(s), g, -1, -1});
-      }
-    };
-    for (auto& [s, c] : counters) flush_done(s);
-    for (const Action& a : S.workers[static_cast<size_t>(w)]) {
-      out.push_back(a);
-      if (a.op != Op::backward && a.op != Op::backward_weight) continue;
-      --counters[a.stage].left[static_cast<size_t>(S.group_of(a.stage, a.mb))];
-      flush_done(a.stage);
-    }
-    S.workers[static_cast<size_t>(w)] = std::move(out);
-  }
+  for (int w = 0; w < S.layout.ranks(); ++w)
+    S.workers[static_cast<size_t>(w)] = UpdateInserter(S, w).run(S.workers[static_cast<size_t>(w)]);
 }
 
 void assign_versions(Schedule& S) {

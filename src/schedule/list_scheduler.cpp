@@ -68,12 +68,16 @@ class ListScheduler {
     std::vector<Candidate> c;
     const int64_t t = clock_[static_cast<size_t>(w)];
     const Op bwd = S_.def->split_backward ? Op::backward_input : Op::backward;
+    // a worker's updates of group g follow its last backward work of g on every stage it
+    // holds (insert_updates), so no stage forwards group g+1 before all of them finished g
+    int64_t worker_done = INT64_MAX;
+    for (int s : L_.stages_of_rank(w)) worker_done = std::min(worker_done, lanes_.at({w, s}).groups_done);
     for (int s : L_.stages_of_rank(w)) {
       Lane& l = lanes_.at({w, s});
       if (l.nf < l.units.size() && held_[static_cast<size_t>(w)] < cap_(w)) {
         const int64_t m = l.units[l.nf];
         const int64_t dep = s == 0 ? 0 : fdone_[static_cast<size_t>(s - 1)][static_cast<size_t>(m)];
-        if (dep >= 0 && (!S_.def->flush || S_.group_of(s, m) == l.groups_done))
+        if (dep >= 0 && (!S_.def->flush || S_.group_of(s, m) == worker_done))
           c.push_back({Op::forward, s, m, std::max(t, dep), 1, -s});
       }
       if (l.ni < l.nf) {
