@@ -46,7 +46,7 @@ struct Deck {
   struct Run {
     std::string name, output_dir, device;
     int64_t seed = 0;
-    bool debug_versions = false, plots = true;
+    bool debug_versions = false, plots = true, initial_weights = false;
     double comm_timeout_s = 0;
   } run;
 
@@ -67,7 +67,7 @@ struct Deck {
     int64_t warmup_steps = 0, step_size = 0, eval_every = 0;
     std::string optimizer, lr_schedule, nonfinite;
     double lr = 0, momentum = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0;
-    double gamma = 0, min_lr = 0, target_accuracy = 0;
+    double gamma = 0, min_lr = 0, target_accuracy = 0, target_loss = 0;
     bool nesterov = false;
   } train;
 

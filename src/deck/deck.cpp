@@ -56,6 +56,7 @@ const std::vector<KeySpec>& schema() {
       {"run.device", Kind::Enum, "\"cpu\"", false, {}, {"cpu", "cuda"}, "compute device (cuda needs a build with CUDA=1)", F(d.run.device)},
       {"run.debug_versions", Kind::Bool, "false", false, {}, {}, "write versions.jsonl: the weight version read by every forward and backward", F(d.run.debug_versions)},
       {"run.plots", Kind::Bool, "true", false, {}, {}, "after training, draw timeline.png and accuracy.png into the run directory (tools/plot.py, python3-matplotlib)", F(d.run.plots)},
+      {"run.initial_weights", Kind::Bool, "false", false, {}, {}, "also write weights_init.h5, the initial weights and running state (tools/pytorch_twin.py loads them)", F(d.run.initial_weights)},
       {"run.comm_timeout_s", Kind::Float, "300.0", false, gt(0), {}, "deadline of every wait on a message or collective, seconds", F(d.run.comm_timeout_s)},
 
       {"data.source", Kind::Enum, "\"fashion-mnist\"", false, {}, {"fashion-mnist", "hdf5", "synthetic", "text", "tokens"}, "where samples come from (text and tokens: docs/DATA.md)", F(d.data.source)},
@@ -87,6 +88,7 @@ const std::vector<KeySpec>& schema() {
       {"train.gamma", Kind::Float, "0.1", false, gt(0), {}, "step schedule factor", F(d.train.gamma)},
       {"train.min_lr", Kind::Float, "0.0", false, ge(0), {}, "cosine schedule: final learning rate", F(d.train.min_lr)},
       {"train.target_accuracy", Kind::Float, "0.0", false, between(0, 1), {}, "record the wall time at which test accuracy first reaches this (0 = off)", F(d.train.target_accuracy)},
+      {"train.target_loss", Kind::Float, "0.0", false, ge(0), {}, "record the wall time at which the test loss (nats) first falls to this (0 = off; text: 1.3863 nats = 2 bits per byte)", F(d.train.target_loss)},
       {"train.log_every", Kind::Int, "50", false, gt(0), {}, "steps between progress lines and metrics.jsonl records", F(d.train.log_every)},
       {"train.eval_every", Kind::Int, "0", false, ge(0), {}, "also evaluate every this many steps (0 = at epoch ends only); the pipeline drains there", F(d.train.eval_every)},
       {"train.eval_batch_size", Kind::Int, "500", false, between(1, 1e7), {}, "samples per microbatch when evaluating the test set", F(d.train.eval_batch_size)},

@@ -90,8 +90,9 @@ void Reporter::log_eval(int64_t step, bool epoch_end, double seconds, int64_t st
   final_test_loss_ = res.loss_sum / static_cast<double>(std::max<int64_t>(1, res.samples));
   const double train_loss = epoch_loss_ / std::max(1.0, epoch_samples_);
   bool reached = false;
-  if (deck_.train.target_accuracy > 0 && time_to_target_ < 0 && final_acc_ >= deck_.train.target_accuracy)
-    time_to_target_ = clock.train_time, reached = true;
+  const bool hit = (deck_.train.target_accuracy > 0 && final_acc_ >= deck_.train.target_accuracy) ||
+                   (deck_.train.target_loss > 0 && final_test_loss_ <= deck_.train.target_loss);
+  if (hit && time_to_target_ < 0) time_to_target_ = clock.train_time, reached = true;
   const double sps = static_cast<double>(steps * deck_.train.batch_size) / std::max(1e-9, seconds);
   const char* acc = unit_.empty() ? "test accuracy" : "next-token accuracy";
   if (epoch_end) {

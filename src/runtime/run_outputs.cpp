@@ -191,6 +191,7 @@ nlohmann::json summary_json(const RunOutputs& o, const Totals& t, nlohmann::json
       {"final_train_loss", o.final_train_loss}, {"final_test_loss", o.final_test_loss},
       {"final_test_accuracy", o.final_accuracy},
       {"target_accuracy", o.deck.train.target_accuracy > 0 ? nlohmann::json(o.deck.train.target_accuracy) : nlohmann::json()},
+      {"target_loss", o.deck.train.target_loss > 0 ? nlohmann::json(o.deck.train.target_loss) : nlohmann::json()},
       {"time_to_target_s", o.time_to_target >= 0 ? nlohmann::json(o.time_to_target) : nlohmann::json()},
       {"train_wall_s", o.train_time}, {"samples_per_s", t.samples / std::max(1e-9, o.train_time_this_run)},
       {"bubble_fraction", t.bubble / R}, {"bytes_p2p_per_sample", t.p2p / std::max(1.0, t.samples)},
@@ -225,6 +226,12 @@ void write_trace(const RunOutputs& o, const std::vector<std::vector<double>>& tr
 }
 
 }  // namespace
+
+void write_initial_weights(const RunOutputs& o) {
+  const std::vector<std::vector<float>> per_layer = gather_weights(o), per_layer_state = gather_state(o);
+  if (!o.ctx.is_reporter()) return;
+  write_weights_h5(o.run_dir + "/weights_init.h5", *o.setup.model, per_layer, o.deck, o.input, per_layer_state);
+}
 
 void write_run_outputs(const RunOutputs& o) {
   const ParallelContext& ctx = o.ctx;

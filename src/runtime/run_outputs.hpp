@@ -30,6 +30,8 @@ struct RunOutputs {
 
 // Collective: every rank calls it; the reporter writes the files.
 void write_run_outputs(const RunOutputs& o);
+// Collective: the reporter writes o.run_dir/weights_init.h5 (run.initial_weights).
+void write_initial_weights(const RunOutputs& o);
 std::vector<double> gather_doubles(const ParallelContext& ctx, const std::vector<double>& mine, int root, const char* what);
 
 }  // namespace pt

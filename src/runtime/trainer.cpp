@@ -208,6 +208,12 @@ int Trainer::run() {
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   banner();
+  if (deck_.run.initial_weights && !resume_.valid) {
+    RunOutputs init{*ctx_, setup_, deck_, held(), *ex_};
+    init.run_dir = run_dir_;
+    init.input = data_.train->input_transform();
+    write_initial_weights(init);
+  }
   ctx_->barrier("start of training");
   t_origin_ = now_s();
   policy_->start_clock();
