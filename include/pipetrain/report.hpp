@@ -50,6 +50,8 @@ void write_weights_h5(const std::string& path, const Model& model, const std::ve
                       const std::vector<std::vector<float>>& per_layer_state = {});
 // Read them back (tests, comparisons): per layer, the concatenated parameters.
 std::vector<std::vector<float>> read_weights_h5(const std::string& path, const Model& model);
+// Each layer's running state (empty for layers without one, or files without it).
+std::vector<std::vector<float>> read_state_h5(const std::string& path, const Model& model);
 
 // run.plots: draw RUN_DIR/timeline.png (and accuracy.png) with tools/plot.py and print their
 // paths; prints why instead when Python, matplotlib or the script is missing. Never throws.

@@ -32,7 +32,7 @@ namespace {
 
 struct StageState {
   std::unique_ptr<Stage> stage;
-  Buffer slot_mem, grads, dx;
+  Buffer slot_mem, grads, dx, state;
   int32_t* labels = nullptr;
   Stage::Slot slot;
   std::map<int64_t, std::vector<float>> versions;  // absolute id -> weights
@@ -65,8 +65,12 @@ int cmd_emulate(const EmulateArgs& a) {
     StageState& x = st[static_cast<size_t>(s)];
     x.stage = std::make_unique<Stage>(*be, model, L.first_layer(s), L.end_layer(s), mb, 1);
     x.slot_mem = Buffer(*be, static_cast<size_t>(x.stage->slot_floats()));
-    x.labels = be->alloc_int(static_cast<size_t>(mb));
+    x.labels = be->alloc_int(static_cast<size_t>(mb * data.train->label_count()));
     x.slot = x.stage->carve(x.slot_mem.data(), x.labels);
+    std::vector<float> init(static_cast<size_t>(x.stage->num_state()));
+    x.stage->init_state(init.data());
+    x.state = Buffer(*be, init.size());
+    if (!init.empty()) be->from_host(x.state.data(), init.data(), init.size());
     x.grads = Buffer(*be, static_cast<size_t>(x.stage->num_params()));
     x.dx = Buffer(*be, static_cast<size_t>(mb * x.stage->in_shape().numel()));
     std::vector<float> w(static_cast<size_t>(x.stage->num_params()));
@@ -78,7 +82,7 @@ int cmd_emulate(const EmulateArgs& a) {
 
   std::vector<double> step_loss;
   std::vector<float> host_x(static_cast<size_t>(mb * model.input_shape().numel()));
-  std::vector<int32_t> host_labels(static_cast<size_t>(mb));
+  std::vector<int32_t> host_labels(static_cast<size_t>(mb * data.train->label_count()));
   std::vector<int64_t> idx(static_cast<size_t>(mb));
   int64_t done = 0;
   // the same segments as a run: up to each epoch end or evaluation, where the pipeline drains
@@ -86,6 +90,7 @@ int cmd_emulate(const EmulateArgs& a) {
     const int64_t epoch = done / spe, in_epoch = done - epoch * spe;
     const int64_t steps = TrainSetup::segment_steps(done, spe, total, deck.train.eval_every);
     const int64_t U = steps * M;
+    data.train->set_epoch(epoch);
     const std::vector<int64_t> full = epoch_permutation(N, seed, epoch);
     const std::vector<int64_t> perm(full.begin() + in_epoch * B, full.end());
     std::vector<int64_t> base(static_cast<size_t>(K));
@@ -121,6 +126,7 @@ int cmd_emulate(const EmulateArgs& a) {
         auto it = x.versions.find(vf[static_cast<size_t>(s)]);
         PT_CHECK(it != x.versions.end(), "emulator: stage " << s << " lacks version " << vf[static_cast<size_t>(s)]);
         LayerCtx ctx{*be, seed, sample0, true, x.labels, 1.0f / static_cast<float>(B)};
+        ctx.state = x.state.data();
         x.stage->forward(x.slot, it->second.data(), ctx, mb, PollHook{});
       }
       StageState& last = st[static_cast<size_t>(K - 1)];
@@ -132,6 +138,7 @@ int cmd_emulate(const EmulateArgs& a) {
         PT_CHECK(it != x.versions.end(), "emulator: stage " << s << " lacks version " << vb[static_cast<size_t>(s)]);
         const float* dy = s == K - 1 ? nullptr : st[static_cast<size_t>(s + 1)].dx.data();
         LayerCtx ctx{*be, seed, sample0, true, x.labels, 1.0f / static_cast<float>(B)};
+        ctx.state = x.state.data();
         x.stage->backward(x.slot, it->second.data(), x.grads.data(), dy, s == 0 ? nullptr : x.dx.data(), ctx, mb, PollHook{});
       }
       // updates of the groups this unit completes

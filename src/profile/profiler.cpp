@@ -28,11 +28,12 @@ double median(std::vector<double> v) {
 std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_t mb, int reps, uint64_t seed,
                                          double* optimizer_s_per_byte) {
   const int L = model.size();
-  Stage st(be, model, 0, L, mb, 1);
+  Stage st(be, model, 0, L, mb, 1, true);  // with the split backward's regions: W is timed alone too
   Buffer params(be, static_cast<size_t>(st.num_params()));
   Buffer grads(be, static_cast<size_t>(st.num_params()));
   Buffer slot_mem(be, static_cast<size_t>(st.slot_floats()));
-  int32_t* labels = be.alloc_int(static_cast<size_t>(mb));
+  const int64_t per_sample = model.layer(L - 1).labels_per_sample();  // T for a language model's head
+  int32_t* labels = be.alloc_int(static_cast<size_t>(mb * per_sample));
   Stage::Slot slot = st.carve(slot_mem.data(), labels);
   {
     std::vector<float> host(static_cast<size_t>(st.num_params()));
@@ -40,10 +41,12 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
     be.from_host(params.data(), host.data(), host.size());
     std::vector<float> x(static_cast<size_t>(mb * st.in_shape().numel()));
     const uint64_t key = rng_key(seed, Stream::synthetic, 12345);
-    for (size_t i = 0; i < x.size(); ++i) x[i] = 2.0f * rng_uniform(key, i) - 1.0f;
+    const bool tokens = st.in_shape().is_tokens;  // token ids must be valid rows of the embedding
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = tokens ? static_cast<float>(rng_below(key, i, static_cast<uint64_t>(model.classes()))) : 2.0f * rng_uniform(key, i) - 1.0f;
     be.from_host(slot.input, x.data(), x.size());
-    std::vector<int32_t> lab(static_cast<size_t>(mb));
-    for (int64_t i = 0; i < mb; ++i) lab[static_cast<size_t>(i)] = static_cast<int32_t>(i % model.classes());
+    std::vector<int32_t> lab(static_cast<size_t>(mb * per_sample));
+    for (size_t i = 0; i < lab.size(); ++i) lab[i] = static_cast<int32_t>(static_cast<int64_t>(i) % model.classes());
     be.labels_from_host(labels, lab.data(), lab.size());
   }
   const size_t scratch = static_cast<size_t>(mb * st.max_numel());

@@ -83,6 +83,17 @@ void write_weights_h5(const std::string& path, const Model& model, const std::ve
   if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(Exit::io, path + ": rename failed");
 }
 
+std::vector<std::vector<float>> read_state_h5(const std::string& path, const Model& model) {
+  h5::Handle f = h5::open_file(path);
+  std::vector<std::vector<float>> out(static_cast<size_t>(model.size()));
+  for (int i = 0; i < model.size(); ++i) {
+    const int64_t n = model.layer(i).num_state();
+    if (n > 0 && h5::exists(f.id(), layer_group(i) + "/state"))
+      out[static_cast<size_t>(i)] = h5::read_floats(f.id(), layer_group(i) + "/state", {static_cast<hsize_t>(n)}, path);
+  }
+  return out;
+}
+
 std::vector<std::vector<float>> read_weights_h5(const std::string& path, const Model& model) {
   h5::Handle f = h5::open_file(path);
   std::vector<std::vector<float>> out(static_cast<size_t>(model.size()));

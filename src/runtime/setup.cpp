@@ -27,6 +27,12 @@ TrainSetup TrainSetup::from_deck(const Deck& deck, int world_size) {
                                 ", " + t.layout.str() + "): " + why, true);
   }
   t.mb_size = deck.train.batch_size / t.microbatches;
+  for (const LayerSpec& l : deck.model.layers)  // tied copies are kept equal by flush updates only
+    if (!l.tie.empty() && !t.def->flush)
+      fail(Exit::bad_input, deck.where("parallel.schedule") + ": key 'parallel.schedule': " + t.def->name +
+                                " updates stages without a flush, so the two copies of layer '" + l.name + "' tied to '" + l.tie +
+                                "' would hold different weight versions; train tied embeddings with a flush schedule (1f1b, "
+                                "gpipe, zb-h1, zb-h2, interleaved-1f1b, zb-v) or remove `tie` (docs/MODELS.md)", true);
   if (deck.train.eval_every % t.boundary_stride() != 0)
     fail(Exit::bad_input, deck.where("train.eval_every") + ": key 'train.eval_every': " + std::to_string(deck.train.eval_every) +
                               " must be a multiple of " + std::to_string(t.boundary_stride()) + " (replicas " +

@@ -110,7 +110,7 @@ void Stage::backward_weight_layer(int l, const Slot& s, const float* params, flo
                                   const LayerCtx& ctx, int64_t n) const {
   const size_t i = static_cast<size_t>(l - first_);
   const float* x = i == 0 ? s.input : s.out[i - 1];
-  model_.layer(l).backward_weight(ctx, params + offset_[i], x, s.out[i], dy, grads + offset_[i], s.aux[i], n);
+  model_.layer(l).backward_weight(layer_ctx(ctx, l), params + offset_[i], x, s.out[i], dy, grads + offset_[i], s.aux[i], n);
 }
 
 void Stage::backward(const Slot& s, const float* params, float* grads, const float* dy, float* dx,
