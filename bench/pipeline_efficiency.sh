@@ -4,7 +4,10 @@
 # is one microbatch of 128/M so the unit of work matches). Per point, REPS runs; reported:
 # median samples/s (min-max), bubble of the bottleneck stage next to (K-1)/(M+K-1), and
 # efficiency = measured throughput / bound, bound = 1 / (max over stages of compute seconds
-# per sample), both from the same run. Usage: bench/pipeline_efficiency.sh [REPS] [STEPS]
+# per sample), both from the same run. Then the zero-bubble ranking: zb-h2, zb-h1 and 1f1b
+# on 2 ranks at the same M, in interleaved rounds (1f1b, zb-h1, zb-h2, 1f1b, ...), with
+# median samples/s, range and bubble, and the ratios zb-h1/1f1b and zb-h2/zb-h1.
+# Usage: bench/pipeline_efficiency.sh [REPS] [STEPS]; PART=classic or PART=zb runs one part.
 set -u
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -17,7 +20,8 @@ csv="$out/pipeline_efficiency.csv"
 echo "schedule,M,rep,samples_per_s,bubble_bottleneck,bubble_formula,efficiency" >"$csv"
 printf "CNN, 2 ranks, split %s, %s steps per run, %s runs per point, OPENBLAS_CORETYPE=%s\n" "$split" "$steps" "$reps" "${OPENBLAS_CORETYPE:-}"
 printf "%-15s %3s %22s %10s %10s %12s %10s\n" schedule M "samples/s (min-max)" bubble formula efficiency "eff goal"
-for M in 1 2 4 8 16; do
+part=${PART:-all}
+[ "$part" = zb ] || for M in 1 2 4 8 16; do
   for sched in gpipe 1f1b model-parallel pipedream; do
     rows=()
     for rep in $(seq 1 "$reps"); do
@@ -48,3 +52,37 @@ for M in 1 2 4 8 16; do
   done
 done
 echo "raw rows: $csv"
+[ "$part" = classic ] && exit 0
+
+# ---- zero bubble: zb-h2 >= zb-h1 >= 1f1b at the same M, interleaved rounds ---------------
+zdeck=${ZB_DECK:-input/fashion_cnn.toml}; zsplit=${ZB_SPLIT:-$split}
+zcsv="$out/zero_bubble.csv"
+echo "schedule,M,round,samples_per_s,bubble" >"$zcsv"
+printf "\nzero bubble: %s, 2 ranks, split %s, %s steps per run, %s interleaved rounds; CPU %s\n" "$zdeck" "$zsplit" "$steps" "$reps" \
+  "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+for M in ${ZB_MS:-4 8}; do
+  for round in $(seq 1 "$reps"); do
+    for sched in 1f1b zb-h1 zb-h2; do
+      name="zb_${sched}_M${M}_r$round"
+      $MPIRUN $MPIRUN_FLAGS -np 2 "$PT_BIN" train "$zdeck" --set "parallel.split=$zsplit" --set "parallel.schedule=$sched" \
+        --set "parallel.microbatches=$M" --set train.max_steps="$steps" --set train.log_every=100000 --set run.output_dir="$out" \
+        --set run.name="$name" --set train.eval_batch_size=1000 --set run.plots=false --set checkpoint.at_end=false >"$out/$name.log" 2>&1 ||
+        { echo "run $name failed: see $out/$name.log"; exit 1; }
+      s="$out/$name/summary.json"
+      echo "$sched,$M,$round,$(json_get "$s" samples_per_s),$(json_get "$s" bubble_fraction)" >>"$zcsv"
+    done
+  done
+  printf "%-8s %3s %24s %8s\n" schedule M "samples/s median (range)" bubble
+  declare -A med=()
+  for sched in 1f1b zb-h1 zb-h2; do
+    read -r m lo hi <<<"$(awk -F, -v s="$sched" -v M="$M" '$1 == s && $2 == M {print $4}' "$zcsv" | stats)"
+    read -r b _ _ <<<"$(awk -F, -v s="$sched" -v M="$M" '$1 == s && $2 == M {print $5}' "$zcsv" | stats)"
+    med[$sched]=$m
+    printf "%-8s %3s %12.0f (%.0f-%.0f) %8.3f\n" "$sched" "$M" "$m" "$lo" "$hi" "$b"
+  done
+  printf "M=%s: zb-h1/1f1b = %.3f, zb-h2/zb-h1 = %.3f, zb-h2/1f1b = %.3f\n" "$M" \
+    "$(awk -v a="${med[zb-h1]}" -v b="${med[1f1b]}" 'BEGIN{print a/b}')" \
+    "$(awk -v a="${med[zb-h2]}" -v b="${med[zb-h1]}" 'BEGIN{print a/b}')" \
+    "$(awk -v a="${med[zb-h2]}" -v b="${med[1f1b]}" 'BEGIN{print a/b}')"
+done
+echo "raw rows: $zcsv"
