@@ -162,6 +162,15 @@ class Backend {
   virtual void adamw_update(size_t n, float* w, const float* g, float* m, float* v, double lr, double beta1,
                             double beta2, double eps, double weight_decay, int64_t step, float grad_scale) = 0;
 
+  // bf16 activations and messages (train.precision = "bf16"): round_bf16 rounds n floats in
+  // place to the nearest bfloat16 value (round to nearest even, as PyTorch's conversion);
+  // pack_bf16 stores n floats holding bf16 values as ceil(n/2) 32-bit words (two bf16 per
+  // word: half the bytes on the wire) and unpack_bf16 restores them exactly. The defaults
+  // work through host copies; a backend may do them in place.
+  virtual void round_bf16(size_t n, const float* x, float* y);
+  virtual void pack_bf16(size_t n, const float* x, float* packed);
+  virtual void unpack_bf16(size_t n, const float* packed, float* x);
+
   // Integer label buffers live in the backend too (copied from the data loader).
   virtual int32_t* alloc_int(size_t n) = 0;
   virtual void release_int(int32_t* p) = 0;

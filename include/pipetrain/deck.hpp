@@ -65,7 +65,7 @@ struct Deck {
   struct Train {
     int64_t batch_size = 0, epochs = 0, max_steps = 0, log_every = 0, eval_batch_size = 0;
     int64_t warmup_steps = 0, step_size = 0, eval_every = 0;
-    std::string optimizer, lr_schedule, nonfinite;
+    std::string optimizer, lr_schedule, nonfinite, precision;
     double lr = 0, momentum = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0;
     double gamma = 0, min_lr = 0, target_accuracy = 0, target_loss = 0;
     bool nesterov = false;

@@ -41,6 +41,7 @@ struct NetworkModel {
 struct Profile {
   std::string source;  // "measured: ..." or "graph.txt: ..."
   std::string device;
+  std::string precision = "fp32";  // train.precision it was measured in (output_bytes: 2 per value in bf16)
   int64_t microbatch = 0;
   double input_bytes = 0;   // model input per microbatch
   double optimizer_s_per_byte = 0;  // optimizer step cost per parameter byte
@@ -53,6 +54,8 @@ struct Profile {
 };
 
 // Per-layer costs at microbatch size `mb`: warm-up excluded, median of `reps`.
+// In bf16 (be.precision(), set by the caller) activations are rounded as in training and an
+// output computed by a layer other than a view counts 2 bytes per value on the wire.
 std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_t mb, int reps, uint64_t seed,
                                          double* optimizer_s_per_byte);
 // Collective over `comm`: rank 0 measures the layers of `model` at microbatch `mb` (warm-up

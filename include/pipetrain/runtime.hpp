@@ -148,10 +148,21 @@ struct ExecutorStats {
 struct Boundary {
   int below = -1;  // stage b; -1 for the model input
   Shape shape;
+  // train.precision = "bf16": a message across the boundary carries bf16 values packed two
+  // per 32-bit word where the value is known to be bf16: every gradient, and an activation
+  // some layer computed. The model input passed on through views only (a stage of just
+  // `flatten`) crosses as fp32: data and token ids must arrive unchanged.
+  bool act_bf16 = false, grad_bf16 = false;
   int64_t floats(int64_t samples) const { return samples * shape.numel(); }
+  // 32-bit words a message of `samples` puts on the wire (activation or gradient)
+  int64_t words(int64_t samples, bool grad) const {
+    const int64_t n = floats(samples);
+    return (grad ? grad_bf16 : act_bf16) ? (n + 1) / 2 : n;
+  }
 };
-Boundary boundary_below(const Model& model, const Layout& layout, int stage);  // the input of `stage`
-Boundary boundary_above(const Model& model, const Layout& layout, int stage);  // its output
+// The input of `stage` and its output; bf16 = train.precision is "bf16".
+Boundary boundary_below(const Model& model, const Layout& layout, int stage, bool bf16 = false);
+Boundary boundary_above(const Model& model, const Layout& layout, int stage, bool bf16 = false);
 
 // One stage held by this rank: its slice, weight versions, optimizer, accumulated
 // gradients, its replicas' communicator, and the per-unit pools (activation slots, incoming
@@ -184,6 +195,9 @@ struct StageRuntime {
   std::deque<int> free_grad_in;
   std::vector<Buffer> grad_out;
   std::vector<MPI_Request> grad_out_req;
+  // bf16 messages: packed copies on the wire, one per slot (activations in and out) and per
+  // gradient buffer (in and out); empty where the boundary's message is fp32 (Boundary)
+  std::vector<Buffer> wire_act_in, wire_act_out, wire_grad_in, wire_grad_out;
   std::vector<int64_t> grad_out_mb;  // unit whose gradient each outgoing buffer holds
   int grad_out_next = 0, pending_grad_out = -1;
   std::map<int64_t, int> slot_of_mb, grad_of_mb;
@@ -242,6 +256,8 @@ class Executor {
   int tag(int kind, int boundary, int64_t mb) const;
   void post_receives();
   void post_receive(const Action& a);
+  int64_t isend_wire(const float* src, Buffer* wire, int64_t n, int peer, int tag, MPI_Request* req);
+  void finish_wire_recv(Buffer* wire, float* dst, int64_t n);
   void progress();  // between layers: post receives, reap finished sends and reductions
   static void poll_thunk(void* self);
   LayerCtx layer_ctx(StageRuntime& r, const Stage::Slot& slot, int64_t mb, bool training) const;

@@ -76,6 +76,10 @@ class Stage {
                       int64_t n, PollHook poll) const;
   void backward_weight(const Slot& s, const float* params, float* grads, const LayerCtx& ctx, int64_t n, PollHook poll) const;
   bool keeps_output_grads() const { return keep_dout_; }
+  // train.precision = "bf16": round every activation and input gradient between layers to
+  // bf16 values (statistics, the loss and parameter gradients stay fp32).
+  void set_activation_bf16(bool on) { bf16_ = on; }
+  bool activation_bf16() const { return bf16_; }
 
   // Forward without keeping activations (evaluation): returns the last non-loss output,
   // in scratch owned by the stage, valid until the next call.
@@ -103,6 +107,9 @@ class Stage {
   int first_, last_;
   int64_t train_mb_, eval_mb_;
   bool keep_dout_;
+  bool bf16_ = false;
+  void round_output(int l, float* y, int64_t n) const;
+  void round_input_grad(int l, float* dx, int64_t n) const;
   int64_t num_params_ = 0, slot_floats_ = 0, max_numel_ = 0, num_state_ = 0;
   std::vector<int64_t> offset_, state_offset_;
   // The context layer l runs with: the stage's workspace, its own state region.

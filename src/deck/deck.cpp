@@ -92,6 +92,7 @@ const std::vector<KeySpec>& schema() {
       {"train.log_every", Kind::Int, "50", false, gt(0), {}, "steps between progress lines and metrics.jsonl records", F(d.train.log_every)},
       {"train.eval_every", Kind::Int, "0", false, ge(0), {}, "also evaluate every this many steps (0 = at epoch ends only); the pipeline drains there", F(d.train.eval_every)},
       {"train.eval_batch_size", Kind::Int, "500", false, between(1, 1e7), {}, "samples per microbatch when evaluating the test set", F(d.train.eval_batch_size)},
+      {"train.precision", Kind::Enum, "\"fp32\"", false, {}, {"fp32", "bf16"}, "compute precision: bf16 = bf16 GEMM/conv inputs with fp32 accumulation, bf16 activations and stage messages; fp32 master weights, gradients, optimizer state, statistics and loss (docs/PRECISION.md)", F(d.train.precision)},
       {"train.nonfinite", Kind::Enum, "\"abort\"", false, {}, {"abort", "skip"}, "on a non-finite loss or gradient: abort the job, or drop that update deterministically", F(d.train.nonfinite)},
 
       {"parallel.split", Kind::SplitOrAuto, "[]", false, gt(0), {}, "first layer index of stages 2..K (e.g. [2, 4, 5]; p x v stages for looped/v placements), or \"auto\" to profile and plan", F(d.parallel)},

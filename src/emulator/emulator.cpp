@@ -64,6 +64,7 @@ int cmd_emulate(const EmulateArgs& a) {
   for (int s = 0; s < K; ++s) {
     StageState& x = st[static_cast<size_t>(s)];
     x.stage = std::make_unique<Stage>(*be, model, L.first_layer(s), L.end_layer(s), mb, 1);
+    x.stage->set_activation_bf16(deck.train.precision == "bf16");
     x.slot_mem = Buffer(*be, static_cast<size_t>(x.stage->slot_floats()));
     x.labels = be->alloc_int(static_cast<size_t>(mb * data.train->label_count()));
     x.slot = x.stage->carve(x.slot_mem.data(), x.labels);

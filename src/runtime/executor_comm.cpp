@@ -30,6 +30,10 @@ void Executor::post_receives() {
   }
 }
 
+// Where a message's words travel: the buffer itself (fp32), or its packed bf16 copy
+// (`used` = the boundary's message is bf16, see Boundary).
+static float* wire_of(bool used, std::vector<Buffer>& wire, size_t i, float* buf) { return used ? wire[i].data() : buf; }
+
 void Executor::post_receive(const Action& a) {
   StageRuntime& r = rt(a.stage);
   if (a.op == Op::recv_act) {
@@ -38,15 +42,31 @@ void Executor::post_receive(const Action& a) {
     StageRuntime::SlotState& ss = r.slot_state[static_cast<size_t>(s)];
     ss.mb = a.mb;
     r.slot_of_mb[a.mb] = s;
-    tr_->irecv(r.slots[static_cast<size_t>(s)].input, static_cast<size_t>(r.in.floats(mb_size_)), a.peer,
-               tag(kTagAct, a.stage - 1, a.mb), ctx_.p2p(), &ss.recv);
+    float* dst = wire_of(r.in.act_bf16, r.wire_act_in, static_cast<size_t>(s), r.slots[static_cast<size_t>(s)].input);
+    tr_->irecv(dst, static_cast<size_t>(r.in.words(mb_size_, false)), a.peer, tag(kTagAct, a.stage - 1, a.mb), ctx_.p2p(), &ss.recv);
     return;
   }
   const int g = r.free_grad_in.front();
   r.free_grad_in.pop_front();
   r.grad_of_mb[a.mb] = g;
-  tr_->irecv(r.grad_in[static_cast<size_t>(g)].data(), static_cast<size_t>(r.out.floats(mb_size_)), a.peer,
-             tag(kTagGrad, a.stage, a.mb), ctx_.p2p(), &r.grad_in_req[static_cast<size_t>(g)]);
+  float* dst = wire_of(r.out.grad_bf16, r.wire_grad_in, static_cast<size_t>(g), r.grad_in[static_cast<size_t>(g)].data());
+  tr_->irecv(dst, static_cast<size_t>(r.out.words(mb_size_, true)), a.peer, tag(kTagGrad, a.stage, a.mb), ctx_.p2p(),
+             &r.grad_in_req[static_cast<size_t>(g)]);
+}
+
+// Start sending n floats of `src`, packed into `wire` first when it is given (bf16);
+// returns the bytes on the wire.
+int64_t Executor::isend_wire(const float* src, Buffer* wire, int64_t n, int peer, int t, MPI_Request* req) {
+  const size_t words = static_cast<size_t>(wire ? (n + 1) / 2 : n);
+  if (wire) be_.pack_bf16(static_cast<size_t>(n), src, wire->data());
+  tr_->isend(wire ? wire->data() : src, words, peer, t, ctx_.p2p(), req);
+  return static_cast<int64_t>(words) * 4;
+}
+
+// A receive has completed: into `dst` itself, or into `wire` (bf16) then unpacked to n floats.
+void Executor::finish_wire_recv(Buffer* wire, float* dst, int64_t n) {
+  tr_->finish_recv(wire ? wire->data() : dst);
+  if (wire) be_.unpack_bf16(static_cast<size_t>(n), wire->data(), dst);
 }
 
 void Executor::progress() {
@@ -69,8 +89,9 @@ void Executor::on_recv_act(const Action& a, Step& st) {
   StageRuntime& r = rt(a.stage);
   const int s = r.slot_of_mb.at(a.mb);
   ctx_.wait(&r.slot_state[static_cast<size_t>(s)].recv, [&] { return waiting_for(a); });
-  tr_->finish_recv(r.slots[static_cast<size_t>(s)].input);
-  st.bytes = r.in.floats(mb_size_) * 4;
+  finish_wire_recv(r.in.act_bf16 ? &r.wire_act_in[static_cast<size_t>(s)] : nullptr, r.slots[static_cast<size_t>(s)].input,
+                   r.in.floats(mb_size_));
+  st.bytes = r.in.words(mb_size_, false) * 4;
 }
 
 /// SEND_ACT: starts sending the unit's stage output from its slot (the slot is not reused
@@ -78,9 +99,8 @@ void Executor::on_recv_act(const Action& a, Step& st) {
 void Executor::on_send_act(const Action& a, Step& st) {
   StageRuntime& r = rt(a.stage);
   const int s = r.slot_of_mb.at(a.mb);
-  st.bytes = r.out.floats(mb_size_) * 4;
-  tr_->isend(r.stage->output(r.slots[static_cast<size_t>(s)]), static_cast<size_t>(r.out.floats(mb_size_)), a.peer,
-             tag(kTagAct, a.stage, a.mb), ctx_.p2p(), &r.slot_state[static_cast<size_t>(s)].send);
+  st.bytes = isend_wire(r.stage->output(r.slots[static_cast<size_t>(s)]), r.out.act_bf16 ? &r.wire_act_out[static_cast<size_t>(s)] : nullptr,
+                        r.out.floats(mb_size_), a.peer, tag(kTagAct, a.stage, a.mb), &r.slot_state[static_cast<size_t>(s)].send);
   if (a.peer != ctx_.rank()) stats_.bytes_p2p += st.bytes;  // a V's turn stays on the rank
 }
 
@@ -89,8 +109,9 @@ void Executor::on_recv_grad(const Action& a, Step& st) {
   StageRuntime& r = rt(a.stage);
   const int g = r.grad_of_mb.at(a.mb);
   ctx_.wait(&r.grad_in_req[static_cast<size_t>(g)], [&] { return waiting_for(a); });
-  tr_->finish_recv(r.grad_in[static_cast<size_t>(g)].data());
-  st.bytes = r.out.floats(mb_size_) * 4;
+  finish_wire_recv(r.out.grad_bf16 ? &r.wire_grad_in[static_cast<size_t>(g)] : nullptr, r.grad_in[static_cast<size_t>(g)].data(),
+                   r.out.floats(mb_size_));
+  st.bytes = r.out.words(mb_size_, true) * 4;
 }
 
 /// SEND_GRAD: starts sending the input gradient the preceding B or I wrote.
@@ -98,9 +119,8 @@ void Executor::on_send_grad(const Action& a, Step& st) {
   StageRuntime& r = rt(a.stage);
   PT_CHECK(r.pending_grad_out >= 0, "SEND_GRAD without a backward");
   const size_t b = static_cast<size_t>(r.pending_grad_out);
-  st.bytes = r.in.floats(mb_size_) * 4;
-  tr_->isend(r.grad_out[b].data(), static_cast<size_t>(r.in.floats(mb_size_)), a.peer, tag(kTagGrad, a.stage - 1, a.mb), ctx_.p2p(),
-             &r.grad_out_req[b]);
+  st.bytes = isend_wire(r.grad_out[b].data(), r.in.grad_bf16 ? &r.wire_grad_out[b] : nullptr, r.in.floats(mb_size_), a.peer,
+                        tag(kTagGrad, a.stage - 1, a.mb), &r.grad_out_req[b]);
   r.pending_grad_out = -1;
   if (a.peer != ctx_.rank()) stats_.bytes_p2p += st.bytes;
 }

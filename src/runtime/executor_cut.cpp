@@ -106,18 +106,19 @@ void Executor::restore_units(StageRuntime& r, const WorkerState& st) {
 void Executor::resend_crossing(const Schedule& ir, const WorkerState::Message& m) {
   const Action& a = ir.workers[static_cast<size_t>(ctx_.rank())][static_cast<size_t>(m.action)];
   StageRuntime& r = rt(a.stage);
+  const int64_t n = static_cast<int64_t>(m.payload.size());
   if (a.op == Op::send_act) {
-    const int s = r.slot_of_mb.at(a.mb);
-    tr_->isend(r.stage->output(r.slots[static_cast<size_t>(s)]), m.payload.size(), a.peer, tag(kTagAct, a.stage, a.mb), ctx_.p2p(),
-               &r.slot_state[static_cast<size_t>(s)].send);
+    const size_t s = static_cast<size_t>(r.slot_of_mb.at(a.mb));
+    isend_wire(r.stage->output(r.slots[s]), r.out.act_bf16 ? &r.wire_act_out[s] : nullptr, n, a.peer, tag(kTagAct, a.stage, a.mb),
+               &r.slot_state[s].send);
     return;
   }
-  const int b = r.grad_out_next;
+  const size_t b = static_cast<size_t>(r.grad_out_next);
   r.grad_out_next = (r.grad_out_next + 1) % static_cast<int>(r.grad_out.size());
-  be_.from_host(r.grad_out[static_cast<size_t>(b)].data(), m.payload.data(), m.payload.size());
-  r.grad_out_mb[static_cast<size_t>(b)] = a.mb;
-  tr_->isend(r.grad_out[static_cast<size_t>(b)].data(), m.payload.size(), a.peer, tag(kTagGrad, a.stage - 1, a.mb), ctx_.p2p(),
-             &r.grad_out_req[static_cast<size_t>(b)]);
+  be_.from_host(r.grad_out[b].data(), m.payload.data(), m.payload.size());
+  r.grad_out_mb[b] = a.mb;
+  isend_wire(r.grad_out[b].data(), r.in.grad_bf16 ? &r.wire_grad_out[b] : nullptr, n, a.peer, tag(kTagGrad, a.stage - 1, a.mb),
+             &r.grad_out_req[b]);
 }
 
 void Executor::quiesce(const Schedule& ir, const Cut& cut) {
@@ -141,7 +142,7 @@ void Executor::quiesce(const Schedule& ir, const Cut& cut) {
         ctx_.wait(q, [&] { return std::string("a message crossing the checkpoint cut"); });
         continue;
       }
-      const size_t n = static_cast<size_t>(grad ? r.out.floats(mb_size_) : r.in.floats(mb_size_));
+      const size_t n = static_cast<size_t>(grad ? r.out.words(mb_size_, true) : r.in.words(mb_size_, false));  // what is on the wire
       scratch.emplace_back(be_, n);
       reqs.push_back(MPI_REQUEST_NULL);
       tr_->irecv(scratch.back().data(), n, static_cast<int>(w), tag(grad ? kTagGrad : kTagAct, grad ? a.stage - 1 : a.stage, a.mb),

@@ -95,8 +95,21 @@ void Stage::forward(const Slot& s, const float* params, const LayerCtx& ctx, int
   require_state(ctx);
   for (int l = first_; l < last_; ++l) {
     forward_layer(l, s, params, ctx, n);
+    round_output(l, s.out[static_cast<size_t>(l - first_)], n);
     poll();
   }
+}
+
+// train.precision = "bf16": every activation between layers holds a bf16 value (the loss's
+// output stays fp32), so a stage boundary sends bf16 losslessly and any cut equals one process.
+void Stage::round_output(int l, float* y, int64_t n) const {
+  const Layer& layer = model_.layer(l);
+  if (bf16_ && y && !layer.is_view() && !layer.is_loss()) be_.round_bf16(static_cast<size_t>(n * layer.out_shape().numel()), y, y);
+}
+
+// The same for a backward's input gradient (dx of layer l).
+void Stage::round_input_grad(int l, float* dx, int64_t n) const {
+  if (bf16_ && dx) be_.round_bf16(static_cast<size_t>(n * model_.layer(l).in_shape().numel()), dx, dx);
 }
 
 void Stage::backward_layer(int l, const Slot& s, const float* params, float* grads, const float* dy, float* dx,
@@ -127,6 +140,7 @@ void Stage::backward(const Slot& s, const float* params, float* grads, const flo
     if (first_layer) target = dx;  // may be null: the model's first layer needs no input gradient
     else target = (cur_dy == scratch_a_.data()) ? scratch_b_.data() : scratch_a_.data();
     backward_layer(l, s, params, grads, cur_dy, target, ctx, n);
+    round_input_grad(l, target, n);
     cur_dy = target;
     poll();
   }
@@ -160,6 +174,7 @@ void Stage::backward_input(const Slot& s, const float* params, float* grads, con
     float* target = l == first_ ? dx : grad_target(s, l, cur_dy, dx);
     const float* x = i == 0 ? s.input : s.out[i - 1];
     layer.backward_input(layer_ctx(ctx, l), params + offset_[i], x, s.out[i], cur_dy, target, grads + offset_[i], s.aux[i], n);
+    round_input_grad(l, target, n);
     cur_dy = target;
     poll();
   }
@@ -186,6 +201,7 @@ const float* Stage::infer(const float* x, const float* params, const LayerCtx& c
     if (layer.is_loss() || layer.is_view()) continue;
     float* y = (cur == scratch_a_.data()) ? scratch_b_.data() : scratch_a_.data();
     layer.forward(layer_ctx(ctx, l), params + param_offset(l), cur, y, eval_aux_.data(), n);
+    round_output(l, y, n);
     cur = y;
     poll();
   }

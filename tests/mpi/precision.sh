@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# train.precision = "bf16" through the pipeline: activations and input gradients between
+# layers hold bf16 values, so the packed bf16 stage messages lose nothing and every cut,
+# schedule and placement equals one process bitwise (MLP, CNN, tinygpt with its tied head);
+# stop-and-resume is bitwise; the point-to-point bytes per sample are half of the fp32 run's
+# on the same split; and bf16 really changes the numbers (weights differ from fp32).
+set -u
+source "$(dirname "$0")/lib.sh"
+out=$(mktemp -d /tmp/pt_precision.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+common=(--set train.max_steps=12 --set train.log_every=6 --set run.output_dir="$out" --set parallel.microbatches=4
+        --set train.eval_batch_size=2000 --set checkpoint.at_end=false)
+bf=(--set train.precision=bf16)
+mlp=input/fashion_mlp.toml
+cnn=input/fashion_cnn.toml
+gpt=input/tinygpt.toml
+gptc=(--set run.output_dir="$out" --set train.max_steps=6 --set train.log_every=3 --set data.seq_len=16
+      --set model.layers.0.dim=64 --set train.batch_size=8 --set parallel.microbatches=4 --set train.eval_batch_size=64
+      --set train.eval_every=0 --set checkpoint.at_end=false --set train.warmup_steps=2)
+
+train "$out" mlp_ref 1 $mlp "${common[@]}" "${bf[@]}" --set 'parallel.split=[]'
+train "$out" mlp_fp32_ref 1 $mlp "${common[@]}" --set 'parallel.split=[]'
+train "$out" cnn_ref 1 $cnn "${common[@]}" "${bf[@]}"
+expect "bf16 changes the trained weights (not a no-op)" \
+  bash -c "! '$PT_BIN' compare '$out/mlp_ref' '$out/mlp_fp32_ref' --rtol 0 --quiet >/dev/null 2>&1"
+cases=(
+  "mlp_1f1b_2 $mlp 2 [3] [1,1] 1f1b"
+  "mlp_zbh1_4 $mlp 4 [2,4,5] [1,1,1,1] zb-h1"
+  "mlp_zbv_2 $mlp 2 [1,3,5] [1,1] zb-v"    # stage 0 = flatten only: the input crosses as fp32
+  "mlp_gpipe_2 $mlp 2 [3] [1,1] gpipe"
+  "cnn_1f1b_2 $cnn 2 [4] [1,1] 1f1b"
+  "cnn_il_2 $cnn 2 [2,4,7] [1,1] interleaved-1f1b"
+)
+for c in "${cases[@]}"; do
+  read -r name deck np split reps sched <<<"$c"
+  ref=$out/mlp_ref; [ "$deck" = "$cnn" ] && ref=$out/cnn_ref
+  train "$out" "$name" "$np" "$deck" "${common[@]}" "${bf[@]}" --set "parallel.split=$split" --set "parallel.replicas=$reps" \
+    --set "parallel.schedule=$sched" || continue
+  compare "$ref" "$out/$name" 0
+done
+# half the bytes between stages: the same split and schedule in fp32
+train "$out" mlp_1f1b_2_fp32 2 $mlp "${common[@]}" --set 'parallel.split=[3]' --set 'parallel.replicas=[1,1]' \
+  --set parallel.schedule=1f1b
+b16=$(json_number "$out/mlp_1f1b_2/summary.json" bytes_p2p_per_sample)
+b32=$(json_number "$out/mlp_1f1b_2_fp32/summary.json" bytes_p2p_per_sample)
+expect "bf16 p2p bytes per sample ($b16) are half of fp32's ($b32)" \
+  awk -v a="$b16" -v b="$b32" 'BEGIN { exit !(b > 0 && a * 2 == b) }'
+expect "summary.json states the precision" grep -q '"precision": "bf16"' "$out/mlp_1f1b_2/summary.json"
+expect "the PERF line states the precision" grep -q '^PERF .*precision=bf16' "$out/mlp_1f1b_2.log"
+# tinygpt: the tied head and attention in bf16, 2 stages against one process
+train "$out" gpt_ref 1 $gpt "${gptc[@]}" "${bf[@]}" --set 'parallel.split=[]'
+train "$out" gpt_zbh1_2 2 $gpt "${gptc[@]}" "${bf[@]}" --set 'parallel.split=[4]' --set parallel.schedule=zb-h1 && compare "$out/gpt_ref" "$out/gpt_zbh1_2" 0
+# stop at a checkpoint and resume: bitwise equal to the uninterrupted bf16 run
+train "$out" mlp_cut 2 $mlp "${common[@]}" "${bf[@]}" --set 'parallel.split=[3]' --set parallel.schedule=1f1b \
+  --set checkpoint.every_steps=6 --stop-at-step 6 &&
+  train "$out" mlp_cut 2 $mlp "${common[@]}" "${bf[@]}" --set 'parallel.split=[3]' --set parallel.schedule=1f1b \
+    --resume "$out/mlp_cut" && compare "$out/mlp_1f1b_2" "$out/mlp_cut" 0
+finish
