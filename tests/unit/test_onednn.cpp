@@ -268,6 +268,27 @@ TEST(OneDnnGemm, DeterministicAndTheRuleRunsTheKernelItNames) {
   }
 }
 
+// A pipeline stage and one process hold the same tensors at different addresses: the result
+// must not depend on them (oneDNN's kernels have no alignment-dependent arithmetic).
+TEST(OneDnnGemm, ResultsDoNotDependOnAlignment) {
+  const GemmCase c{false, true, 96, 200, 136, 0, 1.0f, 1.0f};
+  const GemmData d = gemm_data(c, 950);
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    Host h(Fp32Kernels::onednn, p);
+    const std::vector<float> base = run_gemm(*h.be, c, d);
+    for (size_t off : {1, 3, 16}) {
+      std::vector<float> A(d.A.size() + off), B(d.B.size() + off), C(d.C.size() + off);
+      std::copy(d.A.begin(), d.A.end(), A.begin() + static_cast<long>(off));
+      std::copy(d.B.begin(), d.B.end(), B.begin() + static_cast<long>(off));
+      std::copy(d.C.begin(), d.C.end(), C.begin() + static_cast<long>(off));
+      h.be->gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data() + off, d.lda, B.data() + off, d.ldb, c.beta,
+                 C.data() + off, d.ldc);
+      EXPECT_EQ(std::memcmp(C.data() + off, base.data(), base.size() * sizeof(float)), 0)
+          << precision_name(p) << " offset " << off;
+    }
+  }
+}
+
 // ---- convolution --------------------------------------------------------------------------
 
 WindowGeom geom(int64_t c_in, int64_t h, int64_t c_out, int64_t k, int64_t s, int64_t p) {
@@ -393,6 +414,54 @@ TEST(OneDnnConv, SplitBackwardIsBitwiseTheFusedCallAndRepeats) {
       EXPECT_TRUE(same(fused.y, again.y) && same(fused.dx, again.dx) && same(fused.dw, again.dw) &&
                   same(fused.db, again.db))
           << precision_name(p) << " repeated call";
+    }
+  }
+}
+
+TEST(OneDnnConv, TheRuleRunsTheKernelItNamesPerPass) {
+  Host rule(Fp32Kernels::rule, Precision::fp32), blas(Fp32Kernels::openblas, Precision::fp32),
+      dnn(Fp32Kernels::onednn, Precision::fp32);
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  for (const ConvData& d : {conv_data(geom(1, 12, 8, 3, 1, 1), 3, 31), conv_data(geom(3, 10, 8, 3, 1, 1), 3, 32),
+                            conv_data(geom(8, 9, 16, 3, 1, 1), 3, 33)}) {
+    const ConvOut r = run_conv(*rule.be, d, d.x, d.w, d.dy), b = run_conv(*blas.be, d, d.x, d.w, d.dy),
+                  o = run_conv(*dnn.be, d, d.x, d.w, d.dy);
+    const bool fwd = host::onednn_wins_conv_fp32(d.g, d.n, host::ConvPass::forward);
+    const bool data = host::onednn_wins_conv_fp32(d.g, d.n, host::ConvPass::backward_data);
+    const bool wgt = host::onednn_wins_conv_fp32(d.g, d.n, host::ConvPass::backward_weights);
+    EXPECT_TRUE(same(r.y, fwd ? o.y : b.y)) << "c_in " << d.g.c_in << " forward";
+    EXPECT_TRUE(same(r.dx, data ? o.dx : b.dx)) << "c_in " << d.g.c_in << " data pass";
+    EXPECT_TRUE(same(r.dw, wgt ? o.dw : b.dw) && same(r.db, wgt ? o.db : b.db)) << "c_in " << d.g.c_in << " weight pass";
+  }
+  // the measured classes: a 1-channel first layer keeps im2col for y and dx, oneDNN for dw
+  EXPECT_FALSE(host::onednn_wins_conv_fp32(geom(1, 28, 32, 3, 1, 1), 128, host::ConvPass::forward));
+  EXPECT_TRUE(host::onednn_wins_conv_fp32(geom(1, 28, 32, 3, 1, 1), 128, host::ConvPass::backward_weights));
+  EXPECT_TRUE(host::onednn_wins_conv_fp32(geom(32, 14, 64, 3, 1, 1), 128, host::ConvPass::backward_data));
+}
+
+TEST(OneDnnConv, ResultsDoNotDependOnAlignment) {
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    Host h(Fp32Kernels::onednn, p);
+    for (const ConvData& d : {conv_data(geom(1, 12, 8, 3, 1, 1), 3, 41), conv_data(geom(8, 9, 16, 3, 1, 1), 3, 42)}) {
+      const ConvOut base = run_conv(*h.be, d, d.x, d.w, d.dy);
+      const size_t off = 5;
+      auto shifted = [&](const std::vector<float>& v) {
+        std::vector<float> s(v.size() + off);
+        std::copy(v.begin(), v.end(), s.begin() + static_cast<long>(off));
+        return s;
+      };
+      std::vector<float> x = shifted(d.x), w = shifted(d.w), dy = shifted(d.dy), b = shifted(d.b);
+      std::vector<float> y(d.ys() + off), dx(d.xs() + off), dw = shifted(d.dw0), db = shifted(d.db0);
+      h.be->conv2d_forward(d.g, d.n, x.data() + off, w.data() + off, b.data() + off, y.data() + off);
+      h.be->conv2d_backward(d.g, d.n, x.data() + off, w.data() + off, dy.data() + off, dx.data() + off, dw.data() + off,
+                            db.data() + off);
+      auto same = [&](const std::vector<float>& got, const std::vector<float>& want) {
+        return std::memcmp(got.data() + off, want.data(), want.size() * sizeof(float)) == 0;
+      };
+      EXPECT_TRUE(same(y, base.y) && same(dx, base.dx) && same(dw, base.dw) && same(db, base.db))
+          << precision_name(p) << " c_in " << d.g.c_in;
     }
   }
 }

@@ -88,21 +88,23 @@ void col2im(const WindowGeom& g, int64_t gs, const float* col, float* dx) {
 void HostBackend::conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
                                  float* y) {
   if (n == 0) return;
-  if (onednn_conv(g, n)) onednn().conv_forward(precision(), g, n, x, w, b, y);
+  if (onednn_conv(g, n, ConvPass::forward)) onednn().conv_forward(precision(), g, n, x, w, b, y);
   else im2col_conv_forward(g, n, x, w, b, y);
 }
 
-// dx alone, dw/db alone and all three run the same kernels on the same inputs: the split
-// backward's halves are bitwise the fused call on either path.
+// The weight pass (dw, db) and the data pass (dx) are computed independently, each by the
+// library the rule gives its pass: dx alone and dw/db alone are bitwise the fused call.
 void HostBackend::conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
                                   float* dx, float* dw, float* db) {
   if (n == 0) return;
-  if (!onednn_conv(g, n)) {
-    im2col_conv_backward(g, n, x, w, dy, dx, dw, db);
-    return;
+  if (dw || db) {
+    if (onednn_conv(g, n, ConvPass::backward_weights)) onednn().conv_backward_weights(precision(), g, n, x, dy, dw, db);
+    else im2col_conv_backward(g, n, x, w, dy, nullptr, dw, db);
   }
-  if (dw || db) onednn().conv_backward_weights(precision(), g, n, x, dy, dw, db);
-  if (dx) onednn().conv_backward_data(precision(), g, n, w, dy, dx);
+  if (dx) {
+    if (onednn_conv(g, n, ConvPass::backward_data)) onednn().conv_backward_data(precision(), g, n, w, dy, dx);
+    else im2col_conv_backward(g, n, x, w, dy, dx, nullptr, nullptr);
+  }
 }
 
 void HostBackend::im2col_conv_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,

@@ -28,7 +28,7 @@ HostBackend::HostBackend() {
 std::string HostBackend::describe() const {
   return std::string("cpu (Kokkos ") + std::to_string(KOKKOS_VERSION / 10000) + "." +
          std::to_string(KOKKOS_VERSION / 100 % 100) + " Serial, OpenBLAS " + openblas_get_corename() + ", oneDNN " +
-         onednn_version() + " " + onednn_isa_name() + ")";
+         onednn_version() + ")";
 }
 
 float* HostBackend::alloc(size_t n) {
@@ -75,12 +75,12 @@ bool HostBackend::onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
   }
 }
 
-bool HostBackend::onednn_conv(const WindowGeom& g, int64_t n) const {
+bool HostBackend::onednn_conv(const WindowGeom& g, int64_t n, ConvPass pass) const {
   if (precision() == Precision::bf16) return true;
   switch (fp32_kernels_) {
     case Fp32Kernels::openblas: return false;
     case Fp32Kernels::onednn: return true;
-    default: return onednn_wins_conv_fp32(g, n);
+    default: return onednn_wins_conv_fp32(g, n, pass);
   }
 }
 

@@ -106,7 +106,7 @@ class HostBackend final : public Backend {
   void im2col_conv_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
                             float* dx, float* dw, float* db);
   bool onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch) const;
-  bool onednn_conv(const WindowGeom& g, int64_t n) const;
+  bool onednn_conv(const WindowGeom& g, int64_t n, ConvPass pass) const;
 
   std::vector<float> ws_;
   std::unique_ptr<OneDnn> dnn_;

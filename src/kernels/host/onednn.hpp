@@ -80,8 +80,11 @@ void onednn_threads_default();
 // true: the fp32 gemm of this shape runs on oneDNN; false: OpenBLAS through KokkosBlas.
 // A pure function of the shape: the same on every rank and every run.
 bool onednn_wins_gemm_fp32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch);
-// true: the fp32 convolution runs on oneDNN; false: im2col + gemm.
-bool onednn_wins_conv_fp32(const WindowGeom& g, int64_t n);
+// The three passes of a convolution; the rule may pick a different library for each (they
+// are independent computations, so the split backward stays bitwise the fused one).
+enum class ConvPass { forward, backward_data, backward_weights };
+// true: this fp32 convolution pass runs on oneDNN; false: im2col + OpenBLAS.
+bool onednn_wins_conv_fp32(const WindowGeom& g, int64_t n, ConvPass pass);
 // The rule in words, for the banner and docs.
 std::string fp32_rule_description();
 
