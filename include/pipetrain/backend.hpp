@@ -225,8 +225,9 @@ double matmul_peak_gflops(Backend& be, Precision p, int reps = 5);
 double achieved_gflops(double flops, double seconds);
 // One line for the run banner: oneDNN's version, effective ISA (dnnl_get_effective_cpu_isa)
 // and the implementation names of the matmul chosen for a representative shape (the MLP's
-// [128, 784] x [784, 512]) in fp32 and bf16, and the fp32 GEMM rule, e.g.
-// "oneDNN 2.6.3 (avx512_core_bf16): matmul fp32 brg:avx512_core, bf16 brg:avx512_core_bf16".
+// [128, 784] x [784, 512]) in fp32 and bf16, e.g. "oneDNN 2.6.3 avx512_core_bf16 (matmul
+// 128x784x512: fp32 brg:avx512_core, bf16 brg:avx512_core_bf16)"; on an AMX Xeon the bf16
+// name is brg:avx512_core_amx. blas_description() (commands.hpp) appends it to OpenBLAS's.
 std::string onednn_description();
 
 // An owning buffer in a backend's memory.

@@ -1,7 +1,7 @@
 // Kernel measurements and descriptions shared by the banner, the profiler and the kernel
 // benchmark: the matmul peak of a backend in a precision, achieved GFLOP/s, and the one-line
 // oneDNN description (version, effective ISA, the matmul implementation for a representative
-// shape, the fp32 rule). Contract: matmul_peak_gflops runs real work on the backend (a few
+// shape in each precision). Contract: matmul_peak_gflops runs real work on the backend (a few
 // hundred ms on a CPU core) and restores the backend's precision; the description creates
 // primitive descriptors only (no execution) and is cached after the first call.
 #include <algorithm>
@@ -48,9 +48,8 @@ std::string onednn_description() {
     host::OneDnn dnn;
     host::GemmArgs a;  // the MLP's first forward GEMM: [128, 784] x [784, 512]^T
     a.tb = true, a.M = 128, a.N = 512, a.K = 784, a.lda = 784, a.ldb = 784, a.ldc = 512;
-    return "oneDNN " + host::onednn_version() + " (" + host::onednn_isa_name() + "): matmul [128x784]x[784x512] fp32 " +
-           dnn.gemm_impl(Precision::fp32, a) + ", bf16 " + dnn.gemm_impl(Precision::bf16, a) + "; " +
-           host::fp32_rule_description();
+    return "oneDNN " + host::onednn_version() + " " + host::onednn_isa_name() + " (matmul 128x784x512: fp32 " +
+           dnn.gemm_impl(Precision::fp32, a) + ", bf16 " + dnn.gemm_impl(Precision::bf16, a) + ")";
   }();
   return line;
 }
