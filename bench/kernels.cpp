@@ -10,8 +10,11 @@
 // interleaved sample by sample, so the neighbours' load hits them alike and each fraction
 // compares numbers taken at the same time. Every call goes through the Backend interface (bf16
 // includes rounding the inputs). --csv FILE writes one row per shape and variant.
-// Usage: pt_bench_kernels [--reps N] [--ms M] [--csv FILE] [--only SUBSTRING]
+// Times are the calling thread's CPU time (the kernels run one thread, on it), so time slices
+// lost to other jobs on a shared machine do not count; --clock wall times the wall clock.
+// Usage: pt_bench_kernels [--reps N] [--ms M] [--csv FILE] [--only SUBSTRING] [--clock cpu|wall]
 #include <omp.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <Kokkos_Core.hpp>
@@ -49,8 +52,16 @@ Stats stats(std::vector<double> v) {
   return {n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v.front(), v.back()};
 }
 
+// The clock of a sample: the calling thread's CPU time by default (every kernel here runs on
+// that one thread), so the time slices this shared machine gives the neighbours' jobs do not
+// count; --clock wall uses the steady clock instead.
+bool g_wall_clock = false;
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (g_wall_clock)
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 std::string cpu_model() {
@@ -270,9 +281,9 @@ void print_header(const std::vector<Stats>& ps, const Options& opt) {
               "OpenBLAS sgemm %.1f (%.1f-%.1f)\n",
               ps[kDnn32].median, ps[kDnn32].lo, ps[kDnn32].hi, ps[kDnn16].median, ps[kDnn16].lo, ps[kDnn16].hi,
               ps[kBlas].median, ps[kBlas].lo, ps[kBlas].hi);
-  std::printf("GFLOP/s: median of %d samples of >= %.0f ms (min-max), then the fraction of the 1024^3 peak of the\n"
-              "precision measured alongside the row (interleaved; its medians in the 'peak' columns)\n",
-              opt.reps, opt.ms);
+  std::printf("GFLOP/s: median of %d samples of >= %.0f ms of %s time (min-max), then the fraction of the 1024^3\n"
+              "peak of the precision measured alongside the row (interleaved; its medians in the 'pk' columns)\n",
+              opt.reps, opt.ms, g_wall_clock ? "wall-clock" : "thread CPU");
   std::printf("%-12s %-44s %8s  %-22s  %-22s  %-22s  %4s %4s  %-8s %s\n", "group", "shape", "GFLOP", kVariantName[kBlas],
               kVariantName[kDnn32], kVariantName[kDnn16], "pk32", "pk16", "fp32 rule", "oneDNN impl fp32 | bf16");
 }
@@ -319,7 +330,9 @@ Options parse(int argc, char** argv) {
     else if (a == "--ms") o.ms = std::max(0.1, std::atof(v.c_str()));
     else if (a == "--csv") o.csv = v;
     else if (a == "--only") o.only = v;
-    else fail(Exit::bad_input, "pt_bench_kernels: unknown option " + a + " (--reps N, --ms M, --csv FILE, --only TEXT)");
+    else if (a == "--clock") g_wall_clock = v == "wall";
+    else fail(Exit::bad_input,
+              "pt_bench_kernels: unknown option " + a + " (--reps N, --ms M, --csv FILE, --only TEXT, --clock cpu|wall)");
   }
   return o;
 }

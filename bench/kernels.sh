@@ -30,12 +30,12 @@ csv=$out/kernels-$stamp.csv
 
 # goal: large GEMMs of the MLP (batch 128: fc1, fc2) and the transformer (the four linears)
 awk -F, '
-  NR == 1 { next }
-  { shape = $2; gsub(/"/, "", shape) }
-  !(($1 == "mlp b128" && shape ~ /^fc[12] /) || ($1 == "transformer" && shape !~ /^attn/)) { next }
-  { pick = ($9 == "oneDNN") ? "oneDNN fp32" : "OpenBLAS fp32" }
-  $4 == pick          { f32[shape] = $8; n32++ }
-  $4 == "oneDNN bf16" { f16[shape] = $8 }
+  NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }  # columns by name
+  { shape = $col["shape"]; gsub(/"/, "", shape); group = $col["group"]; variant = $col["variant"] }
+  !((group == "mlp b128" && shape ~ /^fc[12] /) || (group == "transformer" && shape !~ /^attn/)) { next }
+  { pick = ($col["fp32_rule"] == "oneDNN") ? "oneDNN fp32" : "OpenBLAS fp32" }
+  variant == pick          { f32[shape] = $col["fraction_of_peak"]; n32++ }
+  variant == "oneDNN bf16" { f16[shape] = $col["fraction_of_peak"] }
   END {
     bad = 0
     for (s in f32) {
