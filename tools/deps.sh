@@ -18,6 +18,7 @@ runtime=(
   "h5dump|hdf5-tools|command -v h5dump"
   "Kokkos core 3.4|libtrilinos-kokkos-dev|test -f /usr/include/trilinos/Kokkos_Core.hpp"
   "KokkosKernels (BLAS)|libtrilinos-kokkos-kernels-dev|test -f /usr/include/trilinos/KokkosBlas3_gemm.hpp"
+  "oneDNN 2.x (matmul, convolution)|libdnnl-dev|test -f /usr/include/dnnl.hpp -a -f /usr/include/oneapi/dnnl/dnnl.hpp"
   "OpenBLAS|libopenblas-dev|test -f /usr/lib/x86_64-linux-gnu/libopenblas.so -o -f /usr/lib/$(uname -m)-linux-gnu/libopenblas.so"
   "toml++|libtomlplusplus-dev|test -f /usr/include/toml++/toml.h"
   "nlohmann JSON|nlohmann-json3-dev|test -f /usr/include/nlohmann/json.hpp"

@@ -6,12 +6,38 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
 namespace pt {
 
 enum class Device { cpu, cuda };
+
+// Compute precision of the matrix kernels (docs/PRECISION.md). fp32: IEEE single throughout.
+// bf16: gemm, gemm_strided_batched, conv2d_forward and conv2d_backward round their floating
+// inputs (A, B; x, w, dy) to bfloat16 with round-to-nearest-even (bf16_round below), multiply
+// with fp32 accumulation and write fp32 outputs (C; y, dx, dw, db). Every other op, the
+// bias additions and all buffers stay fp32.
+enum class Precision { fp32, bf16 };
+const char* precision_name(Precision p);  // "fp32" | "bf16"
+
+// x rounded to the nearest bfloat16 (ties to even), returned as the float of equal value:
+// exactly PyTorch's float -> torch.bfloat16 conversion (c10::BFloat16's round_to_nearest_even;
+// a NaN stays a NaN, the quiet NaN 0x7FC0; subnormals are rounded, never flushed).
+inline uint16_t bf16_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+inline float bf16_to_float(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+inline float bf16_round(float x) { return bf16_to_float(bf16_bits(x)); }
 
 // Geometry of a 2-D convolution or pooling window over NCHW batches.
 struct WindowGeom {
@@ -25,6 +51,12 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string describe() const = 0;  // e.g. "cpu (Kokkos Serial, OpenBLAS SkylakeX)"
+
+  // The compute precision of gemm, gemm_strided_batched and conv2d_* (see Precision), fp32
+  // until set. Set it once per stage before the first step (a backend caches its kernels per
+  // shape and precision); it may change between calls.
+  virtual void set_precision(Precision p) { precision_ = p; }
+  Precision precision() const { return precision_; }
 
   // Memory in the backend's space. alloc() returns zeroed memory.
   virtual float* alloc(size_t n) = 0;
@@ -51,6 +83,9 @@ class Backend {
   virtual void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) = 0;
   virtual void axpy(size_t n, float a, const float* x, float* y) = 0;  // y += a x
+  // y[i] = bf16_round(x[i]) (fp32 storage, bf16 values: compute copies of weights, bf16
+  // messages); y may alias x. Independent of precision().
+  virtual void round_bf16(size_t n, const float* x, float* y) = 0;
   virtual void scale(size_t n, float a, float* x) = 0;
 
   // Linear helpers: y[r, :] += b; db += column sums of dy.
@@ -178,6 +213,7 @@ class Backend {
 
  private:
   std::chrono::steady_clock::time_point timer_t0_{};
+  Precision precision_ = Precision::fp32;
 };
 
 // The host backend (Kokkos Serial + OpenBLAS through KokkosBlas).
@@ -185,6 +221,23 @@ std::unique_ptr<Backend> make_host_backend();
 // The CUDA backend; throws a clear error in a build without CUDA=1.
 std::unique_ptr<Backend> make_cuda_backend(int device_index);
 bool cuda_backend_compiled();
+
+// ---- kernel measurements (src/kernels/host/kernel_info.cpp) --------------------------------
+
+// GFLOP/s of this backend's gemm at M = N = K = 1024 in precision p (the backend's precision
+// is restored afterwards): median of `reps` timed calls after one warm-up. On the CPU this
+// is the oneDNN matmul (the kernel every 1024^3 fp32 and bf16 gemm uses); on a GPU cuBLAS.
+// The profiler's and bench/kernels.sh's "peak" for the achieved fractions.
+double matmul_peak_gflops(Backend& be, Precision p, int reps = 5);
+// Achieved GFLOP/s of work of `flops` floating-point operations done in `seconds` (0 when
+// either is not positive).
+double achieved_gflops(double flops, double seconds);
+// One line for the run banner: oneDNN's version, effective ISA (dnnl_get_effective_cpu_isa)
+// and the implementation names of the matmul chosen for a representative shape (the MLP's
+// [128, 784] x [784, 512]) in fp32 and bf16, e.g. "oneDNN 2.6.3 avx512_core_bf16 (matmul
+// 128x784x512: fp32 brg:avx512_core, bf16 brg:avx512_core_bf16)"; on an AMX Xeon the bf16
+// name is brg:avx512_core_amx. blas_description() (commands.hpp) appends it to OpenBLAS's.
+std::string onednn_description();
 
 // An owning buffer in a backend's memory.
 class Buffer {

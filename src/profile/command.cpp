@@ -1,6 +1,8 @@
-// `pipetrain profile`: measure per-layer costs (rank 0) and, under mpirun, the network.
+// `pipetrain profile`: measure per-layer costs (rank 0) and, under mpirun, the network; print
+// each layer's achieved GFLOP/s beside the backend's measured 1024^3 matmul peak.
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "pipetrain/commands.hpp"
@@ -13,11 +15,45 @@
 
 namespace pt {
 
+namespace {
+
+std::unique_ptr<Backend> profile_backend(const Deck& deck) {
+  return deck.run.device == "cuda" ? make_cuda_backend(0) : make_host_backend();
+}
+
+// The precision the layers are profiled in: the backend's default (fp32) until the deck
+// carries a compute precision.
+Precision profile_precision(const Deck&) { return Precision::fp32; }
+
+// Per layer: achieved GFLOP/s of its forward and backward (its FLOPs over the measured
+// seconds) and the better of the two as a fraction of the matmul peak; then the peaks.
+void print_achieved(const Deck& deck, const Model& model, const Profile& p, int64_t mb) {
+  std::unique_ptr<Backend> be = profile_backend(deck);
+  const Precision prec = profile_precision(deck);
+  const double peak = matmul_peak_gflops(*be, prec);
+  const double other = matmul_peak_gflops(*be, prec == Precision::fp32 ? Precision::bf16 : Precision::fp32);
+  std::printf("%5s  %-24s %12s %12s %10s\n", "index", "layer", "fwd GFLOP/s", "bwd GFLOP/s", "of peak");
+  for (const auto& l : p.layers) {
+    const Layer& layer = model.layer(l.index);
+    const double f = achieved_gflops(layer.flops_forward() * static_cast<double>(mb), l.forward_s);
+    const double b = achieved_gflops(layer.flops_backward() * static_cast<double>(mb), l.backward_s);
+    std::printf("%5d  %-24s %12.1f %12.1f %9.0f%%\n", l.index, (l.name + " (" + l.type + ")").substr(0, 24).c_str(), f,
+                b, peak > 0 ? 100.0 * std::max(f, b) / peak : 0.0);
+  }
+  std::printf("matmul peak of this backend at 1024^3 (measured now, median of 5): %s %.1f GFLOP/s (the layers' "
+              "precision), %s %.1f GFLOP/s\n",
+              precision_name(prec), peak, precision_name(prec == Precision::fp32 ? Precision::bf16 : Precision::fp32),
+              other);
+}
+
+}  // namespace
+
 Profile measure_profile(const Deck& deck, const Model& model, int64_t mb, int reps, MPI_Comm comm) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   Profile p;
-  std::unique_ptr<Backend> be = deck.run.device == "cuda" ? make_cuda_backend(0) : make_host_backend();
+  std::unique_ptr<Backend> be = profile_backend(deck);
+  be->set_precision(profile_precision(deck));
   p.device = be->describe();
   p.microbatch = mb;
   p.input_bytes = static_cast<double>(mb * model.input_shape().numel() * 4);
@@ -58,6 +94,7 @@ int cmd_profile(const ProfileArgs& a) {
     }
     std::printf("total: forward %.3f ms, backward %.3f ms per microbatch of %lld -> %.0f samples/s on one rank\n",
                 tf * 1e3, tb * 1e3, static_cast<long long>(mb), static_cast<double>(mb) / (tf + tb));
+    print_achieved(deck, model, p, mb);
     if (p.network.measured)
       std::printf("network (%d ranks): p2p bandwidth %.2f GB/s, latency %.1f us\n", size, p.network.bandwidth / 1e9,
                   p.network.latency * 1e6);

@@ -1,7 +1,8 @@
 // OpenBLAS kernel selection. Debian's OpenBLAS 0.3.21 misdetects some AVX-512 CPUs (as
 // Prescott or Haswell) and then runs a kernel several times slower. The core type is read
 // when the library loads, so the only fix from inside the program is to re-exec itself
-// with OPENBLAS_CORETYPE set, before MPI_Init.
+// with OPENBLAS_CORETYPE set, before MPI_Init. blas_description() is the banner's kernel line
+// (OpenBLAS's core and oneDNN's identity).
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "pipetrain/backend.hpp"
 #include "pipetrain/commands.hpp"
 
 extern "C" char* openblas_get_corename(void);
@@ -68,6 +70,11 @@ std::string select_blas_core(int argc, char** argv) {
   return g_note;
 }
 
-std::string blas_description() { return g_note.empty() ? std::string("OpenBLAS ") + openblas_get_corename() : g_note; }
+// The banner's kernel line: OpenBLAS's core, then oneDNN's version, effective ISA, the matmul
+// implementation of a representative shape in each precision, and the fp32 kernel rule.
+std::string blas_description() {
+  const std::string blas = g_note.empty() ? std::string("OpenBLAS ") + openblas_get_corename() : g_note;
+  return blas + "; " + onednn_description();
+}
 
 }  // namespace pt

@@ -1,4 +1,5 @@
-// CUDA backend: device choice, streams and handles, memory, GEMM on cuBLAS, the region
+// CUDA backend: device choice, streams and handles, memory, GEMM on cuBLAS (bf16 precision:
+// cuda_bf16.cu), the region
 // timer on CUDA events, and the entry points make_cuda_backend / cuda_backend_compiled
 // (a build without CUDA=1 links src/kernels/cuda_stub.cpp instead).
 #include <mpi.h>
@@ -127,6 +128,8 @@ CudaBackend::~CudaBackend() {
   release_dnn_plans();
   if (ws_) cudaFree(ws_);
   if (bn_scratch_) cudaFree(bn_scratch_);
+  for (auto& b : bf16_scratch_)
+    if (b.p) cudaFree(b.p);
   for (auto& u : uploads_)
     if (u.done) cudaEventDestroy(u.done);
   if (red_dev_) cudaFree(red_dev_);
@@ -259,6 +262,10 @@ void CudaBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   PT_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX && ldb <= INT32_MAX &&
                ldc <= INT32_MAX,
            "gemm dimensions exceed cuBLAS's int: M " << M << ", N " << N << ", K " << K);
+  if (precision() == Precision::bf16) {
+    gemm_bf16(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+    return;
+  }
   const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   PT_CUBLAS_CHECK(cublasSgemm(blas_, op_b, op_a, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha,
                               B, static_cast<int>(ldb), A, static_cast<int>(lda), &beta, C, static_cast<int>(ldc)));
@@ -275,6 +282,10 @@ void CudaBackend::gemm_strided_batched(bool ta, bool tb, int64_t M, int64_t N, i
   PT_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX && ldb <= INT32_MAX &&
                ldc <= INT32_MAX && batch <= INT32_MAX,
            "batched gemm dimensions exceed cuBLAS's int: M " << M << ", N " << N << ", K " << K << ", batch " << batch);
+  if (precision() == Precision::bf16) {
+    gemm_bf16(ta, tb, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c, batch);
+    return;
+  }
   const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   // the row-major trick of gemm(), per batch entry
   PT_CUBLAS_CHECK(cublasSgemmStridedBatched(blas_, op_b, op_a, static_cast<int>(N), static_cast<int>(M),

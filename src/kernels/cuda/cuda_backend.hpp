@@ -69,6 +69,7 @@ class CudaBackend final : public Backend {
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
             const float* B, int64_t ldb, float beta, float* C, int64_t ldc) override;
   void axpy(size_t n, float a, const float* x, float* y) override;
+  void round_bf16(size_t n, const float* x, float* y) override;
   void scale(size_t n, float a, float* x) override;
   void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) override;
   void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) override;
@@ -143,10 +144,21 @@ class CudaBackend final : public Backend {
   void upload(void* dst, const void* host, size_t bytes);  // async, through the pinned ring
   void* dnn_workspace(size_t bytes);
   void release_dnn_plans();
-  ConvPlan& conv_plan(const WindowGeom& g, int64_t n);
+  ConvPlan& conv_plan(const WindowGeom& g, int64_t n, bool bf16);  // bf16: bf16 tensors, fp32 compute
   PoolPlan& pool_plan(const WindowGeom& g, int64_t n);  // average pooling
   BnPlan& bn_plan(int64_t n, int64_t C, int64_t HW);    // batch norm descriptors
   float* bn_scratch(size_t n);  // device scratch for the outputs a split half does not want
+  // bf16 compute: device scratch slot (grows, contents not kept), the rounded bf16 copy of n
+  // floats in a slot, widening, the bf16 GEMM (cuda_bf16.cu) and convolutions (cuda_dnn.cu).
+  void* bf16_scratch(int slot, size_t bytes);
+  const uint16_t* to_bf16(int slot, const float* x, size_t n);
+  void from_bf16(const uint16_t* x, size_t n, float* y, bool accumulate);  // y = or += widened x
+  void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta, float* C, int64_t ldc,
+                 int64_t stride_c, int64_t batch);
+  void conv2d_forward_bf16(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b, float* y);
+  void conv2d_backward_bf16(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
+                            float* dx, float* dw, float* db);
 
   int device_ = 0, local_rank_ = 0, local_size_ = 1;
   std::string name_;
@@ -178,6 +190,11 @@ class CudaBackend final : public Backend {
   std::map<GeomKey, BnPlan*> bn_plans_;
   float* bn_scratch_ = nullptr;
   size_t bn_scratch_size_ = 0;
+  struct Scratch {
+    void* p = nullptr;
+    size_t bytes = 0;
+  };
+  std::array<Scratch, 4> bf16_scratch_{};  // 0: A / x, 1: B / w, 2: dy, 3: outputs
 
  public:
   static constexpr int kRedBlocks = 1024;

@@ -3,7 +3,8 @@
 // Plans (descriptors and chosen algorithms) are cached per geometry and batch size.
 // Algorithms come from cuDNN's heuristics (no benchmarking, so every rank with the same
 // shapes makes the same choice), deterministic ones preferred, FP32 FMA math unless
-// PT_CUDA_TF32=1 (so a GPU run tracks the CPU run), workspace at most
+// PT_CUDA_TF32=1 (so a GPU run tracks the CPU run; bf16 plans use tensor cores, see
+// cuda_bf16.cu), workspace at most
 // PT_CUDNN_WORKSPACE_MB (default 512). Max pooling is a CUDA kernel (cuda_kernels.cu):
 // the ops interface keeps an argmax with PyTorch's first-maximum tie rule, which cuDNN's
 // max pooling does not expose.
@@ -18,8 +19,10 @@
 
 namespace pt::cuda {
 
+// bf16 plans: x, y and w in bf16 (cuDNN's PSEUDO_BFLOAT16 configuration, fp32 compute);
+// y32 and bias are fp32 in every plan (the bias is added to the fp32 output).
 struct ConvPlan {
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, y32 = nullptr, bias = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t fwd = nullptr, bwd_data = nullptr, bwd_filter = nullptr;  // one per math type choice
   cudnnConvolutionFwdAlgo_t fwd_algo{};
@@ -48,10 +51,10 @@ int to_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-cudnnTensorDescriptor_t nchw(int64_t n, int64_t c, int64_t h, int64_t w) {
+cudnnTensorDescriptor_t nchw(int64_t n, int64_t c, int64_t h, int64_t w, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
   cudnnTensorDescriptor_t d;
   PT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
-  PT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, to_int(n, "batch"),
+  PT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, type, to_int(n, "batch"),
                                             to_int(c, "channels"), to_int(h, "height"), to_int(w, "width")));
   return d;
 }
@@ -67,14 +70,15 @@ cudnnConvolutionDescriptor_t conv_desc(const WindowGeom& g, cudnnMathType_t math
 }
 
 // Pick from heuristic results (best first): status ok, within the workspace cap, FMA math
-// unless TF32 is allowed, deterministic preferred. Returns the index or -1.
+// unless tensor ops are allowed (TF32, or bf16 tensors), deterministic preferred. Returns
+// the index or -1.
 template <class Perf>
-int pick(const std::vector<Perf>& perf, int count, size_t ws_limit, bool tf32) {
+int pick(const std::vector<Perf>& perf, int count, size_t ws_limit, bool tensor_ops) {
   int any = -1;
   for (int i = 0; i < count; ++i) {
     const Perf& p = perf[static_cast<size_t>(i)];
     if (p.status != CUDNN_STATUS_SUCCESS || p.memory > ws_limit) continue;
-    if (!tf32 && p.mathType != CUDNN_FMA_MATH) continue;
+    if (!tensor_ops && p.mathType != CUDNN_FMA_MATH) continue;
     if (p.determinism == CUDNN_DETERMINISTIC) return i;
     if (any < 0) any = i;
   }
@@ -94,20 +98,23 @@ void* CudaBackend::dnn_workspace(size_t bytes) {
   return ws_;
 }
 
-ConvPlan& CudaBackend::conv_plan(const WindowGeom& g, int64_t n) {
-  const GeomKey key = key_of(g, n, 0);
+ConvPlan& CudaBackend::conv_plan(const WindowGeom& g, int64_t n, bool bf16) {
+  const GeomKey key = key_of(g, n, bf16 ? 3 : 0);
   auto it = conv_plans_.find(key);
   if (it != conv_plans_.end()) return *it->second;
   auto* p = new ConvPlan;
   conv_plans_[key] = p;
-  p->x = nchw(n, g.c_in, g.h_in, g.w_in);
-  p->y = nchw(n, g.c_out, g.h_out, g.w_out);
+  const cudnnDataType_t type = bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+  p->x = nchw(n, g.c_in, g.h_in, g.w_in, type);
+  p->y = nchw(n, g.c_out, g.h_out, g.w_out, type);
+  p->y32 = nchw(n, g.c_out, g.h_out, g.w_out);
   p->bias = nchw(1, g.c_out, 1, 1);
   PT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
-  PT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, to_int(g.c_out, "channels"),
+  PT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, type, CUDNN_TENSOR_NCHW, to_int(g.c_out, "channels"),
                                             to_int(g.c_in, "channels"), to_int(g.kernel, "kernel"),
                                             to_int(g.kernel, "kernel")));
-  const cudnnMathType_t math = tf32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  const bool tensor_ops = tf32_ || bf16;
+  const cudnnMathType_t math = bf16 ? CUDNN_TENSOR_OP_MATH : tf32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
   p->fwd = conv_desc(g, math);
   p->bwd_data = conv_desc(g, math);
   p->bwd_filter = conv_desc(g, math);
@@ -123,7 +130,7 @@ ConvPlan& CudaBackend::conv_plan(const WindowGeom& g, int64_t n) {
   PT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(dnn_, &max_count));
   std::vector<cudnnConvolutionFwdAlgoPerf_t> fperf(static_cast<size_t>(std::max(1, max_count)));
   PT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(dnn_, p->x, p->w, p->fwd, p->y, max_count, &count, fperf.data()));
-  int i = pick(fperf, count, ws_limit_, tf32_);
+  int i = pick(fperf, count, ws_limit_, tensor_ops);
   p->fwd_algo = i >= 0 ? fperf[static_cast<size_t>(i)].algo : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   PT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->fwd, i >= 0 ? fperf[static_cast<size_t>(i)].mathType : math));
   PT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(dnn_, p->x, p->w, p->fwd, p->y, p->fwd_algo, &p->fwd_ws));
@@ -132,7 +139,7 @@ ConvPlan& CudaBackend::conv_plan(const WindowGeom& g, int64_t n) {
   std::vector<cudnnConvolutionBwdDataAlgoPerf_t> dperf(static_cast<size_t>(std::max(1, max_count)));
   PT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn_, p->w, p->y, p->bwd_data, p->x, max_count, &count,
                                                              dperf.data()));
-  i = pick(dperf, count, ws_limit_, tf32_);
+  i = pick(dperf, count, ws_limit_, tensor_ops);
   p->data_algo = i >= 0 ? dperf[static_cast<size_t>(i)].algo : CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
   PT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->bwd_data, i >= 0 ? dperf[static_cast<size_t>(i)].mathType : math));
   PT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(dnn_, p->w, p->y, p->bwd_data, p->x, p->data_algo,
@@ -142,7 +149,7 @@ ConvPlan& CudaBackend::conv_plan(const WindowGeom& g, int64_t n) {
   std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> wperf(static_cast<size_t>(std::max(1, max_count)));
   PT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(dnn_, p->x, p->y, p->bwd_filter, p->w, max_count, &count,
                                                                wperf.data()));
-  i = pick(wperf, count, ws_limit_, tf32_);
+  i = pick(wperf, count, ws_limit_, tensor_ops);
   p->filter_algo = i >= 0 ? wperf[static_cast<size_t>(i)].algo : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
   PT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->bwd_filter, i >= 0 ? wperf[static_cast<size_t>(i)].mathType : math));
   PT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn_, p->x, p->y, p->bwd_filter, p->w, p->filter_algo,
@@ -176,6 +183,7 @@ void CudaBackend::release_dnn_plans() {
     ConvPlan* p = kv.second;
     cudnnDestroyTensorDescriptor(p->x);
     cudnnDestroyTensorDescriptor(p->y);
+    cudnnDestroyTensorDescriptor(p->y32);
     cudnnDestroyTensorDescriptor(p->bias);
     cudnnDestroyFilterDescriptor(p->w);
     cudnnDestroyConvolutionDescriptor(p->fwd);
@@ -203,18 +211,26 @@ void CudaBackend::release_dnn_plans() {
 void CudaBackend::conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
                                  float* y) {
   if (n == 0) return;
-  ConvPlan& p = conv_plan(g, n);
+  if (precision() == Precision::bf16) {
+    conv2d_forward_bf16(g, n, x, w, b, y);
+    return;
+  }
+  ConvPlan& p = conv_plan(g, n, false);
   const float one = 1.0f, zero = 0.0f;
   void* ws = p.fwd_ws ? dnn_workspace(p.fwd_ws) : nullptr;
   PT_CUDNN_CHECK(cudnnConvolutionForward(dnn_, &one, p.x, x, p.w, w, p.fwd, p.fwd_algo, ws, p.fwd_ws, &zero, p.y, y));
-  if (b) PT_CUDNN_CHECK(cudnnAddTensor(dnn_, &one, p.bias, b, &one, p.y, y));
+  if (b) PT_CUDNN_CHECK(cudnnAddTensor(dnn_, &one, p.bias, b, &one, p.y32, y));
 }
 
 // dx overwritten (beta 0), dw and db accumulate (beta 1), as the interface says.
 void CudaBackend::conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
                                   float* dx, float* dw, float* db) {
   if (n == 0) return;
-  ConvPlan& p = conv_plan(g, n);
+  if (precision() == Precision::bf16) {
+    conv2d_backward_bf16(g, n, x, w, dy, dx, dw, db);
+    return;
+  }
+  ConvPlan& p = conv_plan(g, n, false);
   const float one = 1.0f, zero = 0.0f;
   if (db) PT_CUDNN_CHECK(cudnnConvolutionBackwardBias(dnn_, &one, p.y, dy, &one, p.bias, db));
   void* ws = nullptr;
@@ -320,6 +336,61 @@ void CudaBackend::batchnorm_backward(int64_t n, int64_t C, int64_t HW, float eps
   PT_CUDNN_CHECK(cudnnBatchNormalizationBackward(dnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &param_beta, p.x, x,
                                                  p.x, dy, p.x, gx, p.bn, gamma, gg, gb, bn_eps(eps),
                                                  save_mean, save_invstd));
+}
+
+}  // namespace pt::cuda
+
+namespace pt::cuda {
+
+// ---- bf16 convolutions (Backend::set_precision(bf16); docs/PRECISION.md) -----------------
+// x, w and dy are rounded to bf16 (to_bf16: the host's rounding) and convolved by cuDNN in its
+// PSEUDO_BFLOAT16 configuration (bf16 tensors, fp32 compute, tensor cores). cuDNN's legacy API
+// writes the output in the inputs' type, so y, dx and each call's dw are rounded once to bf16
+// and widened into the fp32 buffers (dw added); the bias is added to the fp32 y, and db sums
+// the bf16-rounded dy in fp32 (cuDNN's fp32 bias gradient), as the host does.
+
+void CudaBackend::conv2d_forward_bf16(const WindowGeom& g, int64_t n, const float* x, const float* w,
+                                      const float* b, float* y) {
+  ConvPlan& p = conv_plan(g, n, true);
+  const size_t ys = static_cast<size_t>(n * g.c_out * g.h_out * g.w_out);
+  const uint16_t* xb = to_bf16(0, x, static_cast<size_t>(n * g.c_in * g.h_in * g.w_in));
+  const uint16_t* wb = to_bf16(1, w, static_cast<size_t>(g.c_out * g.c_in * g.kernel * g.kernel));
+  auto* yb = static_cast<uint16_t*>(bf16_scratch(3, ys * sizeof(uint16_t)));
+  const float one = 1.0f, zero = 0.0f;
+  void* ws = p.fwd_ws ? dnn_workspace(p.fwd_ws) : nullptr;
+  PT_CUDNN_CHECK(cudnnConvolutionForward(dnn_, &one, p.x, xb, p.w, wb, p.fwd, p.fwd_algo, ws, p.fwd_ws, &zero, p.y, yb));
+  from_bf16(yb, ys, y, false);
+  if (b) PT_CUDNN_CHECK(cudnnAddTensor(dnn_, &one, p.bias, b, &one, p.y32, y));
+}
+
+void CudaBackend::conv2d_backward_bf16(const WindowGeom& g, int64_t n, const float* x, const float* w,
+                                       const float* dy, float* dx, float* dw, float* db) {
+  ConvPlan& p = conv_plan(g, n, true);
+  const size_t xs = static_cast<size_t>(n * g.c_in * g.h_in * g.w_in), ys = static_cast<size_t>(n * g.c_out * g.h_out * g.w_out);
+  const size_t wsz = static_cast<size_t>(g.c_out * g.c_in * g.kernel * g.kernel);
+  const uint16_t* dyb = to_bf16(2, dy, ys);
+  const float one = 1.0f, zero = 0.0f;
+  if (db) {  // fp32 bias gradient of the rounded dy
+    float* dyr = static_cast<float*>(bf16_scratch(3, ys * sizeof(float)));
+    from_bf16(dyb, ys, dyr, false);
+    PT_CUDNN_CHECK(cudnnConvolutionBackwardBias(dnn_, &one, p.y32, dyr, &one, p.bias, db));
+  }
+  if (dw) {
+    const uint16_t* xb = to_bf16(0, x, xs);
+    auto* dwb = static_cast<uint16_t*>(bf16_scratch(3, wsz * sizeof(uint16_t)));
+    void* ws = p.filter_ws ? dnn_workspace(p.filter_ws) : nullptr;
+    PT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(dnn_, &one, p.x, xb, p.y, dyb, p.bwd_filter, p.filter_algo, ws,
+                                                  p.filter_ws, &zero, p.w, dwb));
+    from_bf16(dwb, wsz, dw, true);
+  }
+  if (dx) {
+    const uint16_t* wb = to_bf16(1, w, wsz);
+    auto* dxb = static_cast<uint16_t*>(bf16_scratch(3, xs * sizeof(uint16_t)));
+    void* ws = p.data_ws ? dnn_workspace(p.data_ws) : nullptr;
+    PT_CUDNN_CHECK(cudnnConvolutionBackwardData(dnn_, &one, p.w, wb, p.y, dyb, p.bwd_data, p.data_algo, ws, p.data_ws,
+                                                &zero, p.x, dxb));
+    from_bf16(dxb, xs, dx, false);
+  }
 }
 
 }  // namespace pt::cuda

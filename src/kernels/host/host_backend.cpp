@@ -1,5 +1,6 @@
-// Host backend: memory, GEMM through KokkosBlas (OpenBLAS), and the elementwise, loss,
-// reduction and optimizer kernels as named Kokkos kernels on the Serial space.
+// Host backend: memory, GEMM (oneDNN matmul or OpenBLAS through KokkosBlas, chosen per shape
+// by the measured rule in kernel_choice.cpp; always oneDNN in bf16), and the elementwise,
+// loss, reduction and optimizer kernels as named Kokkos kernels on the Serial space.
 #include "host_backend.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
@@ -21,11 +22,13 @@ namespace host {
 
 HostBackend::HostBackend() {
   PT_CHECK(Kokkos::is_initialized(), "Kokkos must be initialised before the host backend");
+  onednn_threads_default();
 }
 
 std::string HostBackend::describe() const {
   return std::string("cpu (Kokkos ") + std::to_string(KOKKOS_VERSION / 10000) + "." +
-         std::to_string(KOKKOS_VERSION / 100 % 100) + " Serial, OpenBLAS " + openblas_get_corename() + ")";
+         std::to_string(KOKKOS_VERSION / 100 % 100) + " Serial, OpenBLAS " + openblas_get_corename() + ", oneDNN " +
+         onednn_version() + ")";
 }
 
 float* HostBackend::alloc(size_t n) {
@@ -58,22 +61,59 @@ float* HostBackend::workspace(size_t n) {
   return ws_.data();
 }
 
+OneDnn& HostBackend::onednn() {
+  if (!dnn_) dnn_ = std::make_unique<OneDnn>();
+  return *dnn_;
+}
+
+bool HostBackend::onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch) const {
+  if (precision() == Precision::bf16) return true;
+  switch (fp32_kernels_) {
+    case Fp32Kernels::openblas: return false;
+    case Fp32Kernels::onednn: return true;
+    default: return onednn_wins_gemm_fp32(ta, tb, M, N, K, batch);
+  }
+}
+
+bool HostBackend::onednn_conv(const WindowGeom& g, int64_t n, ConvPass pass) const {
+  if (precision() == Precision::bf16) return true;
+  switch (fp32_kernels_) {
+    case Fp32Kernels::openblas: return false;
+    case Fp32Kernels::onednn: return true;
+    default: return onednn_wins_conv_fp32(g, n, pass);
+  }
+}
+
+void HostBackend::blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                            const float* B, float beta, float* C) {
+  ConstMatrix a(A, ta ? K : M, ta ? M : K), b(B, tb ? N : K, tb ? K : N);
+  Matrix c(C, M, N);
+  KokkosBlas::gemm(ta ? "T" : "N", tb ? "T" : "N", alpha, a, b, beta, c);
+}
+
+// oneDNN in bf16 and for the fp32 shapes the rule gives it (and for strided operands, which
+// the KokkosBlas path does not take); OpenBLAS through KokkosBlas otherwise.
 void HostBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                        const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  // Contiguous row-major operands only: every caller passes whole matrices.
-  const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K;
-  const int64_t b_rows = tb ? N : K, b_cols = tb ? K : N;
-  PT_CHECK(lda == a_cols && ldb == b_cols && ldc == N, "gemm wants contiguous operands: lda " << lda << " vs "
-                                                                                           << a_cols << ", ldb " << ldb
-                                                                                           << " vs " << b_cols);
-  ConstMatrix a(A, a_rows, a_cols), b(B, b_rows, b_cols);
-  Matrix c(C, M, N);
-  if (K == 0) {
+  if (K == 0) {  // C = beta C
+    PT_CHECK(ldc == N, "gemm with K = 0 wants a contiguous C: ldc " << ldc << " vs " << N);
     scale(static_cast<size_t>(M * N), beta, C);
     return;
   }
-  KokkosBlas::gemm(ta ? "T" : "N", tb ? "T" : "N", alpha, a, b, beta, c);
+  const bool contiguous = lda == (ta ? M : K) && ldb == (tb ? K : N) && ldc == N;
+  if (!contiguous || onednn_gemm(ta, tb, M, N, K, 1)) {
+    GemmArgs a;
+    a.ta = ta, a.tb = tb, a.M = M, a.N = N, a.K = K, a.alpha = alpha, a.beta = beta;
+    a.A = A, a.lda = lda, a.B = B, a.ldb = ldb, a.C = C, a.ldc = ldc;
+    onednn().gemm(precision(), a);
+    return;
+  }
+  blas_gemm(ta, tb, M, N, K, alpha, A, B, beta, C);
+}
+
+void HostBackend::round_bf16(size_t n, const float* x, float* y) {
+  Kokkos::parallel_for("pt::round_bf16", Range(0, n), [=](size_t i) { y[i] = bf16_round(x[i]); });
 }
 
 void HostBackend::axpy(size_t n, float a, const float* x, float* y) {

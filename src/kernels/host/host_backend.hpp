@@ -1,10 +1,17 @@
 // The host backend's class declaration, shared by its kernel files.
 #pragma once
+#include <memory>
 #include <vector>
 
+#include "onednn.hpp"
 #include "pipetrain/backend.hpp"
 
 namespace pt::host {
+
+// Which library runs the fp32 GEMMs and convolutions: the measured per-shape rule
+// (kernel_choice.cpp, the default), or one family for every shape (tests and
+// bench/kernels.sh compare them). bf16 always runs on oneDNN.
+enum class Fp32Kernels { rule, openblas, onednn };
 
 class HostBackend final : public Backend {
  public:
@@ -22,6 +29,7 @@ class HostBackend final : public Backend {
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
             const float* B, int64_t ldb, float beta, float* C, int64_t ldc) override;
   void axpy(size_t n, float a, const float* x, float* y) override;
+  void round_bf16(size_t n, const float* x, float* y) override;
   void scale(size_t n, float a, float* x) override;
   void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) override;
   void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) override;
@@ -85,9 +93,24 @@ class HostBackend final : public Backend {
   void release_int(int32_t* p) override;
   void labels_from_host(int32_t* dst, const int32_t* host, size_t n) override;
 
+  void set_fp32_kernels(Fp32Kernels k) { fp32_kernels_ = k; }
+  Fp32Kernels fp32_kernels() const { return fp32_kernels_; }
+  OneDnn& onednn();  // created on first use
+
  private:
   float* workspace(size_t n);  // grows once to the largest request, reused afterwards
+  // today's kernels: KokkosBlas (OpenBLAS) GEMM on contiguous operands, im2col convolution
+  void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
+                 float beta, float* C);
+  void im2col_conv_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b, float* y);
+  void im2col_conv_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
+                            float* dx, float* dw, float* db);
+  bool onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch) const;
+  bool onednn_conv(const WindowGeom& g, int64_t n, ConvPass pass) const;
+
   std::vector<float> ws_;
+  std::unique_ptr<OneDnn> dnn_;
+  Fp32Kernels fp32_kernels_ = Fp32Kernels::rule;
 };
 
 }  // namespace pt::host

@@ -1,4 +1,5 @@
-// Host kernels for sequence models: batched GEMM (a loop of KokkosBlas GEMMs), the
+// Host kernels for sequence models: batched GEMM (one batched oneDNN matmul, or a loop of
+// KokkosBlas GEMMs where the fp32 rule keeps OpenBLAS), the
 // head-major permutations of attention, the causal softmax and its backward, token plus
 // position embedding (a scatter-add in (sample, position) order: deterministic), and row
 // means (global average pooling, the per-sample mean of token losses). Kokkos Serial.
@@ -14,8 +15,20 @@ namespace pt::host {
 void HostBackend::gemm_strided_batched(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                                        int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
                                        float beta, float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
-  for (int64_t b = 0; b < batch; ++b)
-    gemm(ta, tb, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb, beta, C + b * stride_c, ldc);
+  if (M == 0 || N == 0 || batch == 0) return;
+  const bool contiguous = lda == (ta ? M : K) && ldb == (tb ? K : N) && ldc == N;
+  if (K == 0 || (contiguous && !onednn_gemm(ta, tb, M, N, K, batch))) {  // a loop of OpenBLAS GEMMs
+    for (int64_t b = 0; b < batch; ++b) {
+      if (K == 0) gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C + b * stride_c, ldc);
+      else blas_gemm(ta, tb, M, N, K, alpha, A + b * stride_a, B + b * stride_b, beta, C + b * stride_c);
+    }
+    return;
+  }
+  GemmArgs a;  // one batched oneDNN matmul
+  a.ta = ta, a.tb = tb, a.M = M, a.N = N, a.K = K, a.alpha = alpha, a.beta = beta, a.batch = batch;
+  a.A = A, a.lda = lda, a.stride_a = stride_a, a.B = B, a.ldb = ldb, a.stride_b = stride_b;
+  a.C = C, a.ldc = ldc, a.stride_c = stride_c;
+  onednn().gemm(precision(), a);
 }
 
 namespace {

@@ -1,0 +1,357 @@
+// build/pt_bench_kernels (bench/kernels.sh): the host backend's GEMM and convolution kernels
+// on this machine, against this machine's own limit measured in the same run.
+// Contract: prints the CPU model (/proc/cpuinfo), OpenBLAS's core, oneDNN's version and
+// effective ISA and the thread count; then the oneDNN matmul peak at 1024^3 in fp32 and bf16;
+// then for every training GEMM of the MLP, the transformer (T = 128, D = 256) and the CNN, and
+// every convolution of input/fashion_cnn.toml (and a 3-channel stem): GFLOP/s of OpenBLAS fp32
+// (im2col + OpenBLAS for convolutions), oneDNN fp32 and oneDNN bf16 (median of REPS samples,
+// min-max), each as a fraction of the 1024^3 peak of its precision, the kernel the fp32 rule
+// picks, and the oneDNN implementation names. The three variants and the two peaks are
+// interleaved sample by sample, so the neighbours' load hits them alike and each fraction
+// compares numbers taken at the same time. Every call goes through the Backend interface (bf16
+// includes rounding the inputs). --csv FILE writes one row per shape and variant.
+// Times are the calling thread's CPU time (the kernels run one thread, on it), so time slices
+// lost to other jobs on a shared machine do not count; --clock wall times the wall clock.
+// Usage: pt_bench_kernels [--reps N] [--ms M] [--csv FILE] [--only SUBSTRING] [--clock cpu|wall]
+#include <omp.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "../src/kernels/host/host_backend.hpp"
+#include "pipetrain/backend.hpp"
+#include "pipetrain/commands.hpp"
+#include "pipetrain/error.hpp"
+
+namespace pt::bench {
+namespace {
+
+struct Options {
+  int reps = 7;         // samples per variant
+  double ms = 20;       // minimum milliseconds per sample (calls are repeated within one)
+  std::string csv, only;
+};
+
+struct Stats {
+  double median = 0, lo = 0, hi = 0;
+};
+
+Stats stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return {n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v.front(), v.back()};
+}
+
+// The clock of a sample: the calling thread's CPU time by default (every kernel here runs on
+// that one thread), so the time slices this shared machine gives the neighbours' jobs do not
+// count; --clock wall uses the steady clock instead.
+bool g_wall_clock = false;
+double now_s() {
+  if (g_wall_clock)
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+bool cpu_flag(const std::string& flag) {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("flags", 0) == 0) return (line + " ").find(" " + flag + " ") != std::string::npos;
+  return false;
+}
+
+// The three kernel families (each its own host backend), then the 1024^3 peaks of fp32 and
+// bf16, measured alongside every row so a fraction compares two numbers taken under the same
+// load of the machine.
+enum Variant { kBlas, kDnn32, kDnn16, kPeak32, kPeak16, kVariants };
+constexpr int kFamilies = 3;
+const char* const kVariantName[kFamilies] = {"OpenBLAS fp32", "oneDNN fp32", "oneDNN bf16"};
+
+struct Backends {
+  std::unique_ptr<Backend> be[kFamilies];
+  host::HostBackend& host(int v) { return dynamic_cast<host::HostBackend&>(*be[v]); }
+  Backends() {
+    const host::Fp32Kernels k[kFamilies] = {host::Fp32Kernels::openblas, host::Fp32Kernels::onednn,
+                                            host::Fp32Kernels::onednn};
+    for (int v = 0; v < kFamilies; ++v) {
+      be[v] = make_host_backend();
+      host(v).set_fp32_kernels(k[v]);
+      be[v]->set_precision(v == kDnn16 ? Precision::bf16 : Precision::fp32);
+    }
+  }
+};
+
+// One benchmark row: a call per variant doing `flops` of work.
+struct Row {
+  std::string group, name;
+  double flops = 0;
+  std::function<void(Backend&)> call;
+  bool rule_onednn = false;                 // the fp32 rule's pick for this shape (and pass)
+  std::function<std::string(int)> impl;     // oneDNN implementation of variant kDnn32 / kDnn16
+};
+
+// Samples of GFLOP/s per variant (the row's three families, then the peak row in fp32 and
+// bf16), interleaved: after a warm-up (which builds the primitives), each sample repeats the
+// call until it has run opt.ms milliseconds.
+std::vector<Stats> measure(Backends& b, const Row& r, const Row& peak, const Options& opt) {
+  auto run = [&](int v) {
+    if (v < kFamilies) r.call(*b.be[v]);
+    else peak.call(*b.be[v == kPeak32 ? kDnn32 : kDnn16]);
+  };
+  auto flops = [&](int v) { return v < kFamilies ? r.flops : peak.flops; };
+  int inner[kVariants];
+  for (int v = 0; v < kVariants; ++v) {
+    run(v);
+    const double t0 = now_s();
+    run(v);
+    const double t = std::max(1e-7, now_s() - t0);
+    inner[v] = std::max(1, static_cast<int>(opt.ms * 1e-3 / t));
+  }
+  std::vector<std::vector<double>> gf(kVariants);
+  for (int s = 0; s < opt.reps; ++s)
+    for (int v = 0; v < kVariants; ++v) {
+      const double t0 = now_s();
+      for (int i = 0; i < inner[v]; ++i) run(v);
+      gf[static_cast<size_t>(v)].push_back(achieved_gflops(flops(v) * inner[v], now_s() - t0));
+    }
+  std::vector<Stats> out;
+  for (auto& g : gf) out.push_back(stats(g));
+  return out;
+}
+
+std::vector<float> filled(size_t n, unsigned seed) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(static_cast<int>((i * 2654435761u + seed) % 2001) - 1000) * 1e-3f;
+  return v;
+}
+
+// A GEMM row: C[M,N] (+)= op(A) op(B) (batched with `batch` dense entries).
+Row gemm_row(const std::string& group, const std::string& name, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+             int64_t batch, float beta) {
+  auto A = std::make_shared<std::vector<float>>(filled(static_cast<size_t>(batch * M * K), 1));
+  auto B = std::make_shared<std::vector<float>>(filled(static_cast<size_t>(batch * K * N), 2));
+  auto C = std::make_shared<std::vector<float>>(filled(static_cast<size_t>(batch * M * N), 3));
+  const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  Row r;
+  r.group = group;
+  r.name = name;
+  r.flops = 2.0 * M * N * K * batch;
+  r.call = [=](Backend& be) {
+    if (batch == 1) be.gemm(ta, tb, M, N, K, 1.0f, A->data(), lda, B->data(), ldb, beta, C->data(), N);
+    else
+      be.gemm_strided_batched(ta, tb, M, N, K, 1.0f, A->data(), lda, M * K, B->data(), ldb, K * N, beta, C->data(), N,
+                              M * N, batch);
+  };
+  r.rule_onednn = host::onednn_wins_gemm_fp32(ta, tb, M, N, K, batch);
+  r.impl = [=](int v) {
+    host::OneDnn dnn;
+    host::GemmArgs a;
+    a.ta = ta, a.tb = tb, a.M = M, a.N = N, a.K = K, a.beta = beta, a.batch = batch;
+    a.lda = lda, a.ldb = ldb, a.ldc = N, a.stride_a = M * K, a.stride_b = K * N, a.stride_c = M * N;
+    return dnn.gemm_impl(v == kDnn16 ? Precision::bf16 : Precision::fp32, a);
+  };
+  return r;
+}
+
+// The three GEMMs of a linear layer in -> out over `rows` samples (layer.cpp's calls).
+void linear_rows(std::vector<Row>& rows, const std::string& group, const std::string& tag, int64_t R, int64_t in,
+                 int64_t out) {
+  const std::string s = "[" + std::to_string(R) + "x" + std::to_string(in) + "]x[" + std::to_string(in) + "x" +
+                        std::to_string(out) + "]";
+  rows.push_back(gemm_row(group, tag + " fwd " + s, false, true, R, out, in, 1, 0.0f));
+  rows.push_back(gemm_row(group, tag + " dx  " + s, false, false, R, in, out, 1, 0.0f));
+  rows.push_back(gemm_row(group, tag + " dw  " + s, true, false, out, in, R, 1, 1.0f));
+}
+
+WindowGeom conv_geom(int64_t c_in, int64_t h, int64_t c_out, int64_t k, int64_t pad) {
+  WindowGeom g;
+  g.c_in = c_in, g.h_in = h, g.w_in = h, g.c_out = c_out, g.kernel = k, g.stride = 1, g.padding = pad;
+  g.h_out = g.w_out = h + 2 * pad - k + 1;
+  return g;
+}
+
+// Convolution rows: forward (with bias), backward data, backward weights + bias.
+void conv_rows(std::vector<Row>& rows, const std::string& tag, const WindowGeom& g, int64_t n) {
+  const size_t xs = static_cast<size_t>(n * g.c_in * g.h_in * g.w_in), ys = static_cast<size_t>(n * g.c_out * g.h_out * g.w_out);
+  const size_t ws = static_cast<size_t>(g.c_out * g.c_in * g.kernel * g.kernel);
+  auto x = std::make_shared<std::vector<float>>(filled(xs, 4)), dx = std::make_shared<std::vector<float>>(xs);
+  auto w = std::make_shared<std::vector<float>>(filled(ws, 5)), dw = std::make_shared<std::vector<float>>(ws);
+  auto b = std::make_shared<std::vector<float>>(filled(static_cast<size_t>(g.c_out), 6));
+  auto db = std::make_shared<std::vector<float>>(static_cast<size_t>(g.c_out));
+  auto y = std::make_shared<std::vector<float>>(ys), dy = std::make_shared<std::vector<float>>(filled(ys, 7));
+  const double flops = 2.0 * n * g.c_out * g.h_out * g.w_out * g.c_in * g.kernel * g.kernel;
+  const std::string s = tag + " n" + std::to_string(n) + " " + std::to_string(g.c_in) + "x" + std::to_string(g.h_in) +
+                        "x" + std::to_string(g.w_in) + "->" + std::to_string(g.c_out) + " k" + std::to_string(g.kernel);
+  auto rule = [=](host::ConvPass pass) { return host::onednn_wins_conv_fp32(g, n, pass); };
+  auto impl = [=](int part) {  // conv_impl: "fwd A, bwd_data B, bwd_weights C" -> part 0, 1, 2
+    return [=](int v) {
+      host::OneDnn dnn;
+      std::string all = dnn.conv_impl(v == kDnn16 ? Precision::bf16 : Precision::fp32, g, n) + ", ";
+      for (int i = 0; i < part; ++i) all = all.substr(all.find(", ") + 2);
+      all = all.substr(0, all.find(", "));
+      return all.substr(all.find(' ') + 1);
+    };
+  };
+  const std::string group = tag == "stem" ? "resnet conv" : "cnn conv";
+  rows.push_back({group, s + " fwd", flops,
+                  [=](Backend& be) { be.conv2d_forward(g, n, x->data(), w->data(), b->data(), y->data()); },
+                  rule(host::ConvPass::forward), impl(0)});
+  rows.push_back({group, s + " bwd_data", flops,
+                  [=](Backend& be) { be.conv2d_backward(g, n, x->data(), w->data(), dy->data(), dx->data(), nullptr, nullptr); },
+                  rule(host::ConvPass::backward_data), impl(1)});
+  rows.push_back({group, s + " bwd_w+b", flops,
+                  [=](Backend& be) { be.conv2d_backward(g, n, x->data(), w->data(), dy->data(), nullptr, dw->data(), db->data()); },
+                  rule(host::ConvPass::backward_weights), impl(2)});
+}
+
+std::vector<Row> all_rows() {
+  std::vector<Row> rows;
+  for (int64_t B : {32, 128}) {  // fashion_mlp: 784-512-512-10
+    const std::string g = "mlp b" + std::to_string(B);
+    linear_rows(rows, g, "fc1", B, 784, 512);
+    linear_rows(rows, g, "fc2", B, 512, 512);
+    linear_rows(rows, g, "fc3", B, 512, 10);
+  }
+  const int64_t R = 8 * 128;  // transformer: 8 sequences of T = 128, D = 256, 8 heads of 32
+  linear_rows(rows, "transformer", "qkv ", R, 256, 768);
+  linear_rows(rows, "transformer", "proj", R, 256, 256);
+  linear_rows(rows, "transformer", "up  ", R, 256, 1024);
+  linear_rows(rows, "transformer", "down", R, 1024, 256);
+  rows.push_back(gemm_row("transformer", "attn S=QK^T  64x[128x32]x[32x128]", false, true, 128, 128, 32, 64, 0.0f));
+  rows.push_back(gemm_row("transformer", "attn O=PV    64x[128x128]x[128x32]", false, false, 128, 32, 128, 64, 0.0f));
+  rows.push_back(gemm_row("transformer", "attn dV=P^TdO 64x[128x128]x[128x32]", true, false, 128, 32, 128, 64, 0.0f));
+  conv_rows(rows, "conv0", conv_geom(1, 28, 32, 3, 1), 128);  // fashion_cnn
+  conv_rows(rows, "conv1", conv_geom(32, 14, 64, 3, 1), 128);
+  conv_rows(rows, "conv0", conv_geom(1, 28, 32, 3, 1), 32);
+  conv_rows(rows, "conv1", conv_geom(32, 14, 64, 3, 1), 32);
+  conv_rows(rows, "stem", conv_geom(3, 32, 16, 3, 1), 32);  // a 3-channel first layer (CIFAR-sized)
+  linear_rows(rows, "cnn fc", "fc1", 128, 3136, 128);
+  linear_rows(rows, "cnn fc", "fc2", 128, 128, 10);
+  return rows;
+}
+
+void print_machine() {
+  std::printf("CPU: %s (%d online cores; avx512_bf16 %s, amx_bf16 %s)\n", cpu_model().c_str(),
+              static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), cpu_flag("avx512_bf16") ? "yes" : "no",
+              cpu_flag("amx_bf16") ? "yes" : "no");
+  std::printf("BLAS: %s\n", blas_description().c_str());
+  std::printf("%s\n", onednn_description().c_str());
+  std::printf("fp32 kernel rule (src/kernels/host/kernel_choice.cpp): %s\n", host::fp32_rule_description().c_str());
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  std::printf("threads: oneDNN (OpenMP) %d, OMP_NUM_THREADS=%s\n", omp_get_max_threads(), omp ? omp : "(unset)");
+}
+
+// fraction of a family's median against the peak of its precision measured alongside
+double fraction(const std::vector<Stats>& st, int v) {
+  return st[static_cast<size_t>(v)].median / st[static_cast<size_t>(v == kDnn16 ? kPeak16 : kPeak32)].median;
+}
+
+void print_row(const Row& r, const std::vector<Stats>& st, const std::string& impl32, const std::string& impl16) {
+  std::printf("%-12s %-44s %8.4f", r.group.c_str(), r.name.c_str(), r.flops * 1e-9);
+  for (int v = 0; v < kFamilies; ++v) {
+    const Stats& x = st[static_cast<size_t>(v)];
+    char cell[64];
+    std::snprintf(cell, sizeof cell, "%.0f (%.0f-%.0f) %.2f", x.median, x.lo, x.hi, fraction(st, v));
+    std::printf("  %-22s", cell);
+  }
+  std::printf("  %4.0f %4.0f  %-8s %s | %s\n", st[kPeak32].median, st[kPeak16].median,
+              r.rule_onednn ? "oneDNN" : "OpenBLAS", impl32.c_str(), impl16.c_str());
+}
+
+void print_header(const std::vector<Stats>& ps, const Options& opt) {
+  std::printf("peak: oneDNN matmul 1024^3 fp32 %.1f GFLOP/s (%.1f-%.1f), bf16 %.1f GFLOP/s (%.1f-%.1f); "
+              "OpenBLAS sgemm %.1f (%.1f-%.1f)\n",
+              ps[kDnn32].median, ps[kDnn32].lo, ps[kDnn32].hi, ps[kDnn16].median, ps[kDnn16].lo, ps[kDnn16].hi,
+              ps[kBlas].median, ps[kBlas].lo, ps[kBlas].hi);
+  std::printf("GFLOP/s: median of %d samples of >= %.0f ms of %s time (min-max), then the fraction of the 1024^3\n"
+              "peak of the precision measured alongside the row (interleaved; its medians in the 'pk' columns)\n",
+              opt.reps, opt.ms, g_wall_clock ? "wall-clock" : "thread CPU");
+  std::printf("%-12s %-44s %8s  %-22s  %-22s  %-22s  %4s %4s  %-8s %s\n", "group", "shape", "GFLOP", kVariantName[kBlas],
+              kVariantName[kDnn32], kVariantName[kDnn16], "pk32", "pk16", "fp32 rule", "oneDNN impl fp32 | bf16");
+}
+
+void csv_rows(std::ofstream& csv, const Row& r, const std::vector<Stats>& st, const std::string& i32,
+              const std::string& i16) {
+  for (int v = 0; v < kFamilies; ++v)
+    csv << r.group << ",\"" << r.name << "\"," << r.flops * 1e-9 << "," << kVariantName[v] << "," << st[v].median << ","
+        << st[v].lo << "," << st[v].hi << "," << fraction(st, v) << "," << st[v == kDnn16 ? kPeak16 : kPeak32].median
+        << "," << (r.rule_onednn ? "oneDNN" : "OpenBLAS") << "," << (v == kBlas ? "openblas" : v == kDnn32 ? i32 : i16)
+        << "\n";
+}
+
+int run(const Options& opt) {
+  print_machine();
+  Backends b;
+  const Row peak = gemm_row("peak", "matmul [1024x1024]x[1024x1024]", false, false, 1024, 1024, 1024, 1, 0.0f);
+  print_header(measure(b, peak, peak, opt), opt);
+  std::ofstream csv;
+  if (!opt.csv.empty()) {
+    csv.open(opt.csv);
+    csv << "group,shape,gflop,variant,median_gflops,min_gflops,max_gflops,fraction_of_peak,peak_gflops,fp32_rule,impl\n";
+  }
+  std::vector<Row> rows = all_rows();
+  rows.insert(rows.begin(), peak);
+  for (const Row& r : rows) {
+    if (!opt.only.empty() && (r.group + " " + r.name).find(opt.only) == std::string::npos) continue;
+    const std::vector<Stats> st = measure(b, r, peak, opt);
+    const std::string i32 = r.impl(kDnn32), i16 = r.impl(kDnn16);
+    print_row(r, st, i32, i16);
+    if (csv) csv_rows(csv, r, st, i32, i16);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    PT_REQUIRE(i + 1 < argc, Exit::bad_input, "pt_bench_kernels: " << a << " wants a value");
+    const std::string v = argv[++i];
+    if (a == "--reps") o.reps = std::max(1, std::atoi(v.c_str()));
+    else if (a == "--ms") o.ms = std::max(0.1, std::atof(v.c_str()));
+    else if (a == "--csv") o.csv = v;
+    else if (a == "--only") o.only = v;
+    else if (a == "--clock") g_wall_clock = v == "wall";
+    else fail(Exit::bad_input,
+              "pt_bench_kernels: unknown option " + a + " (--reps N, --ms M, --csv FILE, --only TEXT, --clock cpu|wall)");
+  }
+  return o;
+}
+
+}  // namespace
+}  // namespace pt::bench
+
+int main(int argc, char** argv) {
+  pt::select_blas_core(argc, argv);  // may re-exec with OpenBLAS's core for this CPU
+  int rc = 0;
+  try {
+    const pt::bench::Options opt = pt::bench::parse(argc, argv);
+    Kokkos::InitArguments kargs;
+    kargs.disable_warnings = true;
+    Kokkos::ScopeGuard kokkos(kargs);
+    rc = pt::bench::run(opt);
+  } catch (const pt::Error& e) {
+    std::fprintf(stderr, "pt_bench_kernels: %s\n", e.what());
+    rc = static_cast<int>(e.code());
+  }
+  return rc;
+}

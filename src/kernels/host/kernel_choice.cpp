@@ -1,0 +1,51 @@
+// The fp32 kernel rule of the host backend: which library runs an fp32 GEMM or convolution
+// pass of a given shape. Contract: a pure function of the shape (never of a timing taken at
+// run time), so every rank and every run of a job makes the same choice and results stay
+// bitwise reproducible and equal between a pipeline and one process. bf16 always runs on
+// oneDNN and does not consult it. The rule comes from bench/kernels.sh (bench/README.md,
+// "oneDNN kernels"; docs/PRECISION.md): OpenBLAS (SkylakeX core) against oneDNN 2.6
+// (brg:avx512_core matmul, jit:avx512_core convolutions), one thread, timed in thread CPU
+// time, on this project's AMD EPYC (AVX-512); a shape class goes to OpenBLAS only where it
+// measured faster there.
+#include "onednn.hpp"
+
+namespace pt::host {
+
+// GEMM. oneDNN is as fast (within 4%) or faster (up to 1.4x) for every GEMM outside the
+// classes below: the MLP's, the transformer's linears and attention scores and P V, the CNN's
+// first dense layer. (One shape stays on oneDNN with its class: the MLP's first weight
+// gradient at batch 32, [512x32]x[32x784], where OpenBLAS is 8% faster while the next layer's,
+// [512x32]x[32x512], is a tie.) OpenBLAS is faster for the small GEMMs of a
+// classifier head (N = 10 classes): its input gradient (K <= 16: 1.07-1.28x), and at batch
+// <= 32 (M <= 32) its forward (N <= 16: 1.4-1.7x) and weight gradient (K <= 32: 1.13-1.3x);
+// and for batched products with a transposed A (attention's dV = P^T dO and dK = dS^T Q: a
+// loop of OpenBLAS GEMMs, 1.24-1.27x).
+bool onednn_wins_gemm_fp32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch) {
+  (void)tb;
+  if (K <= 16 || (M <= 32 && (N <= 16 || K <= 32))) return false;
+  if (batch > 1 && ta) return false;
+  return true;
+}
+
+// Convolution. oneDNN's direct kernels are 1.5-2.1x faster on every pass of the CNN's second
+// layer (32 -> 64 channels) and 1.9-4.3x on the weight pass of every layer measured. On a
+// layer with a tiny reduction (a first layer on 1-3 channels) oneDNN keeps the input in its
+// plain layout, and im2col + OpenBLAS is faster for the data pass when c_in k^2 < 32 (1.6-7x:
+// 1 and 3 channels, k = 3) and for the forward when c_in k^2 < 16 (1.2-1.7x: 1 channel; at 3
+// channels oneDNN is 1.1x faster).
+bool onednn_wins_conv_fp32(const WindowGeom& g, int64_t n, ConvPass pass) {
+  (void)n;
+  const int64_t reduction = g.c_in * g.kernel * g.kernel;
+  switch (pass) {
+    case ConvPass::forward: return reduction >= 16;
+    case ConvPass::backward_data: return reduction >= 32;
+    default: return true;
+  }
+}
+
+std::string fp32_rule_description() {
+  return "oneDNN; OpenBLAS for GEMMs with K <= 16 or M <= 32 and (N <= 16 or K <= 32) and for batched GEMMs with a "
+         "transposed A; im2col + OpenBLAS for convolution forwards with c_in k^2 < 16 and data passes with c_in k^2 < 32";
+}
+
+}  // namespace pt::host

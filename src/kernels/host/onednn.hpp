@@ -1,0 +1,91 @@
+// The host backend's oneDNN kernels (Debian's oneDNN 2.6, OpenMP runtime): matmul for gemm and
+// batched gemm, convolution forward / backward data / backward weights (+ bias), in fp32 and
+// bf16 (inputs rounded to bfloat16 exactly as PyTorch, fp32 accumulation, fp32 outputs).
+// Contract:
+//   - Operands are the Backend interface's: row-major matrices with leading dimensions and
+//     batch strides, NCHW fp32 tensors, weights [c_out, c_in, k, k]. Results equal
+//     Backend::gemm / conv2d_* semantics (C = alpha op(A) op(B) + beta C; dx overwritten, dw
+//     and db accumulated).
+//   - Primitives, their reorders and the scratch they need are created on the first call for
+//     a shape and precision and cached in this object (one per backend); later calls with
+//     the same shape only execute. Nothing here depends on timing: a shape runs the same
+//     implementation on every rank and every run, and with one thread (the default: one
+//     OpenMP thread per rank unless OMP_NUM_THREADS says otherwise) the same arithmetic, so
+//     results are bitwise reproducible.
+//   - dnnl.hpp stays behind this header (pimpl), so the rest of the backend does not see it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "pipetrain/backend.hpp"
+
+namespace pt::host {
+
+// y[i] = bf16_bits(x[i]) for i < n (vectorised; PyTorch's rounding, see backend.hpp).
+void to_bf16(size_t n, const float* x, uint16_t* y);
+
+// One strided-batched GEMM: C_b = alpha op(A_b) op(B_b) + beta C_b, row-major, b < batch,
+// X_b = X + b * stride_x. batch == 1 is a plain gemm (strides unused).
+struct GemmArgs {
+  bool ta = false, tb = false;
+  int64_t M = 0, N = 0, K = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  const float* A = nullptr;
+  int64_t lda = 0, stride_a = 0;
+  const float* B = nullptr;
+  int64_t ldb = 0, stride_b = 0;
+  float* C = nullptr;
+  int64_t ldc = 0, stride_c = 0;
+  int64_t batch = 1;
+};
+
+class OneDnn {
+ public:
+  OneDnn();
+  ~OneDnn();
+  OneDnn(const OneDnn&) = delete;
+  OneDnn& operator=(const OneDnn&) = delete;
+
+  // Requires M, N, K >= 1 (the backend handles the empty cases).
+  void gemm(Precision p, const GemmArgs& a);
+  void conv_forward(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
+                    float* y);
+  void conv_backward_data(Precision p, const WindowGeom& g, int64_t n, const float* w, const float* dy, float* dx);
+  // dw += dL/dw when dw is not null; db += dL/db when db is not null.
+  void conv_backward_weights(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* dy, float* dw,
+                             float* db);
+
+  // Implementation names (primitive_desc::impl_info_str) of the primitives this object uses
+  // for a shape: creates (and caches) them when needed.
+  std::string gemm_impl(Precision p, const GemmArgs& a);
+  // "fwd <impl>, bwd_data <impl>, bwd_weights <impl>"
+  std::string conv_impl(Precision p, const WindowGeom& g, int64_t n);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The oneDNN effective ISA as oneDNN names it ("avx512_core_bf16", "avx512_core_amx", ...).
+std::string onednn_isa_name();
+// "2.6.3"
+std::string onednn_version();
+// Applies the one-thread default (OMP_NUM_THREADS unset: one OpenMP thread for oneDNN).
+void onednn_threads_default();
+
+// ---- the fp32 kernel rule (kernel_choice.cpp; measured by bench/kernels.sh) -----------------
+// true: the fp32 gemm of this shape runs on oneDNN; false: OpenBLAS through KokkosBlas.
+// A pure function of the shape: the same on every rank and every run.
+bool onednn_wins_gemm_fp32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch);
+// The three passes of a convolution; the rule may pick a different library for each (they
+// are independent computations, so the split backward stays bitwise the fused one).
+enum class ConvPass { forward, backward_data, backward_weights };
+// true: this fp32 convolution pass runs on oneDNN; false: im2col + OpenBLAS.
+bool onednn_wins_conv_fp32(const WindowGeom& g, int64_t n, ConvPass pass);
+// The rule in words, for the banner and docs.
+std::string fp32_rule_description();
+
+}  // namespace pt::host

@@ -1,0 +1,240 @@
+// oneDNN convolution behind the host backend's conv2d_forward / conv2d_backward: forward
+// (bias fused), backward data, backward weights (bias gradient fused), fp32 and bf16.
+// Contract: the caller's tensors are NCHW fp32 (weights OIHW). Each primitive is created with
+// format_tag::any, so oneDNN picks its preferred (blocked) layouts; the reorders from and to
+// the caller's layout are built with it and cached in the plan, with the memory they need.
+// bf16: x, w and dy are first rounded to bf16 (to_bf16, PyTorch's rounding) into plan-owned
+// NCHW copies; outputs (y, dx, dw, db) are fp32. dx is overwritten; dw and db are computed
+// into plan-owned fp32 buffers and then added to the caller's (dw += ..., db += ...), in
+// index order. Backward data and backward weights are independent primitives, so a call for
+// dx alone or for dw/db alone is bitwise the same as the call that asks for all three.
+#include <unordered_map>
+
+#include "onednn_impl.hpp"
+
+namespace pt::host {
+namespace {
+
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+using dims = dnnl::memory::dims;
+using md = dnnl::memory::desc;
+
+std::string conv_str(Precision p, const WindowGeom& g, int64_t n) {
+  return PT_MSG("convolution " << precision_name(p) << " n " << n << " in " << g.c_in << "x" << g.h_in << "x" << g.w_in
+                               << " out " << g.c_out << "x" << g.h_out << "x" << g.w_out << " kernel " << g.kernel
+                               << " stride " << g.stride << " padding " << g.padding);
+}
+
+md src_md(const WindowGeom& g, int64_t n, dt t, tag f) { return md({n, g.c_in, g.h_in, g.w_in}, t, f); }
+md dst_md(const WindowGeom& g, int64_t n, dt t, tag f) { return md({n, g.c_out, g.h_out, g.w_out}, t, f); }
+md wei_md(const WindowGeom& g, dt t, tag f) { return md({g.c_out, g.c_in, g.kernel, g.kernel}, t, f); }
+md bias_md(const WindowGeom& g) { return md({g.c_out}, dt::f32, tag::x); }
+
+dims strides(const WindowGeom& g) { return {g.stride, g.stride}; }
+dims pads(const WindowGeom& g) { return {g.padding, g.padding}; }
+
+// How a port meets the caller: an input (a bf16 one through its rounded copy), an output
+// written in place, or an output accumulated into the caller's tensor through port.acc.
+enum class Role { input, output, accumulate };
+
+// The caller's memory (user_md) and the primitive's (prim_md), with the reorder between them
+// when they differ: user -> primitive for an input, primitive -> user for an output.
+void make_port(Port& port, const dnnl::engine& eng, const md& user_md, const md& prim_md, Role role) {
+  void* handle = DNNL_MEMORY_NONE;
+  if (role == Role::input && user_md.data_type() == dt::bf16) {
+    port.bf16.resize(user_md.get_size() / sizeof(uint16_t));
+    handle = port.bf16.data();
+  } else if (role == Role::accumulate) {
+    port.acc.resize(user_md.get_size() / sizeof(float));
+    handle = port.acc.data();
+  }
+  port.user = dnnl::memory(user_md, eng, handle);
+  if (prim_md == user_md) {
+    port.prim = port.user;
+    return;
+  }
+  port.prim = dnnl::memory(prim_md, eng);
+  port.reorder = role == Role::input ? dnnl::reorder(port.user, port.prim) : dnnl::reorder(port.prim, port.user);
+}
+
+// Point an input at the caller's tensor (rounding it to bf16 first when the port is bf16)
+// and bring it into the primitive's layout.
+void feed(Port& port, dnnl::stream& s, const float* x) {
+  if (!port.bf16.empty()) to_bf16(port.bf16.size(), x, port.bf16.data());
+  else port.user.set_data_handle(const_cast<float*>(x));
+  if (port.reorders()) port.reorder.execute(s, port.user, port.prim);
+}
+
+void drain(Port& port, dnnl::stream& s) {
+  if (port.reorders()) port.reorder.execute(s, port.prim, port.user);
+}
+
+void add_into(const std::vector<float>& v, float* out) {
+  const size_t n = v.size();
+  const float* src = v.data();
+  for (size_t i = 0; i < n; ++i) out[i] += src[i];
+}
+
+dt input_type(Precision p) { return p == Precision::bf16 ? dt::bf16 : dt::f32; }
+
+// The forward convolution in the primitive's preferred layouts (format_tag::any), fp32 output.
+dnnl::convolution_forward::desc fwd_desc(Precision p, const WindowGeom& g, int64_t n, bool bias) {
+  const dt in = input_type(p);
+  const md src = src_md(g, n, in, tag::any), wei = wei_md(g, in, tag::any), dst = dst_md(g, n, dt::f32, tag::any);
+  const auto kind = dnnl::prop_kind::forward_training;
+  const auto alg = dnnl::algorithm::convolution_direct;
+  if (bias) return dnnl::convolution_forward::desc(kind, alg, src, wei, bias_md(g), dst, strides(g), pads(g), pads(g));
+  return dnnl::convolution_forward::desc(kind, alg, src, wei, dst, strides(g), pads(g), pads(g));
+}
+
+}  // namespace
+
+ConvPlan& OneDnn::Impl::conv_plan(Precision p, const WindowGeom& g, int64_t n) {
+  const ConvKey key{static_cast<int64_t>(p), n, g.c_in, g.h_in, g.w_in, g.c_out, g.h_out, g.w_out, g.kernel, g.stride,
+                    g.padding};
+  auto it = convs.find(key);
+  if (it != convs.end()) return *it->second;
+  auto plan = std::make_unique<ConvPlan>();
+  try {
+    plan->hint = dnnl::convolution_forward::primitive_desc(fwd_desc(p, g, n, false), eng);
+  } catch (const dnnl::error& e) {
+    onednn_fail(conv_str(p, g, n) + " (forward hint)", e);
+  }
+  return *(convs[key] = std::move(plan));
+}
+
+ConvOp& OneDnn::Impl::conv_fwd(Precision p, ConvPlan& plan, const WindowGeom& g, int64_t n, bool bias) {
+  ConvOp& op = plan.fwd[bias ? 1 : 0];
+  if (op.ready) return op;
+  try {
+    const dt in = input_type(p);
+    const dnnl::convolution_forward::primitive_desc pd(fwd_desc(p, g, n, bias), eng);
+    make_port(op.src, eng, src_md(g, n, in, tag::nchw), pd.src_desc(), Role::input);
+    make_port(op.wei, eng, wei_md(g, in, tag::oihw), pd.weights_desc(), Role::input);
+    make_port(op.dst, eng, dst_md(g, n, dt::f32, tag::nchw), pd.dst_desc(), Role::output);
+    if (bias) op.bias = dnnl::memory(bias_md(g), eng, DNNL_MEMORY_NONE);
+    op.prim = dnnl::convolution_forward(pd);
+    op.impl = pd.impl_info_str();
+  } catch (const dnnl::error& e) {
+    onednn_fail(conv_str(p, g, n) + " (forward)", e);
+  }
+  op.ready = true;
+  return op;
+}
+
+ConvOp& OneDnn::Impl::conv_data(Precision p, ConvPlan& plan, const WindowGeom& g, int64_t n) {
+  ConvOp& op = plan.data;
+  if (op.ready) return op;
+  try {
+    const dt in = input_type(p);
+    const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, src_md(g, n, dt::f32, tag::any),
+                                                  wei_md(g, in, tag::any), dst_md(g, n, in, tag::any), strides(g),
+                                                  pads(g), pads(g));
+    const dnnl::convolution_backward_data::primitive_desc pd(d, eng, plan.hint);
+    make_port(op.src, eng, src_md(g, n, dt::f32, tag::nchw), pd.diff_src_desc(), Role::output);
+    make_port(op.wei, eng, wei_md(g, in, tag::oihw), pd.weights_desc(), Role::input);
+    make_port(op.dst, eng, dst_md(g, n, in, tag::nchw), pd.diff_dst_desc(), Role::input);
+    op.prim = dnnl::convolution_backward_data(pd);
+    op.impl = pd.impl_info_str();
+  } catch (const dnnl::error& e) {
+    onednn_fail(conv_str(p, g, n) + " (backward data)", e);
+  }
+  op.ready = true;
+  return op;
+}
+
+ConvOp& OneDnn::Impl::conv_weights(Precision p, ConvPlan& plan, const WindowGeom& g, int64_t n, bool bias) {
+  ConvOp& op = plan.weights[bias ? 1 : 0];
+  if (op.ready) return op;
+  try {
+    const dt in = input_type(p);
+    const md src = src_md(g, n, in, tag::any), wei = wei_md(g, dt::f32, tag::any), dst = dst_md(g, n, in, tag::any);
+    const auto d = bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, wei,
+                                                                   bias_md(g), dst, strides(g), pads(g), pads(g))
+                        : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, wei, dst,
+                                                                   strides(g), pads(g), pads(g));
+    const dnnl::convolution_backward_weights::primitive_desc pd(d, eng, plan.hint);
+    make_port(op.src, eng, src_md(g, n, in, tag::nchw), pd.src_desc(), Role::input);
+    make_port(op.wei, eng, wei_md(g, dt::f32, tag::oihw), pd.diff_weights_desc(), Role::accumulate);
+    make_port(op.dst, eng, dst_md(g, n, in, tag::nchw), pd.diff_dst_desc(), Role::input);
+    if (bias) {
+      op.bias_acc.resize(static_cast<size_t>(g.c_out));
+      op.bias = dnnl::memory(bias_md(g), eng, op.bias_acc.data());
+    }
+    op.prim = dnnl::convolution_backward_weights(pd);
+    op.impl = pd.impl_info_str();
+  } catch (const dnnl::error& e) {
+    onednn_fail(conv_str(p, g, n) + " (backward weights)", e);
+  }
+  op.ready = true;
+  return op;
+}
+
+void OneDnn::conv_forward(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
+                          float* y) {
+  Impl& d = *impl_;
+  ConvOp& op = d.conv_fwd(p, d.conv_plan(p, g, n), g, n, b != nullptr);
+  try {
+    feed(op.src, d.strm, x);
+    feed(op.wei, d.strm, w);
+    op.dst.user.set_data_handle(y);
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, op.src.prim}, {DNNL_ARG_WEIGHTS, op.wei.prim}, {DNNL_ARG_DST, op.dst.prim}};
+    if (b) {
+      op.bias.set_data_handle(const_cast<float*>(b));
+      args[DNNL_ARG_BIAS] = op.bias;
+    }
+    op.prim.execute(d.strm, args);
+    drain(op.dst, d.strm);
+    d.strm.wait();
+  } catch (const dnnl::error& e) {
+    onednn_fail(conv_str(p, g, n) + " (forward)", e);
+  }
+}
+
+void OneDnn::conv_backward_data(Precision p, const WindowGeom& g, int64_t n, const float* w, const float* dy,
+                                float* dx) {
+  Impl& d = *impl_;
+  ConvOp& op = d.conv_data(p, d.conv_plan(p, g, n), g, n);
+  try {
+    feed(op.wei, d.strm, w);
+    feed(op.dst, d.strm, dy);
+    op.src.user.set_data_handle(dx);
+    op.prim.execute(d.strm, {{DNNL_ARG_DIFF_DST, op.dst.prim}, {DNNL_ARG_WEIGHTS, op.wei.prim},
+                             {DNNL_ARG_DIFF_SRC, op.src.prim}});
+    drain(op.src, d.strm);
+    d.strm.wait();
+  } catch (const dnnl::error& e) {
+    onednn_fail(conv_str(p, g, n) + " (backward data)", e);
+  }
+}
+
+void OneDnn::conv_backward_weights(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* dy,
+                                   float* dw, float* db) {
+  Impl& d = *impl_;
+  ConvOp& op = d.conv_weights(p, d.conv_plan(p, g, n), g, n, db != nullptr);
+  try {
+    feed(op.src, d.strm, x);
+    feed(op.dst, d.strm, dy);
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, op.src.prim}, {DNNL_ARG_DIFF_DST, op.dst.prim}, {DNNL_ARG_DIFF_WEIGHTS, op.wei.prim}};
+    if (db) args[DNNL_ARG_DIFF_BIAS] = op.bias;
+    op.prim.execute(d.strm, args);
+    drain(op.wei, d.strm);
+    d.strm.wait();
+  } catch (const dnnl::error& e) {
+    onednn_fail(conv_str(p, g, n) + " (backward weights)", e);
+  }
+  if (dw) add_into(op.wei.acc, dw);
+  if (db) add_into(op.bias_acc, db);
+}
+
+std::string OneDnn::conv_impl(Precision p, const WindowGeom& g, int64_t n) {
+  Impl& d = *impl_;
+  ConvPlan& plan = d.conv_plan(p, g, n);
+  return "fwd " + d.conv_fwd(p, plan, g, n, true).impl + ", bwd_data " + d.conv_data(p, plan, g, n).impl +
+         ", bwd_weights " + d.conv_weights(p, plan, g, n, true).impl;
+}
+
+}  // namespace pt::host

@@ -1,0 +1,74 @@
+// Inside OneDnn (onednn.hpp): the cached plans of the matmul and convolution primitives,
+// shared by onednn_matmul.cpp and onednn_conv.cpp. Only those two files include dnnl.hpp.
+// Contract: a plan is built once per key (shape, strides, precision, scalars) and then only
+// executed; every dnnl::error becomes a pt::Error naming the operation and the shape.
+#pragma once
+#include <array>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <dnnl.hpp>
+
+#include "onednn.hpp"
+#include "pipetrain/error.hpp"
+
+namespace pt::host {
+
+// A tensor as one primitive argument: the caller's memory (user layout; for a bf16 input the
+// converted copy in `bf16`) and the primitive's (its preferred layout), with the reorder
+// between them (user -> primitive for inputs, primitive -> user for outputs) when they differ.
+struct Port {
+  dnnl::memory user, prim;
+  dnnl::reorder reorder;            // empty when prim is user
+  std::vector<uint16_t> bf16;       // bf16 inputs: the rounded copy the user memory points to
+  std::vector<float> acc;           // accumulated outputs: the result before it is added
+  bool reorders() const { return static_cast<bool>(reorder); }
+};
+
+struct MatmulPlan {
+  dnnl::matmul prim;
+  dnnl::memory a, b, c;  // handles set per call
+  std::string impl;
+};
+
+// One convolution direction: forward (src = x, wei = w, dst = y, bias = b), backward data
+// (src = dx, wei = w, dst = dy) or backward weights (src = x, wei = dw, dst = dy, bias = db).
+struct ConvOp {
+  dnnl::primitive prim;
+  std::string impl;
+  Port src, wei, dst;
+  dnnl::memory bias;          // f32 [c_out]; forward: the caller's b; backward: into bias_acc
+  std::vector<float> bias_acc;
+  bool ready = false;
+};
+
+struct ConvPlan {
+  dnnl::convolution_forward::primitive_desc hint;  // forward without bias: the backward's hint
+  ConvOp fwd[2];      // [has bias]
+  ConvOp data;        // backward data
+  ConvOp weights[2];  // backward weights [with diff bias]
+};
+
+using MatmulKey = std::array<int64_t, 15>;
+using ConvKey = std::array<int64_t, 11>;
+
+struct OneDnn::Impl {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream strm{eng};
+  std::map<MatmulKey, std::unique_ptr<MatmulPlan>> matmuls;
+  std::map<ConvKey, std::unique_ptr<ConvPlan>> convs;
+  std::vector<uint16_t> bf_a, bf_b;  // bf16 GEMM operands (dense)
+
+  MatmulPlan& matmul_plan(Precision p, const GemmArgs& a);
+  ConvPlan& conv_plan(Precision p, const WindowGeom& g, int64_t n);
+  ConvOp& conv_fwd(Precision p, ConvPlan& plan, const WindowGeom& g, int64_t n, bool bias);
+  ConvOp& conv_data(Precision p, ConvPlan& plan, const WindowGeom& g, int64_t n);
+  ConvOp& conv_weights(Precision p, ConvPlan& plan, const WindowGeom& g, int64_t n, bool bias);
+};
+
+// dnnl::error -> pt::Error with what was being done.
+[[noreturn]] void onednn_fail(const std::string& what, const dnnl::error& e);
+
+}  // namespace pt::host

@@ -1,0 +1,181 @@
+// oneDNN matmul behind the host backend's gemm and strided-batched gemm, the bf16 operand
+// conversion, and oneDNN's identity (version, effective ISA, thread default).
+// Contract: OneDnn::gemm computes C_b = alpha op(A_b) op(B_b) + beta C_b for b < batch with
+// any leading dimensions and batch strides (row-major). alpha is oneDNN's output scale, beta
+// its sum post-op (absent for beta = 0, so C is then never read, as BLAS). In bf16, A and B
+// are first rounded into dense bf16 copies (to_bf16: PyTorch's rounding, not oneDNN's
+// conversion, which flushes subnormals on some ISAs); C stays fp32. One plan per
+// (precision, transposes, shape, strides, alpha, beta), built on first use.
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "onednn_impl.hpp"
+
+namespace pt::host {
+
+void onednn_fail(const std::string& what, const dnnl::error& e) {
+  fail(Exit::internal, "oneDNN: " + what + ": " + e.what() + " (status " + std::to_string(static_cast<int>(e.status)) + ")");
+}
+
+void to_bf16(size_t n, const float* x, uint16_t* y) {
+  // the integer form of bf16_bits, written so the compiler vectorises it
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, sizeof u);
+    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    y[i] = (u & 0x7fffffffu) > 0x7f800000u ? uint16_t{0x7fc0} : static_cast<uint16_t>(r);
+  }
+}
+
+void onednn_threads_default() {
+  static const bool once = [] {
+    const char* env = std::getenv("OMP_NUM_THREADS");
+    if (!env || !*env) omp_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
+
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
+std::string onednn_isa_name() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic: return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "isa " + std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa()));
+  }
+}
+
+OneDnn::OneDnn() {
+  onednn_threads_default();
+  try {
+    impl_ = std::make_unique<Impl>();
+  } catch (const dnnl::error& e) {
+    onednn_fail("creating the CPU engine", e);
+  }
+}
+OneDnn::~OneDnn() = default;
+
+namespace {
+
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+using dims = dnnl::memory::dims;
+
+uint32_t bits_of(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return u;
+}
+
+// The operands oneDNN sees: the caller's for fp32, dense bf16 copies for bf16.
+struct Operands {
+  int64_t lda, ldb, sa, sb;
+};
+Operands operand_layout(Precision p, const GemmArgs& a) {
+  if (p == Precision::fp32) return {a.lda, a.ldb, a.stride_a, a.stride_b};
+  return {a.ta ? a.M : a.K, a.tb ? a.K : a.N, a.M * a.K, a.K * a.N};
+}
+
+// rows x cols matrix (row stride ld; stored transposed when trans) as a oneDNN descriptor of
+// the logical [batch,] R x C operand.
+dnnl::memory::desc matrix_md(dt type, int64_t batch, int64_t R, int64_t C, bool trans, int64_t ld, int64_t stride) {
+  const dims st = trans ? dims{1, ld} : dims{ld, 1};
+  if (batch == 1) return dnnl::memory::desc({R, C}, type, st);
+  return dnnl::memory::desc({batch, R, C}, type, {stride, st[0], st[1]});
+}
+
+std::string shape_str(Precision p, const GemmArgs& a) {
+  return PT_MSG("matmul " << precision_name(p) << " " << (a.ta ? "T" : "N") << (a.tb ? "T" : "N") << " M " << a.M
+                          << " N " << a.N << " K " << a.K << " batch " << a.batch << " lda " << a.lda << " ldb "
+                          << a.ldb << " ldc " << a.ldc);
+}
+
+// A [batch] x rows x cols operand with row stride ld and batch stride `stride` -> dense bf16.
+void pack_bf16(int64_t batch, int64_t rows, int64_t cols, const float* src, int64_t ld, int64_t stride,
+               std::vector<uint16_t>& dst) {
+  const size_t total = static_cast<size_t>(batch * rows * cols);
+  if (dst.size() < total) dst.resize(total);
+  if (ld == cols && (batch == 1 || stride == rows * cols)) {
+    to_bf16(total, src, dst.data());
+    return;
+  }
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = 0; r < rows; ++r)
+      to_bf16(static_cast<size_t>(cols), src + b * stride + r * ld, dst.data() + (b * rows + r) * cols);
+}
+
+}  // namespace
+
+MatmulPlan& OneDnn::Impl::matmul_plan(Precision p, const GemmArgs& a) {
+  const Operands o = operand_layout(p, a);
+  const bool batched = a.batch > 1;
+  const MatmulKey key{static_cast<int64_t>(p), a.ta, a.tb, a.batch, a.M, a.N, a.K, o.lda, o.ldb, a.ldc,
+                      batched ? o.sa : 0, batched ? o.sb : 0, batched ? a.stride_c : 0, bits_of(a.alpha),
+                      bits_of(a.beta)};
+  auto it = matmuls.find(key);
+  if (it != matmuls.end()) return *it->second;
+  const dt in = p == Precision::bf16 ? dt::bf16 : dt::f32;
+  auto plan = std::make_unique<MatmulPlan>();
+  try {
+    const auto amd = matrix_md(in, a.batch, a.M, a.K, a.ta, o.lda, o.sa);
+    const auto bmd = matrix_md(in, a.batch, a.K, a.N, a.tb, o.ldb, o.sb);
+    const auto cmd = matrix_md(dt::f32, a.batch, a.M, a.N, false, a.ldc, a.stride_c);
+    dnnl::primitive_attr attr;
+    if (a.alpha != 1.0f) attr.set_output_scales(0, {a.alpha});
+    if (a.beta != 0.0f) {
+      dnnl::post_ops ops;
+      ops.append_sum(a.beta);
+      attr.set_post_ops(ops);
+    }
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, cmd), attr, eng);
+    plan->prim = dnnl::matmul(pd);
+    plan->impl = pd.impl_info_str();
+    plan->a = dnnl::memory(amd, eng, DNNL_MEMORY_NONE);
+    plan->b = dnnl::memory(bmd, eng, DNNL_MEMORY_NONE);
+    plan->c = dnnl::memory(cmd, eng, DNNL_MEMORY_NONE);
+  } catch (const dnnl::error& e) {
+    onednn_fail(shape_str(p, a), e);
+  }
+  return *(matmuls[key] = std::move(plan));
+}
+
+void OneDnn::gemm(Precision p, const GemmArgs& a) {
+  PT_CHECK(a.M > 0 && a.N > 0 && a.K > 0 && a.batch > 0, "oneDNN gemm wants a non-empty product: " << shape_str(p, a));
+  Impl& d = *impl_;
+  MatmulPlan& plan = d.matmul_plan(p, a);
+  const void* A = a.A;
+  const void* B = a.B;
+  if (p == Precision::bf16) {
+    pack_bf16(a.batch, a.ta ? a.K : a.M, a.ta ? a.M : a.K, a.A, a.lda, a.stride_a, d.bf_a);
+    pack_bf16(a.batch, a.tb ? a.N : a.K, a.tb ? a.K : a.N, a.B, a.ldb, a.stride_b, d.bf_b);
+    A = d.bf_a.data();
+    B = d.bf_b.data();
+  }
+  try {
+    plan.a.set_data_handle(const_cast<void*>(A));
+    plan.b.set_data_handle(const_cast<void*>(B));
+    plan.c.set_data_handle(a.C);
+    plan.prim.execute(d.strm, {{DNNL_ARG_SRC, plan.a}, {DNNL_ARG_WEIGHTS, plan.b}, {DNNL_ARG_DST, plan.c}});
+    d.strm.wait();
+  } catch (const dnnl::error& e) {
+    onednn_fail(shape_str(p, a), e);
+  }
+}
+
+std::string OneDnn::gemm_impl(Precision p, const GemmArgs& a) { return impl_->matmul_plan(p, a).impl; }
+
+}  // namespace pt::host

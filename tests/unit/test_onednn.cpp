@@ -1,0 +1,609 @@
+// The host backend's oneDNN kernels and the bf16 precision (issue 15; docs/PRECISION.md):
+//   - bf16 rounding is PyTorch's (ties to even, NaN -> 0x7FC0, subnormals rounded), scalar,
+//     vectorised and as the backend op;
+//   - gemm and strided-batched gemm on oneDNN, fp32: every transpose pair, alpha/beta
+//     (beta = 0 never reads C), odd shapes, padded leading dimensions, against a double
+//     triple loop within the fp32 summation bound (K + 2) u sum|a||b| (u = 2^-24);
+//   - bf16: against the same reference computed on bf16-rounded inputs within that fp32
+//     bound (accumulation is fp32, so only the summation order differs), and against the
+//     fp32 product within (2^-7 + 2^-16) sum|a||b| plus that bound: bf16 keeps 8
+//     significant bits, so a rounded input is off by at most u = 2^-8 relative and a product
+//     of two by 2u + u^2;
+//   - convolution forward, backward data, weights and bias on oneDNN against the host's
+//     im2col implementation (the same bounds, sum|x||w| from the im2col kernel run on
+//     absolute values), bf16 against im2col on rounded inputs;
+//   - dx alone and dw/db alone are bitwise the fused backward; two calls are bitwise equal;
+//     the default rule gives bitwise the kernel it names; oneDNN runs one thread;
+//   - with CUDA=1 (Cuda* tests, skipped without a device): the CUDA backend's bf16 rounding,
+//     GEMMs and convolutions against the host's bf16 kernels.
+#include <gtest/gtest.h>
+#include <omp.h>
+#ifdef PT_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "../../src/kernels/host/host_backend.hpp"
+#include "pipetrain/backend.hpp"
+#include "pipetrain/rng.hpp"
+
+namespace pt::test {
+namespace {
+
+using host::Fp32Kernels;
+using host::HostBackend;
+
+constexpr double kU = 1.0 / (1 << 24);  // fp32 unit roundoff
+// |bf16(a) bf16(b) - ab| <= (2 u_bf16 + u_bf16^2) |ab| with u_bf16 = 2^-8
+constexpr double kBf16Product = 1.0 / 128 + 1.0 / 65536;
+
+std::vector<float> random_vec(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  const uint64_t key = rng_key(seed, Stream::synthetic, 77);
+  for (size_t i = 0; i < n; ++i) v[i] = 2.0f * rng_uniform(key, i) - 1.0f;
+  return v;
+}
+
+std::vector<float> rounded(std::vector<float> v) {
+  for (float& x : v) x = bf16_round(x);
+  return v;
+}
+
+std::vector<float> absolute(std::vector<float> v) {
+  for (float& x : v) x = std::fabs(x);
+  return v;
+}
+
+struct Host {
+  std::unique_ptr<Backend> be = make_host_backend();
+  HostBackend& hb = dynamic_cast<HostBackend&>(*be);
+  Host(Fp32Kernels k, Precision p) {
+    hb.set_fp32_kernels(k);
+    be->set_precision(p);
+  }
+};
+
+// ---- bf16 rounding ------------------------------------------------------------------------
+
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+TEST(OneDnnBf16, RoundsToNearestEvenAsPyTorch) {
+  EXPECT_EQ(bf16_bits(1.0f), 0x3f80);
+  EXPECT_EQ(bf16_bits(from_bits(0x3f808000)), 0x3f80);  // tie, even below
+  EXPECT_EQ(bf16_bits(from_bits(0x3f818000)), 0x3f82);  // tie, even above
+  EXPECT_EQ(bf16_bits(from_bits(0x3f808001)), 0x3f81);  // above the tie
+  EXPECT_EQ(bf16_bits(from_bits(0x00008000)), 0x0000);  // subnormal tie: rounded, not flushed
+  EXPECT_EQ(bf16_bits(from_bits(0x00018000)), 0x0002);
+  EXPECT_EQ(bf16_bits(from_bits(0x0000c000)), 0x0001);
+  EXPECT_EQ(bf16_bits(from_bits(0x7f7fffff)), 0x7f80);  // FLT_MAX rounds to +inf
+  EXPECT_EQ(bf16_bits(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(bf16_bits(-std::numeric_limits<float>::infinity()), 0xff80);
+  EXPECT_EQ(bf16_bits(std::numeric_limits<float>::quiet_NaN()), 0x7fc0);
+  EXPECT_EQ(bf16_bits(from_bits(0xff800001)), 0x7fc0);  // any NaN -> the quiet NaN
+  EXPECT_EQ(bf16_bits(-0.0f), 0x8000);
+  EXPECT_EQ(bf16_round(3.14159265f), 3.140625f);
+}
+
+TEST(OneDnnBf16, VectorAndBackendOpEqualScalar) {
+  std::vector<float> x(4099);
+  uint64_t s = 0x9e3779b97f4a7c15ull;
+  for (float& v : x) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    v = from_bits(static_cast<uint32_t>(s >> 32));  // every class: normals, subnormals, inf, NaN
+  }
+  std::vector<uint16_t> b(x.size());
+  host::to_bf16(x.size(), x.data(), b.data());
+  Host h(Fp32Kernels::rule, Precision::fp32);
+  std::vector<float> y(x.size());
+  h.be->round_bf16(x.size(), x.data(), y.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(b[i], bf16_bits(x[i])) << "at " << i;
+    const float want = bf16_round(x[i]);
+    ASSERT_EQ(std::memcmp(&y[i], &want, sizeof want), 0) << "at " << i;
+  }
+}
+
+// ---- GEMM ---------------------------------------------------------------------------------
+
+struct GemmCase {
+  bool ta, tb;
+  int64_t M, N, K, pad;  // pad: extra leading-dimension elements
+  float alpha, beta;
+};
+
+// C = alpha op(A) op(B) + beta C in double; mag = |alpha| sum|a||b| + |beta c|.
+void ref_gemm(const GemmCase& c, const std::vector<float>& A, int64_t lda, const std::vector<float>& B, int64_t ldb,
+              const std::vector<float>& C0, int64_t ldc, std::vector<double>& out, std::vector<double>& mag) {
+  out.assign(static_cast<size_t>(c.M * c.N), 0.0);
+  mag.assign(out.size(), 0.0);
+  for (int64_t i = 0; i < c.M; ++i)
+    for (int64_t j = 0; j < c.N; ++j) {
+      double s = 0, m = 0;
+      for (int64_t k = 0; k < c.K; ++k) {
+        const double a = c.ta ? A[static_cast<size_t>(k * lda + i)] : A[static_cast<size_t>(i * lda + k)];
+        const double b = c.tb ? B[static_cast<size_t>(j * ldb + k)] : B[static_cast<size_t>(k * ldb + j)];
+        s += a * b;
+        m += std::fabs(a * b);
+      }
+      const double c0 = c.beta != 0.0f ? C0[static_cast<size_t>(i * ldc + j)] : 0.0;
+      out[static_cast<size_t>(i * c.N + j)] = c.alpha * s + c.beta * c0;
+      mag[static_cast<size_t>(i * c.N + j)] = std::fabs(c.alpha) * m + std::fabs(c.beta * c0);
+    }
+}
+
+struct GemmData {
+  int64_t lda, ldb, ldc;
+  std::vector<float> A, B, C;
+};
+
+GemmData gemm_data(const GemmCase& c, uint64_t seed) {
+  GemmData d;
+  d.lda = (c.ta ? c.M : c.K) + c.pad;
+  d.ldb = (c.tb ? c.K : c.N) + c.pad;
+  d.ldc = c.N + c.pad;
+  d.A = random_vec(static_cast<size_t>((c.ta ? c.K : c.M) * d.lda), seed);
+  d.B = random_vec(static_cast<size_t>((c.tb ? c.N : c.K) * d.ldb), seed + 1);
+  d.C = random_vec(static_cast<size_t>(c.M * d.ldc), seed + 2);
+  if (c.beta == 0.0f)  // beta = 0 must not read C
+    for (float& v : d.C) v = std::numeric_limits<float>::quiet_NaN();
+  return d;
+}
+
+std::vector<float> run_gemm(Backend& be, const GemmCase& c, const GemmData& d) {
+  std::vector<float> C = d.C;
+  be.gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, d.A.data(), d.lda, d.B.data(), d.ldb, c.beta, C.data(), d.ldc);
+  return C;
+}
+
+std::vector<GemmCase> gemm_cases() {
+  std::vector<GemmCase> v;
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = t & 1, tb = t & 2;
+    v.push_back({ta, tb, 7, 13, 5, 0, 1.0f, 0.0f});
+    v.push_back({ta, tb, 33, 17, 65, 0, 0.5f, 1.0f});
+    v.push_back({ta, tb, 1, 1, 1, 0, 1.0f, -0.75f});
+    v.push_back({ta, tb, 64, 48, 130, 3, -1.25f, 0.25f});  // padded leading dimensions
+    v.push_back({ta, tb, 128, 10, 512, 0, 1.0f, 1.0f});    // the MLP's last layer
+  }
+  return v;
+}
+
+std::string describe(const GemmCase& c) {
+  return std::string(c.ta ? "T" : "N") + (c.tb ? "T" : "N") + " M " + std::to_string(c.M) + " N " +
+         std::to_string(c.N) + " K " + std::to_string(c.K) + " alpha " + std::to_string(c.alpha) + " beta " +
+         std::to_string(c.beta) + " pad " + std::to_string(c.pad);
+}
+
+void check_against(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& mag,
+                   int64_t M, int64_t N, int64_t ldc, double rel, const char* what) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      const double g = got[static_cast<size_t>(i * ldc + j)], w = want[static_cast<size_t>(i * N + j)];
+      ASSERT_LE(std::fabs(g - w), rel * mag[static_cast<size_t>(i * N + j)] + 1e-30)
+          << what << " at (" << i << ", " << j << "): got " << g << ", want " << w;
+    }
+}
+
+TEST(OneDnnGemm, Fp32MatchesDoubleReference) {
+  Host h(Fp32Kernels::onednn, Precision::fp32);
+  uint64_t seed = 1;
+  for (const GemmCase& c : gemm_cases()) {
+    SCOPED_TRACE(describe(c));
+    const GemmData d = gemm_data(c, seed += 3);
+    std::vector<double> want, mag;
+    ref_gemm(c, d.A, d.lda, d.B, d.ldb, d.C, d.ldc, want, mag);
+    check_against(run_gemm(*h.be, c, d), want, mag, c.M, c.N, d.ldc, (c.K + 2) * kU, "fp32");
+  }
+}
+
+TEST(OneDnnGemm, Bf16MatchesReferenceOnRoundedInputs) {
+  Host h(Fp32Kernels::rule, Precision::bf16);
+  uint64_t seed = 100;
+  for (const GemmCase& c : gemm_cases()) {
+    SCOPED_TRACE(describe(c));
+    const GemmData d = gemm_data(c, seed += 3);
+    const std::vector<float> got = run_gemm(*h.be, c, d);
+    std::vector<double> want, mag;
+    ref_gemm(c, rounded(d.A), d.lda, rounded(d.B), d.ldb, d.C, d.ldc, want, mag);
+    check_against(got, want, mag, c.M, c.N, d.ldc, (c.K + 2) * kU, "bf16 vs rounded reference");
+    ref_gemm(c, d.A, d.lda, d.B, d.ldb, d.C, d.ldc, want, mag);
+    check_against(got, want, mag, c.M, c.N, d.ldc, kBf16Product + (c.K + 2) * kU, "bf16 vs fp32 reference");
+  }
+}
+
+TEST(OneDnnGemm, StridedBatchedMatchesPerEntryReference) {
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    Host h(Fp32Kernels::onednn, p);
+    for (int t = 0; t < 4; ++t) {
+      const GemmCase c{bool(t & 1), bool(t & 2), 19, 11, 9, 0, 0.5f, t == 3 ? 1.0f : 0.0f};
+      const int64_t batch = 5, gap = 7;
+      const GemmData d = gemm_data(c, 300 + t);
+      const int64_t sa = static_cast<int64_t>(d.A.size()) + gap, sb = static_cast<int64_t>(d.B.size()) + gap,
+                    sc = static_cast<int64_t>(d.C.size()) + gap;
+      std::vector<float> A = random_vec(static_cast<size_t>(batch * sa), 400 + t),
+                         B = random_vec(static_cast<size_t>(batch * sb), 500 + t),
+                         C = random_vec(static_cast<size_t>(batch * sc), 600 + t);
+      const std::vector<float> C0 = C;
+      h.be->gemm_strided_batched(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), d.lda, sa, B.data(), d.ldb, sb, c.beta,
+                                 C.data(), d.ldc, sc, batch);
+      for (int64_t b = 0; b < batch; ++b) {
+        auto slice = [&](const std::vector<float>& v, int64_t stride, size_t n) {
+          std::vector<float> s(v.begin() + b * stride, v.begin() + b * stride + static_cast<int64_t>(n));
+          return p == Precision::bf16 ? rounded(s) : s;
+        };
+        std::vector<double> want, mag;
+        std::vector<float> c0(C0.begin() + b * sc, C0.begin() + b * sc + static_cast<int64_t>(d.C.size()));
+        ref_gemm(c, slice(A, sa, d.A.size()), d.lda, slice(B, sb, d.B.size()), d.ldb, c0, d.ldc, want, mag);
+        const std::vector<float> got(C.begin() + b * sc, C.begin() + b * sc + static_cast<int64_t>(d.C.size()));
+        check_against(got, want, mag, c.M, c.N, d.ldc, (c.K + 2) * kU, precision_name(p));
+        for (int64_t g = 0; g < gap && b + 1 < batch; ++g)  // the gaps between entries stay untouched
+          ASSERT_EQ(C[static_cast<size_t>(b * sc + static_cast<int64_t>(d.C.size()) + g)],
+                    C0[static_cast<size_t>(b * sc + static_cast<int64_t>(d.C.size()) + g)]);
+      }
+    }
+  }
+}
+
+TEST(OneDnnGemm, DeterministicAndTheRuleRunsTheKernelItNames) {
+  const GemmCase c{false, true, 128, 512, 784, 0, 1.0f, 0.0f};
+  const GemmData d = gemm_data(c, 900);
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    Host rule(Fp32Kernels::rule, p);
+    const std::vector<float> first = run_gemm(*rule.be, c, d), second = run_gemm(*rule.be, c, d);
+    ASSERT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0) << precision_name(p);
+    const bool dnn = p == Precision::bf16 || host::onednn_wins_gemm_fp32(c.ta, c.tb, c.M, c.N, c.K, 1);
+    Host named(dnn ? Fp32Kernels::onednn : Fp32Kernels::openblas, p);
+    const std::vector<float> other = run_gemm(*named.be, c, d);
+    EXPECT_EQ(std::memcmp(first.data(), other.data(), first.size() * sizeof(float)), 0) << precision_name(p);
+  }
+}
+
+// A pipeline stage and one process hold the same tensors at different addresses: the result
+// must not depend on them (oneDNN's kernels have no alignment-dependent arithmetic).
+TEST(OneDnnGemm, ResultsDoNotDependOnAlignment) {
+  const GemmCase c{false, true, 96, 200, 136, 0, 1.0f, 1.0f};
+  const GemmData d = gemm_data(c, 950);
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    Host h(Fp32Kernels::onednn, p);
+    const std::vector<float> base = run_gemm(*h.be, c, d);
+    for (size_t off : {1, 3, 16}) {
+      std::vector<float> A(d.A.size() + off), B(d.B.size() + off), C(d.C.size() + off);
+      std::copy(d.A.begin(), d.A.end(), A.begin() + static_cast<long>(off));
+      std::copy(d.B.begin(), d.B.end(), B.begin() + static_cast<long>(off));
+      std::copy(d.C.begin(), d.C.end(), C.begin() + static_cast<long>(off));
+      h.be->gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data() + off, d.lda, B.data() + off, d.ldb, c.beta,
+                 C.data() + off, d.ldc);
+      EXPECT_EQ(std::memcmp(C.data() + off, base.data(), base.size() * sizeof(float)), 0)
+          << precision_name(p) << " offset " << off;
+    }
+  }
+}
+
+// ---- convolution --------------------------------------------------------------------------
+
+WindowGeom geom(int64_t c_in, int64_t h, int64_t c_out, int64_t k, int64_t s, int64_t p) {
+  WindowGeom g;
+  g.c_in = c_in, g.h_in = h, g.w_in = h + 1, g.c_out = c_out, g.kernel = k, g.stride = s, g.padding = p;
+  g.h_out = (g.h_in + 2 * p - k) / s + 1;
+  g.w_out = (g.w_in + 2 * p - k) / s + 1;
+  return g;
+}
+
+struct ConvOut {
+  std::vector<float> y, dx, dw, db;
+};
+
+struct ConvData {
+  WindowGeom g;
+  int64_t n;
+  std::vector<float> x, w, b, dy, dw0, db0;
+  size_t xs() const { return static_cast<size_t>(n * g.c_in * g.h_in * g.w_in); }
+  size_t ys() const { return static_cast<size_t>(n * g.c_out * g.h_out * g.w_out); }
+  size_t ws() const { return static_cast<size_t>(g.c_out * g.c_in * g.kernel * g.kernel); }
+};
+
+ConvData conv_data(const WindowGeom& g, int64_t n, uint64_t seed) {
+  ConvData d{g, n, {}, {}, {}, {}, {}, {}};
+  d.x = random_vec(d.xs(), seed);
+  d.w = random_vec(d.ws(), seed + 1);
+  d.b = random_vec(static_cast<size_t>(g.c_out), seed + 2);
+  d.dy = random_vec(d.ys(), seed + 3);
+  d.dw0 = random_vec(d.ws(), seed + 4);  // dw, db accumulate onto these
+  d.db0 = random_vec(static_cast<size_t>(g.c_out), seed + 5);
+  return d;
+}
+
+// Forward and the fused backward; dx starts as NaN (it must be overwritten).
+ConvOut run_conv(Backend& be, const ConvData& d, const std::vector<float>& x, const std::vector<float>& w,
+                 const std::vector<float>& dy, bool zero_acc = false) {
+  ConvOut o;
+  o.y.assign(d.ys(), std::numeric_limits<float>::quiet_NaN());
+  o.dx.assign(d.xs(), std::numeric_limits<float>::quiet_NaN());
+  o.dw = zero_acc ? std::vector<float>(d.ws(), 0.0f) : d.dw0;
+  o.db = zero_acc ? std::vector<float>(d.b.size(), 0.0f) : d.db0;
+  be.conv2d_forward(d.g, d.n, x.data(), w.data(), d.b.data(), o.y.data());
+  be.conv2d_backward(d.g, d.n, x.data(), w.data(), dy.data(), o.dx.data(), o.dw.data(), o.db.data());
+  return o;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& mag,
+                  double rel, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_LE(std::fabs(static_cast<double>(got[i]) - want[i]), rel * mag[i] + 1e-30)
+        << what << " at " << i << ": got " << got[i] << ", want " << want[i];
+}
+
+// got vs want within 2 (K + 2) u of the magnitudes (both sides are fp32 sums) plus `extra`.
+void compare_conv(const ConvOut& got, const ConvOut& want, const ConvOut& mag, const ConvData& d, double extra) {
+  const WindowGeom& g = d.g;
+  const double kf = static_cast<double>(g.c_in * g.kernel * g.kernel) + 2;   // forward sums
+  const double kd = static_cast<double>(g.c_out * g.kernel * g.kernel) + 2;  // dx sums
+  const double kw = static_cast<double>(d.n * g.h_out * g.w_out) + 2;        // dw, db sums
+  expect_close(got.y, want.y, mag.y, 2 * kf * kU + extra, "y");
+  expect_close(got.dx, want.dx, mag.dx, 2 * kd * kU + extra, "dx");
+  expect_close(got.dw, want.dw, mag.dw, 2 * kw * kU + extra, "dw");
+  expect_close(got.db, want.db, mag.db, 2 * kw * kU + extra, "db");
+}
+
+// sum |x||w| (+|b|) etc. per output: the im2col kernel on absolute values, plus the
+// accumulated starting values.
+ConvOut conv_magnitudes(const ConvData& d, const std::vector<float>& x, const std::vector<float>& w,
+                        const std::vector<float>& dy) {
+  Host ref(Fp32Kernels::openblas, Precision::fp32);
+  ConvData a = d;
+  a.b = absolute(d.b);
+  ConvOut m = run_conv(*ref.be, a, absolute(x), absolute(w), absolute(dy), true);
+  for (size_t i = 0; i < m.dw.size(); ++i) m.dw[i] += std::fabs(d.dw0[i]);
+  for (size_t i = 0; i < m.db.size(); ++i) m.db[i] += std::fabs(d.db0[i]);
+  return m;
+}
+
+std::vector<ConvData> conv_cases() {
+  return {conv_data(geom(3, 9, 5, 3, 1, 1), 4, 11), conv_data(geom(1, 28, 32, 3, 1, 1), 3, 12),
+          conv_data(geom(4, 11, 6, 3, 2, 0), 2, 13), conv_data(geom(8, 7, 16, 1, 1, 0), 5, 14),
+          conv_data(geom(32, 14, 64, 3, 1, 1), 2, 15)};
+}
+
+TEST(OneDnnConv, Fp32MatchesIm2col) {
+  Host dnn(Fp32Kernels::onednn, Precision::fp32), ref(Fp32Kernels::openblas, Precision::fp32);
+  for (const ConvData& d : conv_cases()) {
+    SCOPED_TRACE(testing::Message() << "c_in " << d.g.c_in << " h " << d.g.h_in << " c_out " << d.g.c_out << " k "
+                                    << d.g.kernel << " s " << d.g.stride << " p " << d.g.padding << " n " << d.n);
+    compare_conv(run_conv(*dnn.be, d, d.x, d.w, d.dy), run_conv(*ref.be, d, d.x, d.w, d.dy),
+                 conv_magnitudes(d, d.x, d.w, d.dy), d, 0.0);
+  }
+}
+
+TEST(OneDnnConv, Bf16MatchesIm2colOnRoundedInputs) {
+  Host dnn(Fp32Kernels::rule, Precision::bf16), ref(Fp32Kernels::openblas, Precision::fp32);
+  for (const ConvData& d : conv_cases()) {
+    SCOPED_TRACE(testing::Message() << "c_in " << d.g.c_in << " h " << d.g.h_in << " c_out " << d.g.c_out << " k "
+                                    << d.g.kernel << " s " << d.g.stride << " p " << d.g.padding << " n " << d.n);
+    const std::vector<float> x = rounded(d.x), w = rounded(d.w), dy = rounded(d.dy);
+    const ConvOut got = run_conv(*dnn.be, d, d.x, d.w, d.dy);
+    compare_conv(got, run_conv(*ref.be, d, x, w, dy), conv_magnitudes(d, x, w, dy), d, 0.0);
+    compare_conv(got, run_conv(*ref.be, d, d.x, d.w, d.dy), conv_magnitudes(d, d.x, d.w, d.dy), d, kBf16Product);
+  }
+}
+
+TEST(OneDnnConv, SplitBackwardIsBitwiseTheFusedCallAndRepeats) {
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    Host h(Fp32Kernels::onednn, p);
+    for (const ConvData& d : conv_cases()) {
+      const ConvOut fused = run_conv(*h.be, d, d.x, d.w, d.dy), again = run_conv(*h.be, d, d.x, d.w, d.dy);
+      std::vector<float> dx(d.xs(), 7.0f), dw = d.dw0, db = d.db0;
+      h.be->conv2d_backward(d.g, d.n, d.x.data(), d.w.data(), d.dy.data(), dx.data(), nullptr, nullptr);
+      h.be->conv2d_backward(d.g, d.n, d.x.data(), d.w.data(), d.dy.data(), nullptr, dw.data(), db.data());
+      auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+      };
+      EXPECT_TRUE(same(dx, fused.dx)) << precision_name(p) << " dx alone";
+      EXPECT_TRUE(same(dw, fused.dw)) << precision_name(p) << " dw alone";
+      EXPECT_TRUE(same(db, fused.db)) << precision_name(p) << " db alone";
+      EXPECT_TRUE(same(fused.y, again.y) && same(fused.dx, again.dx) && same(fused.dw, again.dw) &&
+                  same(fused.db, again.db))
+          << precision_name(p) << " repeated call";
+    }
+  }
+}
+
+TEST(OneDnnConv, TheRuleRunsTheKernelItNamesPerPass) {
+  Host rule(Fp32Kernels::rule, Precision::fp32), blas(Fp32Kernels::openblas, Precision::fp32),
+      dnn(Fp32Kernels::onednn, Precision::fp32);
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  for (const ConvData& d : {conv_data(geom(1, 12, 8, 3, 1, 1), 3, 31), conv_data(geom(3, 10, 8, 3, 1, 1), 3, 32),
+                            conv_data(geom(8, 9, 16, 3, 1, 1), 3, 33)}) {
+    const ConvOut r = run_conv(*rule.be, d, d.x, d.w, d.dy), b = run_conv(*blas.be, d, d.x, d.w, d.dy),
+                  o = run_conv(*dnn.be, d, d.x, d.w, d.dy);
+    const bool fwd = host::onednn_wins_conv_fp32(d.g, d.n, host::ConvPass::forward);
+    const bool data = host::onednn_wins_conv_fp32(d.g, d.n, host::ConvPass::backward_data);
+    const bool wgt = host::onednn_wins_conv_fp32(d.g, d.n, host::ConvPass::backward_weights);
+    EXPECT_TRUE(same(r.y, fwd ? o.y : b.y)) << "c_in " << d.g.c_in << " forward";
+    EXPECT_TRUE(same(r.dx, data ? o.dx : b.dx)) << "c_in " << d.g.c_in << " data pass";
+    EXPECT_TRUE(same(r.dw, wgt ? o.dw : b.dw) && same(r.db, wgt ? o.db : b.db)) << "c_in " << d.g.c_in << " weight pass";
+  }
+  // the measured classes: a 1-channel first layer keeps im2col for y and dx, oneDNN for dw
+  EXPECT_FALSE(host::onednn_wins_conv_fp32(geom(1, 28, 32, 3, 1, 1), 128, host::ConvPass::forward));
+  EXPECT_TRUE(host::onednn_wins_conv_fp32(geom(1, 28, 32, 3, 1, 1), 128, host::ConvPass::backward_weights));
+  EXPECT_TRUE(host::onednn_wins_conv_fp32(geom(32, 14, 64, 3, 1, 1), 128, host::ConvPass::backward_data));
+}
+
+TEST(OneDnnConv, ResultsDoNotDependOnAlignment) {
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    Host h(Fp32Kernels::onednn, p);
+    for (const ConvData& d : {conv_data(geom(1, 12, 8, 3, 1, 1), 3, 41), conv_data(geom(8, 9, 16, 3, 1, 1), 3, 42)}) {
+      const ConvOut base = run_conv(*h.be, d, d.x, d.w, d.dy);
+      const size_t off = 5;
+      auto shifted = [&](const std::vector<float>& v) {
+        std::vector<float> s(v.size() + off);
+        std::copy(v.begin(), v.end(), s.begin() + static_cast<long>(off));
+        return s;
+      };
+      std::vector<float> x = shifted(d.x), w = shifted(d.w), dy = shifted(d.dy), b = shifted(d.b);
+      std::vector<float> y(d.ys() + off), dx(d.xs() + off), dw = shifted(d.dw0), db = shifted(d.db0);
+      h.be->conv2d_forward(d.g, d.n, x.data() + off, w.data() + off, b.data() + off, y.data() + off);
+      h.be->conv2d_backward(d.g, d.n, x.data() + off, w.data() + off, dy.data() + off, dx.data() + off, dw.data() + off,
+                            db.data() + off);
+      auto same = [&](const std::vector<float>& got, const std::vector<float>& want) {
+        return std::memcmp(got.data() + off, want.data(), want.size() * sizeof(float)) == 0;
+      };
+      EXPECT_TRUE(same(y, base.y) && same(dx, base.dx) && same(dw, base.dw) && same(db, base.db))
+          << precision_name(p) << " c_in " << d.g.c_in;
+    }
+  }
+}
+
+TEST(OneDnnConv, NoBiasForwardAndWeightsWithoutBiasGradient) {
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    Host dnn(Fp32Kernels::onednn, p), ref(Fp32Kernels::openblas, Precision::fp32);
+    ConvData d = conv_data(geom(3, 9, 5, 3, 1, 1), 2, 21);
+    if (p == Precision::bf16) {
+      d.x = rounded(d.x), d.w = rounded(d.w), d.dy = rounded(d.dy);
+    }
+    std::vector<float> y(d.ys()), yr(d.ys()), dw = d.dw0, dwr = d.dw0;
+    dnn.be->conv2d_forward(d.g, d.n, d.x.data(), d.w.data(), nullptr, y.data());
+    ref.be->conv2d_forward(d.g, d.n, d.x.data(), d.w.data(), nullptr, yr.data());
+    dnn.be->conv2d_backward(d.g, d.n, d.x.data(), d.w.data(), d.dy.data(), nullptr, dw.data(), nullptr);
+    ref.be->conv2d_backward(d.g, d.n, d.x.data(), d.w.data(), d.dy.data(), nullptr, dwr.data(), nullptr);
+    const ConvOut m = conv_magnitudes(d, d.x, d.w, d.dy);
+    expect_close(y, yr, m.y, 2 * 29 * kU + 1e-6, "y without bias");  // m.y includes |b|: looser by that
+    expect_close(dw, dwr, m.dw, 2 * (2.0 * 9 * 10 + 2) * kU, "dw without db");
+  }
+}
+
+// ---- threads and descriptions -------------------------------------------------------------
+
+TEST(OneDnnInfo, OneThreadPerRankAndTheBannerLine) {
+  Host h(Fp32Kernels::rule, Precision::fp32);
+  if (!std::getenv("OMP_NUM_THREADS")) {
+    EXPECT_EQ(omp_get_max_threads(), 1);
+  }
+  const std::string line = onednn_description();
+  EXPECT_NE(line.find("oneDNN " + host::onednn_version()), std::string::npos) << line;
+  EXPECT_NE(line.find(host::onednn_isa_name()), std::string::npos) << line;
+  EXPECT_NE(line.find("bf16 "), std::string::npos) << line;
+  EXPECT_NE(h.be->describe().find("oneDNN"), std::string::npos);
+  EXPECT_EQ(make_host_backend()->precision(), Precision::fp32);  // the default
+  const double peak = matmul_peak_gflops(*h.be, Precision::bf16, 1);
+  EXPECT_GT(peak, 0.0);
+  EXPECT_EQ(h.be->precision(), Precision::fp32);  // restored
+  EXPECT_DOUBLE_EQ(achieved_gflops(2e9, 0.5), 4.0);
+  EXPECT_EQ(achieved_gflops(1.0, 0.0), 0.0);
+}
+
+// ---- the CUDA backend in bf16 (CUDA=1 builds; skipped without a device) ------------------
+// GEMMs: cublasGemmEx on the same rounded inputs with fp32 accumulation, so the host's bf16
+// result within both sides' fp32 summation bounds. Convolutions: cuDNN's bf16 configuration
+// rounds y, dx and each call's dw to bf16 once more, so within 2^-8 of the magnitude besides.
+#ifdef PT_CUDA
+
+bool gpu_visible() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+#define REQUIRE_GPU_BF16() \
+  if (!gpu_visible()) GTEST_SKIP() << "no CUDA device: GPU bf16 test skipped, nothing was checked"
+
+// Runs f on device copies of `in` and returns the device copy of `out` afterwards.
+std::vector<float> on_gpu(Backend& gpu, const std::vector<const std::vector<float>*>& in, std::vector<float> out,
+                          const std::function<void(const std::vector<float*>&, float*)>& f) {
+  std::vector<Buffer> bufs;
+  std::vector<float*> ptrs;
+  for (const auto* v : in) {
+    bufs.emplace_back(gpu, std::max<size_t>(v->size(), 1));
+    gpu.from_host(bufs.back().data(), v->data(), v->size());
+    ptrs.push_back(bufs.back().data());
+  }
+  Buffer o(gpu, std::max<size_t>(out.size(), 1));
+  gpu.from_host(o.data(), out.data(), out.size());
+  f(ptrs, o.data());
+  gpu.to_host(out.data(), o.data(), out.size());
+  return out;
+}
+
+TEST(CudaBf16, RoundBf16IsTheHostRounding) {
+  REQUIRE_GPU_BF16();
+  auto gpu = make_cuda_backend(0);
+  std::vector<float> x(5003);
+  uint64_t s = 12345;
+  for (float& v : x) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    v = from_bits(static_cast<uint32_t>(s >> 32));
+  }
+  const std::vector<float> got = on_gpu(*gpu, {&x}, std::vector<float>(x.size()), [&](const std::vector<float*>& p, float* y) {
+    gpu->round_bf16(x.size(), p[0], y);
+  });
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(bf16_bits(got[i]), bf16_bits(x[i])) << "at " << i;
+}
+
+TEST(CudaBf16, GemmMatchesTheHostBf16Gemm) {
+  REQUIRE_GPU_BF16();
+  auto gpu = make_cuda_backend(0);
+  gpu->set_precision(Precision::bf16);
+  Host host(Fp32Kernels::rule, Precision::bf16);
+  uint64_t seed = 700;
+  for (const GemmCase& c : gemm_cases()) {
+    SCOPED_TRACE(describe(c));
+    GemmData d = gemm_data(c, seed += 3);
+    if (c.beta == 0.0f) std::fill(d.C.begin(), d.C.end(), 0.0f);
+    const std::vector<float> want = run_gemm(*host.be, c, d);
+    const std::vector<float> got = on_gpu(*gpu, {&d.A, &d.B}, d.C, [&](const std::vector<float*>& p, float* C) {
+      gpu->gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, p[0], d.lda, p[1], d.ldb, c.beta, C, d.ldc);
+    });
+    std::vector<double> ref, mag;
+    ref_gemm(c, rounded(d.A), d.lda, rounded(d.B), d.ldb, d.C, d.ldc, ref, mag);
+    std::vector<double> host_result(ref.size());
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t j = 0; j < c.N; ++j) host_result[static_cast<size_t>(i * c.N + j)] = want[static_cast<size_t>(i * d.ldc + j)];
+    check_against(got, host_result, mag, c.M, c.N, d.ldc, 2 * (c.K + 2) * kU, "GPU bf16 vs host bf16");
+  }
+}
+
+TEST(CudaBf16, ConvolutionMatchesTheHostBf16Convolution) {
+  REQUIRE_GPU_BF16();
+  auto gpu = make_cuda_backend(0);
+  gpu->set_precision(Precision::bf16);
+  Host host(Fp32Kernels::rule, Precision::bf16);
+  for (const ConvData& d : conv_cases()) {
+    const ConvOut want = run_conv(*host.be, d, d.x, d.w, d.dy);
+    ConvOut got;
+    got.y = on_gpu(*gpu, {&d.x, &d.w, &d.b}, std::vector<float>(d.ys()), [&](const std::vector<float*>& p, float* y) {
+      gpu->conv2d_forward(d.g, d.n, p[0], p[1], p[2], y);
+    });
+    got.dx = on_gpu(*gpu, {&d.x, &d.w, &d.dy}, std::vector<float>(d.xs()), [&](const std::vector<float*>& p, float* dx) {
+      gpu->conv2d_backward(d.g, d.n, p[0], p[1], p[2], dx, nullptr, nullptr);
+    });
+    got.dw = on_gpu(*gpu, {&d.x, &d.w, &d.dy}, d.dw0, [&](const std::vector<float*>& p, float* dw) {
+      gpu->conv2d_backward(d.g, d.n, p[0], p[1], p[2], nullptr, dw, nullptr);
+    });
+    got.db = on_gpu(*gpu, {&d.x, &d.w, &d.dy}, d.db0, [&](const std::vector<float*>& p, float* db) {
+      Buffer dw(*gpu, d.ws());
+      gpu->conv2d_backward(d.g, d.n, p[0], p[1], p[2], nullptr, dw.data(), db);
+    });
+    const ConvOut mag = conv_magnitudes(d, rounded(d.x), rounded(d.w), rounded(d.dy));
+    compare_conv(got, want, mag, d, 1.0 / 256);
+  }
+}
+
+#endif  // PT_CUDA
+
+}  // namespace
+}  // namespace pt::test
