@@ -21,6 +21,7 @@ enum class Device { cpu, cuda };
 // bias additions and all buffers stay fp32.
 enum class Precision { fp32, bf16 };
 const char* precision_name(Precision p);  // "fp32" | "bf16"
+Precision precision_from_name(const std::string& name);  // train.precision's value (validated by the deck)
 
 // x rounded to the nearest bfloat16 (ties to even), returned as the float of equal value:
 // exactly PyTorch's float -> torch.bfloat16 conversion (c10::BFloat16's round_to_nearest_even;
@@ -197,12 +198,10 @@ class Backend {
   virtual void adamw_update(size_t n, float* w, const float* g, float* m, float* v, double lr, double beta1,
                             double beta2, double eps, double weight_decay, int64_t step, float grad_scale) = 0;
 
-  // bf16 activations and messages (train.precision = "bf16"): round_bf16 rounds n floats in
-  // place to the nearest bfloat16 value (round to nearest even, as PyTorch's conversion);
-  // pack_bf16 stores n floats holding bf16 values as ceil(n/2) 32-bit words (two bf16 per
-  // word: half the bytes on the wire) and unpack_bf16 restores them exactly. The defaults
-  // work through host copies; a backend may do them in place.
-  virtual void round_bf16(size_t n, const float* x, float* y);
+  // bf16 stage messages (train.precision = "bf16"): pack_bf16 stores n floats holding bf16
+  // values (round_bf16 above) as ceil(n/2) 32-bit words, two bf16 per word (half the bytes on
+  // the wire), and unpack_bf16 restores them exactly. Defaults through host copies
+  // (src/kernels/precision.cpp); a backend may do them in place.
   virtual void pack_bf16(size_t n, const float* x, float* packed);
   virtual void unpack_bf16(size_t n, const float* packed, float* x);
 

@@ -58,6 +58,7 @@ int cmd_emulate(const EmulateArgs& a) {
   const int64_t N = data.train->size();
   const int64_t spe = setup.steps_per_epoch(deck, N), total = setup.total_steps(deck, N);
   auto be = make_host_backend();
+  be->set_precision(precision_from_name(deck.train.precision));
   const uint64_t seed = static_cast<uint64_t>(deck.run.seed);
 
   std::vector<StageState> st(static_cast<size_t>(K));

@@ -21,9 +21,8 @@ std::unique_ptr<Backend> profile_backend(const Deck& deck) {
   return deck.run.device == "cuda" ? make_cuda_backend(0) : make_host_backend();
 }
 
-// The precision the layers are profiled in: the backend's default (fp32) until the deck
-// carries a compute precision.
-Precision profile_precision(const Deck&) { return Precision::fp32; }
+// The precision the layers are profiled in: the deck's train.precision.
+Precision profile_precision(const Deck& deck) { return precision_from_name(deck.train.precision); }
 
 // Per layer: achieved GFLOP/s of its forward and backward (its FLOPs over the measured
 // seconds) and the better of the two as a fraction of the matmul peak; then the peaks.
@@ -55,6 +54,7 @@ Profile measure_profile(const Deck& deck, const Model& model, int64_t mb, int re
   std::unique_ptr<Backend> be = profile_backend(deck);
   be->set_precision(profile_precision(deck));
   p.device = be->describe();
+  p.precision = deck.train.precision;
   p.microbatch = mb;
   p.input_bytes = static_cast<double>(mb * model.input_shape().numel() * 4);
   p.source = "measured by pipetrain profile " + deck.path;

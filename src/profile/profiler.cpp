@@ -29,6 +29,8 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
                                          double* optimizer_s_per_byte) {
   const int L = model.size();
   Stage st(be, model, 0, L, mb, 1, true);  // with the split backward's regions: W is timed alone too
+  const bool bf16 = be.precision() == Precision::bf16;
+  st.set_activation_bf16(bf16);  // activations rounded as in training
   Buffer params(be, static_cast<size_t>(st.num_params()));
   Buffer grads(be, static_cast<size_t>(st.num_params()));
   Buffer slot_mem(be, static_cast<size_t>(st.slot_floats()));
@@ -75,8 +77,10 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
     }
   }
   std::vector<LayerProfile> out;
+  bool computed = false;  // some layer other than a view ran: its output is bf16 on the wire
   for (int l = 0; l < L; ++l) {
     const Layer& layer = model.layer(l);
+    computed = computed || !layer.is_view();
     LayerProfile p;
     p.index = l;
     p.name = layer.name();
@@ -84,7 +88,7 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
     p.forward_s = median(tf[static_cast<size_t>(l)]);
     p.backward_s = median(tb[static_cast<size_t>(l)]);
     p.backward_weight_s = std::min(p.backward_s, median(tw[static_cast<size_t>(l)]));
-    p.output_bytes = static_cast<double>(mb * layer.out_shape().numel() * 4);
+    p.output_bytes = static_cast<double>(mb * layer.out_shape().numel() * (bf16 && computed ? 2 : 4));
     p.stash_bytes = static_cast<double>(mb * ((layer.is_view() ? 0 : layer.out_shape().numel()) + layer.aux_per_sample()) * 4);
     p.param_bytes = static_cast<double>(layer.num_params() * 4);
     out.push_back(p);

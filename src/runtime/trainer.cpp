@@ -109,6 +109,7 @@ void Trainer::setup() {
   run_dir_ = deck_.run.output_dir + "/" + deck_.run.name;
   ckpt_dir_ = deck_.checkpoint.dir.empty() ? run_dir_ + "/checkpoints" : deck_.checkpoint.dir;
   be_ = deck_.run.device == "cuda" ? make_cuda_backend(0) : make_host_backend();
+  be_->set_precision(precision_from_name(deck_.train.precision));  // GEMM and convolution inputs
   build_stages();
   const size_t lag = static_cast<size_t>(setup_.layout.stages()) + 1;
   policy_ = std::make_unique<CheckpointPolicy>(deck_, args_, *ctx_, setup_.boundary_stride(), lag, &g_signal);
