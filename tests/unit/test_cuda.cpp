@@ -650,7 +650,10 @@ TEST_F(CudaOps, StageWithEveryLayerMatchesHost) {
     const float* logits = st.infer(xin.data(), params.data(), ectx, mb, PollHook{});
     out.logits.resize(static_cast<size_t>(mb * 7));
     be.to_host(out.logits.data(), logits, out.logits.size());
-    st.eval_loss(logits, labels, mb, &out.eval_loss, &out.correct);
+    int64_t scored = 0;
+    LayerCtx lctx{be, 3, 0, false, labels, 1.0f};
+    st.eval_loss(logits, params.data(), lctx, mb, &out.eval_loss, &out.correct, &scored);
+    EXPECT_EQ(scored, mb);
     be.release_int(labels);
     return out;
   };

@@ -2,7 +2,8 @@
 // independent reference (the double value of the nearest bf16, ties to even), pack_bf16 then
 // unpack_bf16 restores bf16 values exactly (odd counts, signs, infinities, subnormals, NaN),
 // packing halves the words, and a Boundary sends bf16 exactly where the value is bf16:
-// every gradient, and an activation a layer other than a view computed.
+// every gradient, and an activation a layer other than a view computed; the profiler counts
+// message bytes the same way.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "pipetrain/backend.hpp"
 #include "pipetrain/deck.hpp"
 #include "pipetrain/model.hpp"
+#include "pipetrain/profile.hpp"
 #include "pipetrain/runtime.hpp"
 #include "pipetrain/schedule.hpp"
 
@@ -103,6 +105,37 @@ TEST(PrecisionWire, BoundaryIsBf16ExactlyWhereTheValueIs) {
   const Boundary fp = boundary_above(model, L, 1, false);
   EXPECT_FALSE(fp.act_bf16 || fp.grad_bf16);
   EXPECT_EQ(fp.words(3, false), 15);
+}
+
+}  // namespace
+}  // namespace pt
+
+namespace pt {
+namespace {
+
+// The profiler costs messages in the run's precision: in bf16 a computed activation is 2
+// bytes per value on the wire, the model input passed through a view stays 4; what a stage
+// keeps for backward (fp32 slots) does not change.
+TEST(PrecisionWire, ProfileCountsBf16MessageBytes) {
+  const char* deck_text =
+      "[data]\nsource = \"synthetic\"\nshape = [1, 4, 4]\nclasses = 3\n[model]\n"
+      "[[model.layers]]\ntype = \"flatten\"\n"
+      "[[model.layers]]\ntype = \"linear\"\nout = 5\n"
+      "[[model.layers]]\ntype = \"relu\"\n"
+      "[[model.layers]]\ntype = \"linear\"\nout = 3\n"
+      "[[model.layers]]\ntype = \"softmax_cross_entropy\"\n";
+  const Deck deck = parse_deck_text(deck_text, "wire.toml", {});
+  const Model model(deck, Shape::chw(1, 4, 4), 3);
+  auto be = make_host_backend();
+  const std::vector<LayerProfile> fp = measure_layers(*be, model, 4, 1, 1, nullptr);
+  be->set_precision(Precision::bf16);
+  const std::vector<LayerProfile> bf = measure_layers(*be, model, 4, 1, 1, nullptr);
+  ASSERT_EQ(fp.size(), bf.size());
+  EXPECT_EQ(bf[0].output_bytes, fp[0].output_bytes);  // flatten of the input: fp32
+  for (size_t l = 1; l + 1 < fp.size(); ++l) {
+    EXPECT_EQ(bf[l].output_bytes * 2, fp[l].output_bytes) << "layer " << l;
+    EXPECT_EQ(bf[l].stash_bytes, fp[l].stash_bytes) << "layer " << l;
+  }
 }
 
 }  // namespace
