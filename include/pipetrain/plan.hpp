@@ -21,6 +21,7 @@
 // (profile measurements differ per rank).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <utility>
@@ -137,6 +138,9 @@ struct PlanOptions {
   bool serial_variant = true;     // small jobs: also run the DP with serial_allreduce (the simulator arbitrates)
   int64_t sim_budget = 2000000;   // most IR actions one candidate's replay may have (SimConfig::max_actions)
   int refine_steps = 150;         // small jobs: simulations spent refining each schedule's best layout (0 = off)
+  // why the model cannot train `def` on `layout` (e.g. tie_conflict), "" when it can; a
+  // vetoed candidate is listed with the reason and never chosen. Empty function = no veto.
+  std::function<std::string(const ScheduleDef& def, const Layout& layout)> veto;
 };
 
 struct PlanCandidate {

@@ -17,6 +17,11 @@ namespace pt {
 // stage (printed); a pipedream-family split of several stages is a located error (exit 2).
 Deck resolve_auto_split(const Deck& deck, int world_size, std::string* plan_json);
 
+// Tied layers (`tie`) held by different stages keep equal copies only if every stage
+// updates at the same flush: the reason `def` on `layout` cannot train the deck's ties, or
+// "" (no ties across stages, or a flush schedule). The planner skips such candidates.
+std::string tie_conflict(const Deck& deck, const ScheduleDef& def, const Layout& layout);
+
 struct TrainSetup {
   std::unique_ptr<Model> model;
   Layout layout;

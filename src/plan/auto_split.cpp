@@ -93,6 +93,7 @@ Deck resolve_auto_split(const Deck& deck, int world_size, std::string* plan_json
   const ClusterModel net = ClusterModel::from_deck(deck, prof);
   PlanOptions o;
   o.memory_cap = deck.cluster.memory;
+  o.veto = [&deck](const ScheduleDef& def, const Layout& layout) { return tie_conflict(deck, def, layout); };
   if (schedule_given) o.schedules = {deck.parallel.schedule};
   if (microbatches_given) o.microbatches = {static_cast<int>(deck.parallel.microbatches)};
   const Plan plan = choose_plan(prof, net, world_size, deck.train.batch_size, o);

@@ -42,7 +42,7 @@ std::vector<int> auto_microbatches(int64_t B, int ranks, int exact) {
 }
 
 PlanCandidate run_candidate(const Profile& p, const ClusterModel& net, const std::string& label, const ScheduleDef& kind,
-                            int M, int64_t B, const Layout& layout, double dp_obj, double cap, int64_t budget) {
+                            int M, int64_t B, const Layout& layout, double dp_obj, const PlanOptions& o) {
   PlanCandidate c;
   c.label = label;
   c.schedule = kind.name;
@@ -50,19 +50,24 @@ PlanCandidate run_candidate(const Profile& p, const ClusterModel& net, const std
   c.batch_size = B;
   c.layout = layout;
   c.dp_objective = dp_obj;
+  if (o.veto) c.note = o.veto(kind, layout);
+  if (!c.note.empty()) {
+    c.fits = false;
+    return c;
+  }
   SimConfig cfg;
   cfg.def = &kind;
   cfg.layout = layout;
   cfg.microbatches = c.microbatches;
   cfg.batch_size = B;
   cfg.keep_schedule = false;
-  cfg.max_actions = budget;
+  cfg.max_actions = o.sim_budget;
   c.sim = simulate(p, net, cfg);
   if (!c.sim.ok) {
     c.fits = false;
     c.note = c.sim.error;
   } else {
-    c.fits = cap <= 0 || c.sim.max_memory <= cap;
+    c.fits = o.memory_cap <= 0 || c.sim.max_memory <= o.memory_cap;
     if (!c.fits) c.note = "exceeds the memory cap";
   }
   return c;
@@ -115,7 +120,7 @@ PlanCandidate refine(const Profile& p, const ClusterModel& net, const PlanCandid
       if (spent >= o.refine_steps) break;
       ++spent;
       PlanCandidate c = run_candidate(p, net, start.label + " refined", kind, start.microbatches, start.batch_size, m,
-                                      start.dp_objective, o.memory_cap, o.sim_budget);
+                                      start.dp_objective, o);
       if (better(c, cur)) {
         c.note = "local search from the DP's layout";
         cur = c;
@@ -158,7 +163,7 @@ std::vector<PlanCandidate> chunked_candidates(const Profile& p, const ClusterMod
                                        kind.placement);
     for (int M : Ms) {
       if (B % M != 0 || (kind.check && !kind.check(layout, M).empty())) continue;
-      out.push_back(run_candidate(p, net, "plan (balanced chunks)", kind, M, B, layout, 0.0, o.memory_cap, o.sim_budget));
+      out.push_back(run_candidate(p, net, "plan (balanced chunks)", kind, M, B, layout, 0.0, o));
     }
   }
   return out;
@@ -266,7 +271,7 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
           plan.candidates.push_back(c);
           continue;
         }
-        c = run_candidate(p, net, c.label, kind, M, B, layout, dp.objective, o.memory_cap, o.sim_budget);
+        c = run_candidate(p, net, c.label, kind, M, B, layout, dp.objective, o);
         plan.candidates.push_back(c);
         if (c.fits && c.sim.ok) kind_ms.push_back({c.sim.time_per_sample, M});
         if (c.fits && c.sim.ok && (kind_best.schedule.empty() || better(c, kind_best))) kind_best = c;
@@ -294,7 +299,7 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
     // bsp: one stage, every rank a replica, one microbatch per replica
     const int64_t bb = o.bsp_batch > 0 ? o.bsp_batch : B;
     Layout dpl = Layout::make({0}, L, {N});
-    plan.bsp = run_candidate(p, net, "bsp", schedule_def("bsp"), N, bb, dpl, 0.0, o.memory_cap, o.sim_budget);
+    plan.bsp = run_candidate(p, net, "bsp", schedule_def("bsp"), N, bb, dpl, 0.0, o);
     plan.has_bsp = plan.bsp.sim.ok;
     // the straight pipeline: N stages of one replica, each kind at its best M that replays
     if (L >= N && N > 1) {
@@ -325,7 +330,7 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
           if (!dp.ok) continue;
           const Layout layout = dp.layout(L);
           if (kind.check && !kind.check(layout, M).empty()) continue;
-          PlanCandidate c = run_candidate(p, net, "straight", kind, M, B, layout, dp.objective, o.memory_cap, o.sim_budget);
+          PlanCandidate c = run_candidate(p, net, "straight", kind, M, B, layout, dp.objective, o);
           if (!c.sim.ok) continue;  // too large to replay: try the next M
           if (!order0.empty() && M != order0.front() && c.note.empty()) c.note = "M limited by the replay budget";
           if (!sh || better(c, sb)) sb = c, sh = c.fits;

@@ -1,6 +1,7 @@
 // Shared by `pipetrain plan` and `pipetrain simulate`: the deck (optional), the profile
 // (--profile, parallel.profile, or measured now) and the cluster model.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "pipetrain/plan.hpp"
 #include "pipetrain/profile.hpp"
 #include "pipetrain/sim.hpp"
+#include "pipetrain/train.hpp"
 
 namespace pt {
 
@@ -20,6 +22,13 @@ struct PlannerInputs {
   int64_t batch = 0;
   double memory = 0;
   int model_layers = -1;  // the deck's model, when there is a deck
+  // The planner's veto from the deck (tied layers across stages need a flush schedule);
+  // no veto without a deck.
+  std::function<std::string(const ScheduleDef&, const Layout&)> veto() const {
+    if (!deck) return {};
+    const Deck* d = deck.get();
+    return [d](const ScheduleDef& def, const Layout& layout) { return tie_conflict(*d, def, layout); };
+  }
 };
 
 // Reads or measures everything the planner and simulator need; every rank calls it.

@@ -155,6 +155,7 @@ int cmd_plan(const PlanArgs& a) {
   if (!a.schedules.empty()) o.schedules = a.schedules;
   o.microbatches = a.microbatches;
   o.memory_cap = in.memory;
+  o.veto = in.veto();
   o.bsp_batch = a.bsp_batch;
   if (a.replicas == "all") o.replicas = ReplicaSet::all;
   else if (a.replicas == "pow2") o.replicas = ReplicaSet::powers_of_two;

@@ -5,6 +5,7 @@
 
 #include "pipetrain/data.hpp"
 #include "pipetrain/error.hpp"
+#include "pipetrain/schedules.hpp"
 #include "pipetrain/train.hpp"
 
 namespace pt {
@@ -27,18 +28,38 @@ TrainSetup TrainSetup::from_deck(const Deck& deck, int world_size) {
                                 ", " + t.layout.str() + "): " + why, true);
   }
   t.mb_size = deck.train.batch_size / t.microbatches;
-  for (const LayerSpec& l : deck.model.layers)  // tied copies are kept equal by flush updates only
-    if (!l.tie.empty() && !t.def->flush)
-      fail(Exit::bad_input, deck.where("parallel.schedule") + ": key 'parallel.schedule': " + t.def->name +
-                                " updates stages without a flush, so the two copies of layer '" + l.name + "' tied to '" + l.tie +
-                                "' would hold different weight versions; train tied embeddings with a flush schedule (1f1b, "
-                                "gpipe, zb-h1, zb-h2, interleaved-1f1b, zb-v) or remove `tie` (docs/MODELS.md)", true);
+  if (const std::string why = tie_conflict(deck, *t.def, t.layout); !why.empty())
+    fail(Exit::bad_input, deck.where("parallel.schedule") + ": key 'parallel.schedule': " + why, true);
   if (deck.train.eval_every % t.boundary_stride() != 0)
     fail(Exit::bad_input, deck.where("train.eval_every") + ": key 'train.eval_every': " + std::to_string(deck.train.eval_every) +
                               " must be a multiple of " + std::to_string(t.boundary_stride()) + " (replicas " +
                               t.layout.replication() + " of " + deck.parallel.schedule + " update together every that many steps)",
          true);
   return t;
+}
+
+std::string tie_conflict(const Deck& deck, const ScheduleDef& def, const Layout& layout) {
+  if (def.flush) return "";
+  const auto& layers = deck.model.layers;
+  auto stage_of_layer = [&](size_t l) {
+    int s = 0;
+    while (s + 1 < layout.stages() && layout.first_layer(s + 1) <= static_cast<int>(l)) ++s;
+    return s;
+  };
+  for (size_t l = 0; l < layers.size(); ++l) {
+    if (layers[l].tie.empty()) continue;
+    for (size_t k = 0; k < layers.size(); ++k)
+      if (layers[k].name == layers[l].tie && stage_of_layer(k) != stage_of_layer(l)) {
+        std::string flush;
+        for (const ScheduleDef* d : schedule_defs())
+          if (d->flush) flush += (flush.empty() ? "" : ", ") + d->name;
+        return def.name + " updates stages without a flush, so the copies of layer '" + layers[l].name + "' (stage " +
+               std::to_string(stage_of_layer(l)) + ") tied to '" + layers[k].name + "' (stage " +
+               std::to_string(stage_of_layer(k)) + ") would hold different weight versions; train tied layers in different " +
+               "stages with a flush schedule (" + flush + "), keep them in one stage, or remove `tie` (docs/MODELS.md)";
+      }
+  }
+  return "";
 }
 
 int64_t TrainSetup::version_stride(int stage) const { return per_minibatch_units() ? layout.replicas_of(stage) : 1; }

@@ -41,6 +41,7 @@ int cmd_simulate(const SimulateArgs& a) {
   } else if (in.deck && in.deck->parallel.split_auto) {
     PlanOptions o;
     o.memory_cap = in.memory;
+    o.veto = in.veto();
     Plan p = choose_plan(in.profile, in.cluster, a.ranks, in.batch, o);
     if (!p.ok) fail(Exit::bad_input, "parallel.split = \"auto\": " + p.error, true);
     cfg.layout = p.layout;

@@ -15,7 +15,9 @@
 #include <unistd.h>
 
 #include "pipetrain/error.hpp"
+#include "pipetrain/deck.hpp"
 #include "pipetrain/plan.hpp"
+#include "pipetrain/train.hpp"
 
 namespace pt {
 namespace {
@@ -353,4 +355,43 @@ TEST(Planner, MemoryCapIsRespectedBySimulation) {
   if (capped.ok) EXPECT_LE(capped.sim.max_memory, o.memory_cap);
 }
 
+}  // namespace pt
+
+namespace pt {
+namespace {
+
+// Tied layers across stages need a flush schedule (tie_conflict, the one rule TrainSetup and
+// the planner share): an asynchronous schedule is refused only when the tied copies sit in
+// different stages, and the planner never chooses a vetoed candidate.
+TEST(Planner, TiedLayersAcrossStagesVetoAsynchronousSchedules) {
+  const char* text =
+      "[data]\nsource = \"synthetic\"\nshape = [6]\nclasses = 11\n[model]\n"
+      "[[model.layers]]\ntype = \"embedding\"\nname = \"emb\"\ndim = 8\n"
+      "[[model.layers]]\ntype = \"transformer_block\"\nheads = 2\n"
+      "[[model.layers]]\ntype = \"transformer_block\"\nheads = 2\n"
+      "[[model.layers]]\ntype = \"lm_head\"\ntie = \"emb\"\n";
+  const Deck deck = parse_deck_text(text, "tied.toml", {});
+  const Layout one = Layout::make({0}, 4, {2}), two = Layout::make({0, 2}, 4, {1, 1});
+  EXPECT_EQ(tie_conflict(deck, schedule_def("pipedream"), one), "");  // both copies in one stage
+  EXPECT_EQ(tie_conflict(deck, schedule_def("1f1b"), two), "");       // a flush keeps them equal
+  const std::string why = tie_conflict(deck, schedule_def("pipedream"), two);
+  EXPECT_NE(why.find("'lm_head3' (stage 1) tied to 'emb' (stage 0)"), std::string::npos) << why;
+  EXPECT_NE(why.find("zb-v"), std::string::npos) << why;  // the flush schedules, from the registry
+  EXPECT_NE(tie_conflict(deck, schedule_def("2bw"), two), "");
+  // the planner: veto every schedule without a flush on more than one stage
+  const Profile p = synthetic_chain(12, 5);
+  const ClusterModel net = ClusterModel::from_levels({{4, 5e10, 2e-6}, {int64_t{1} << 40, 5e9, 1e-5}});
+  PlanOptions o;
+  o.veto = [](const ScheduleDef& def, const Layout& layout) {
+    return def.flush || layout.stages() == 1 ? std::string() : std::string("vetoed");
+  };
+  const Plan plan = choose_plan(p, net, 4, 64, o);
+  ASSERT_TRUE(plan.ok) << plan.error;
+  EXPECT_TRUE(schedule_def(plan.schedule).flush || plan.layout.stages() == 1) << plan.schedule;
+  int vetoed = 0;
+  for (const PlanCandidate& c : plan.candidates) vetoed += c.note == "vetoed";
+  EXPECT_GT(vetoed, 0);
+}
+
+}  // namespace
 }  // namespace pt
