@@ -79,7 +79,8 @@ CheckpointMeta read_meta(const std::string& step_dir);
 // units, crossing messages).
 std::vector<WorkerState> load_worker_state(const std::string& step_dir, int rank);
 // Re-slice for another layout: the parameters and optimizer state of layers [first, end)
-// gathered from the old stages' files. Only for checkpoints without in-flight state.
+// gathered from the files of the old stages that overlap them (replica 0's; no other file
+// is opened). Only for checkpoints without in-flight state.
 WorkerState load_resliced_state(const std::string& step_dir, const CheckpointMeta& meta, int first, int end,
                                 size_t nparams, size_t optimizer_buffers, size_t nstate = 0);
 // The old layout of a checkpoint (split, replicas per group, placement).

@@ -22,7 +22,8 @@ class Optimizer {
   void set_updates(int64_t u) { updates_ = u; }
   double current_lr() const { return learning_rate(cfg_, updates_, total_); }
   const Deck::Train& config() const { return cfg_; }
-  // Optimizer state buffers (momentum; or Adam m and v), for checkpoints.
+  // Optimizer state buffers (momentum; or Adam m and v), for checkpoints, and their names
+  // (the same count: both empty without parameters or SGD momentum).
   std::vector<Buffer*> state();
   std::vector<std::string> state_names() const;
   size_t size() const { return n_; }

@@ -197,7 +197,10 @@ struct PlanFile {
   int microbatches = 1;
   int64_t batch_size = 0;
   int layers = 0;
-  std::vector<int> split, replicas;
+  std::vector<int> split, replicas;  // replicas per rank group
+  // "placement"; plans written before the field: the schedule's own (recorded_placement),
+  // contiguous for every kind with one stage per rank
+  Placement placement = Placement::contiguous;
   Layout layout() const;
   static PlanFile load(const std::string& path);
 };

@@ -60,6 +60,10 @@ struct Layout {
   static Layout from_deck(const Deck& d, int layers, int ranks, Placement schedule_placement);
   static Layout make(const std::vector<int>& first_layers, int layers, const std::vector<int>& replicas,
                      Placement placement = Placement::contiguous);
+  // Why make() would refuse these (stage and group counts, empty stages), "" when it would
+  // not: for layouts read back from files (plan.json, summary.json), a bad-input message.
+  static std::string problem(const std::vector<int>& first_layers, int layers, const std::vector<int>& replicas,
+                             Placement placement);
 };
 
 // FORWARD F, fused BACKWARD B, or its halves: BACKWARD_INPUT I (the input gradient, on the

@@ -13,7 +13,7 @@
 
 namespace pt {
 
-// How compute actions choose weight versions (docs/ARCHITECTURE.md, "The generator rule").
+// How compute actions choose weight versions (docs/ARCHITECTURE.md, "Weight versions").
 enum class VersionRule : uint8_t {
   flush,    // every action of update group g reads version g (one version)
   stash,    // forward reads the latest, backward the forward's (PipeDream weight stashing)
@@ -63,10 +63,15 @@ bool register_schedule(ScheduleDef def);
 // The entry of a name; unknown names are bad input naming the choices (and a close one).
 const ScheduleDef& schedule_def(const std::string& name);
 const ScheduleDef* find_schedule(const std::string& name);
-// Every entry, sorted by name; deck_only drops the internal ones (eval).
-std::vector<const ScheduleDef*> schedule_defs(bool deck_only = true);
-std::vector<std::string> schedule_names(bool deck_only = true);
+// The registered entries offered as parallel.schedule (deck_choice), sorted by name: every
+// registered one today (the evaluation IR's entry is built apart, never registered).
+std::vector<const ScheduleDef*> schedule_defs();
+std::vector<std::string> schedule_names();
 std::vector<std::string> planner_schedule_names();  // the entries with planner = true
+// The placement a file records (plan.json, summary.json), or where it records none (files
+// written before the field) the schedule's own: contiguous for every kind with one stage
+// per rank. Bad input naming `where` for an unknown schedule or placement.
+Placement recorded_placement(const std::string& recorded, const std::string& schedule, const std::string& where);
 
 // ---- the memory rules (summary.json formulas, planner) ---------------------------------
 // Units in flight and versions held for depth d, stage 0's depth d0, r replicas and U units
@@ -89,10 +94,12 @@ void generate_depth_rule(Schedule& S, int depth_override /* 0: in_flight_depth *
 // The unit-cost makespan of a generator's compute actions (the passes run on a copy), for
 // generators that choose between candidate orders.
 double unit_makespan(const Schedule& compute_only);
-// A list scheduler over all workers with unit costs: each idle worker starts the ready
-// action of highest priority (I or B first, then F while its activations stay under
-// `cap(rank)` chunk-units, then the oldest pending W), the deepest F and the shallowest I
-// first. Used by generators whose order is easiest to state as a policy (zb-v).
+// A list scheduler over all workers with unit costs: each round starts, over every worker,
+// the ready action that can start earliest (ties between workers to the lower rank), with
+// priority only breaking ties of start time within a worker: I or B first (shallowest stage
+// first), then F while the rank's activations stay under `cap(rank)` chunk-units (deepest
+// stage first), then the oldest pending W. Used by generators whose order is easiest to
+// state as a policy (zb-v).
 void generate_list_scheduled(Schedule& S, const std::function<int(int rank)>& cap);
 
 }  // namespace pt

@@ -123,13 +123,16 @@ std::string sim_report(const SimResult& r);  // human-readable summary and per-s
 // --compare: set a prediction beside a measured run directory (summary.json, trace.json).
 struct MeasuredRun {
   std::string schedule;
-  std::vector<int> split, replicas;
+  std::vector<int> split, replicas;  // replicas per rank group
+  Placement placement = Placement::contiguous;  // "placement" (absent: the schedule's own, recorded_placement)
   int microbatches = 1, ranks = 1;
   int64_t batch_size = 0, steps = 0;
   double train_wall_s = 0, bubble = 0, bytes_p2p_per_sample = 0, bytes_allreduce_per_sample = 0;
-  std::vector<double> forward_s, backward_s;  // per stage: mean per unit from trace.json
+  std::vector<double> forward_s, backward_s;  // per stage: mean per unit from trace.json (B, or I + W)
   std::vector<int64_t> units;                 // per stage: F events counted
   static MeasuredRun load(const std::string& run_dir);
+  // The run's layout (split, replicas, placement) over a model of `layers` layers.
+  Layout layout(int layers) const;
 };
 std::string compare_report(const SimResult& predicted, const MeasuredRun& measured);
 

@@ -14,7 +14,9 @@ namespace pt {
 // microbatch count set explicitly in the deck is kept), and the plan as JSON. Collective.
 // With world_size 1 nothing is planned or profiled: "auto", and an explicit split of a
 // schedule whose update rule does not depend on the stage count (flush, 2bw), become one
-// stage (printed); a pipedream-family split of several stages is a located error (exit 2).
+// stage (printed), except that a flush schedule with several stages per rank (interleaved,
+// zb-v) keeps its split on the one rank group; a pipedream-family split of several stages
+// is a located error (exit 2).
 Deck resolve_auto_split(const Deck& deck, int world_size, std::string* plan_json);
 
 // Tied layers (`tie`) held by different stages keep equal copies only if every stage

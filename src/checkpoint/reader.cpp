@@ -344,7 +344,12 @@ WorkerState load_stage(hid_t f, const std::string& own, hid_t f0, const std::str
     st.versions.emplace_back(id, floats(f0, g + "/versions/" + std::to_string(id), shared));
   h5::Handle g0(H5Gopen2(f0, g.c_str(), H5P_DEFAULT), H5Gclose);
   if (!g0) fail(Exit::bad_input, shared + ": group " + g + " is missing");
-  for (auto& n : optimizer_names(g0.id(), shared)) st.optimizer.push_back(floats(f0, g + "/optimizer/" + n, shared));
+  // A stage without parameters has no optimizer state; files written before that was said
+  // list AdamW's names there without datasets.
+  bool params = false;
+  for (auto& v : st.versions) params = params || !v.second.empty();
+  if (params)
+    for (auto& n : optimizer_names(g0.id(), shared)) st.optimizer.push_back(floats(f0, g + "/optimizer/" + n, shared));
   return st;
 }
 
@@ -418,8 +423,9 @@ void gather_stage(const std::string& step_dir, const CheckpointMeta& meta, int s
   const auto w = floats(f.id(), g + "/versions/" + std::to_string(held[0]), path);
   h5::Handle grp(H5Gopen2(f.id(), g.c_str(), H5P_DEFAULT), H5Gclose);
   const auto names = optimizer_names(grp.id(), path);
-  std::vector<std::vector<float>> o;
-  for (auto& n : names) o.push_back(floats(f.id(), g + "/optimizer/" + n, path));
+  std::vector<std::vector<float>> o;  // none without parameters (older files list names there)
+  if (!w.empty())
+    for (auto& n : names) o.push_back(floats(f.id(), g + "/optimizer/" + n, path));
   const int64_t u = h5::read_attr_int(grp.id(), "optimizer_updates", path);
   gather_state(f.id(), path, g, first, end, r);
   // The errors below depend on this rank's part of the model, so they are not collective:
@@ -460,8 +466,14 @@ WorkerState load_resliced_state(const std::string& step_dir, const CheckpointMet
   r.params.assign(nparams, 0.0f);
   r.state.assign(nstate, 0.0f);
   r.opt.assign(optimizer_buffers, std::vector<float>(nparams, 0.0f));
+  // only the old stages overlapping [first, end): the files resume's needed_ranks verified
   const int old_stages = static_cast<int>(meta.split.size()) + 1;
-  for (int s = 0; s < old_stages && r.at < nparams + 1; ++s) gather_stage(step_dir, meta, s, first, end, optimizer_buffers, r);
+  for (int s = 0; s < old_stages; ++s) {
+    const int old_first = s == 0 ? 0 : meta.split[static_cast<size_t>(s) - 1];
+    const bool last = s + 1 == old_stages;
+    if (old_first < end && (last || meta.split[static_cast<size_t>(s)] > first))
+      gather_stage(step_dir, meta, s, first, end, optimizer_buffers, r);
+  }
   if (static_cast<size_t>(r.filled) != nparams)
     fail(Exit::bad_input, step_dir + ": found " + std::to_string(r.filled) + " of the " + std::to_string(nparams) +
                               " parameters of layers " + std::to_string(first) + ".." + std::to_string(end - 1));

@@ -53,8 +53,10 @@ std::vector<Buffer*> Optimizer::state() {
 }
 
 std::vector<std::string> Optimizer::state_names() const {
-  if (cfg_.optimizer == "sgd") return s1_.data() ? std::vector<std::string>{"momentum"} : std::vector<std::string>{};
-  return {"exp_avg", "exp_avg_sq"};
+  std::vector<std::string> names;  // one per buffer of state(): none on a stage without parameters
+  if (s1_.data()) names.push_back(cfg_.optimizer == "sgd" ? "momentum" : "exp_avg");
+  if (s2_.data()) names.push_back("exp_avg_sq");
+  return names;
 }
 
 }  // namespace pt

@@ -10,26 +10,62 @@
 #include "pipetrain/data.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/plan.hpp"
+#include "pipetrain/schedules.hpp"
 #include "pipetrain/train.hpp"
 
 namespace pt {
 
 namespace {
 
+std::string split_str(const Deck& deck) {
+  if (deck.parallel.split_auto) return "\"auto\"";
+  std::string t = "[";
+  for (size_t i = 0; i < deck.parallel.split.size(); ++i) t += (i ? ", " : "") + std::to_string(deck.parallel.split[i]);
+  return t + "]";
+}
+
+// A flush schedule with several stages per rank (looped: interleaved-1f1b; V: zb-v) on one
+// rank: its one rank group holds every stage, so an explicit split is kept (the same update
+// rule: bitwise equal to one stage). A V holds exactly 2 stages per rank group, so on one
+// rank any other stage count ("auto" and [] included) is a located error here, naming the
+// split that fits. (The looped placement holds "auto"'s one stage: v = 1, the caller's path.)
+Deck one_rank_group(const Deck& deck, const ScheduleDef& def, int rank) {
+  const size_t K = deck.parallel.split_auto ? 1 : deck.parallel.split.size() + 1;
+  if (def.placement == Placement::v && K != 2)
+    fail(Exit::bad_input,
+         deck.where("parallel.split") + ": key 'parallel.split': " +
+             (deck.parallel.split_auto ? std::string("\"auto\" (nothing is planned on one rank) makes 1 stage")
+                                       : split_str(deck) + " makes " + std::to_string(K) + (K == 1 ? " stage" : " stages")) +
+             ", but " + def.name +
+             " places exactly 2 stages on each rank (a V: rank r holds stages r and 2p-1-r), and the job has 1 rank; set "
+             "parallel.split = [k] (2 stages, 0 < k < " + std::to_string(deck.model.layers.size()) +
+             "), or run under mpirun -np p with 2p stages",
+         true);
+  if (rank == 0) {
+    std::printf("parallel.split = %s on one rank: %s holds its %zu stages there (%s placement, one rank group)\n",
+                split_str(deck).c_str(), def.name.c_str(), K, placement_name(def.placement));
+    std::fflush(stdout);
+  }
+  return deck;
+}
+
 // One process (`pipetrain train DECK`, or `mpirun -np 1`): there is nothing to plan and no
 // second rank for a second stage. "auto" and an explicit split whose schedule's update rule
-// does not depend on the stage count (flush schedules and 2bw: the same numbers as the
-// pipeline, to rounding) become one stage holding every layer; the schedule and microbatches
-// the deck gives are kept. The pipedream family reads weights K - s - 1 updates old on stage
-// s, so its explicit multi-stage split cannot be collapsed: that is a located error (exit 2).
+// does not depend on the stage count (the registry's flush schedules and 2bw: the same
+// numbers as the pipeline, to rounding) become one stage holding every layer; the schedule
+// and microbatches the deck gives are kept. Flush schedules with several stages per rank
+// keep an explicit split (one_rank_group above). The pipedream family reads weights
+// K - s - 1 updates old on stage s, so its explicit multi-stage split cannot be collapsed:
+// that is a located error (exit 2).
 Deck resolve_one_rank(const Deck& deck, int rank) {
   const bool multi = !deck.parallel.split_auto && !deck.parallel.split.empty();
-  if (!deck.parallel.split_auto && !multi) return deck;  // one stage already
   const std::string sched = deck.parallel.schedule;
-  const bool same_rule = sched == "1f1b" || sched == "gpipe" || sched == "model-parallel" || sched == "bsp" || sched == "2bw";
-  std::string split_text = "[";
-  for (size_t i = 0; i < deck.parallel.split.size(); ++i) split_text += (i ? ", " : "") + std::to_string(deck.parallel.split[i]);
-  split_text += "]";
+  const ScheduleDef& def = schedule_def(sched);
+  if (def.flush && def.placement != Placement::contiguous && (multi || def.placement == Placement::v))
+    return one_rank_group(deck, def, rank);
+  if (!deck.parallel.split_auto && !multi) return deck;  // one stage already
+  const bool same_rule = def.flush || def.versions == VersionRule::two_bw;
+  const std::string split_text = split_str(deck);
   if (multi && !same_rule)
     fail(Exit::bad_input,
          deck.where("parallel.split") + ": key 'parallel.split': " + split_text + " makes " +

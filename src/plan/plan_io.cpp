@@ -38,6 +38,7 @@ nlohmann::json candidate_json(const PlanCandidate& c) {
     j["stages"] = c.layout.stages();
     j["split"] = std::vector<int>(c.layout.first.begin() + 1, c.layout.first.end() - 1);
     j["replicas"] = c.layout.replicas;
+    j["placement"] = placement_name(c.layout.placement);
   }
   j["dp_objective_s"] = num(c.dp_objective);
   if (c.sim.ok && c.sim.time_per_minibatch > 0) {
@@ -80,16 +81,17 @@ std::string Plan::to_json() const {
     j["microbatches"] = microbatches;
     j["microbatch_size"] = per_minibatch_kind(schedule) ? batch_size : batch_size / std::max(1, microbatches);
     j["split"] = split();
-    j["replicas"] = layout.replicas;
+    j["replicas"] = layout.replicas;  // per rank group
+    j["placement"] = placement_name(layout.placement);
     j["replication"] = replication_str(layout);
     nlohmann::json st = nlohmann::json::array();
     for (int s = 0; s < layout.stages(); ++s) {
       std::vector<int> rk;
-      for (int r = 0; r < layout.replicas[static_cast<size_t>(s)]; ++r) rk.push_back(layout.rank_of(s, r));
+      for (int r = 0; r < layout.replicas_of(s); ++r) rk.push_back(layout.rank_of(s, r));
       nlohmann::json e = {{"stage", s},
                           {"first_layer", layout.first_layer(s)},
                           {"last_layer", layout.end_layer(s) - 1},
-                          {"replicas", layout.replicas[static_cast<size_t>(s)]},
+                          {"replicas", layout.replicas_of(s)},
                           {"ranks", rk},
                           {"in_flight_depth", layout.in_flight_depth(s)}};
       if (static_cast<size_t>(s) < sim.stages.size()) {
@@ -198,7 +200,7 @@ std::string Plan::table() const {
 Layout PlanFile::layout() const {
   std::vector<int> first = {0};
   first.insert(first.end(), split.begin(), split.end());
-  return Layout::make(first, layers, replicas);
+  return Layout::make(first, layers, replicas, placement);
 }
 
 PlanFile PlanFile::load(const std::string& path) {
@@ -217,9 +219,14 @@ PlanFile PlanFile::load(const std::string& path) {
     f.layers = j.at("layers").get<int>();
     f.split = j.at("split").get<std::vector<int>>();
     f.replicas = j.at("replicas").get<std::vector<int>>();
+    f.placement = recorded_placement(j.value("placement", std::string()), f.schedule, path);
   } catch (const nlohmann::json::exception& e) {
     fail(Exit::bad_input, path + ": malformed plan: " + e.what(), true);
   }
+  std::vector<int> first = {0};
+  first.insert(first.end(), f.split.begin(), f.split.end());
+  if (const std::string why = Layout::problem(first, f.layers, f.replicas, f.placement); !why.empty())
+    fail(Exit::bad_input, path + ": the plan's layout (split, replicas, placement " + placement_name(f.placement) + "): " + why, true);
   return f;
 }
 

@@ -77,8 +77,6 @@ nlohmann::json rank_formula(const TrainSetup& setup, int rank, bool versions) {
   return best;
 }
 
-// Final weights: replica 0 of each stage sends its parameters to the reporter (tag 77000 +
-// stage), which lays them out per layer.
 // Final running state per layer: replica 0 of each stage sends it to the reporter (tag
 // 78000 + stage); empty for layers without state.
 std::vector<std::vector<float>> gather_state(const RunOutputs& o) {
@@ -117,6 +115,8 @@ std::vector<std::vector<float>> gather_state(const RunOutputs& o) {
   return per_layer;
 }
 
+// Final weights: replica 0 of each stage sends its parameters to the reporter (tag 77000 +
+// stage), which lays them out per layer.
 std::vector<std::vector<float>> gather_weights(const RunOutputs& o) {
   const ParallelContext& ctx = o.ctx;
   const Layout& layout = o.setup.layout;

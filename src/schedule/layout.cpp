@@ -94,6 +94,22 @@ std::string Layout::str() const {
   return o.str();
 }
 
+std::string Layout::problem(const std::vector<int>& first_layers, int layers, const std::vector<int>& replicas, Placement placement) {
+  const int K = static_cast<int>(first_layers.size()), p = static_cast<int>(replicas.size());
+  const std::string on = std::to_string(K) + " stages on " + std::to_string(p) + " rank groups";
+  if (p == 0 || K % p != 0) return on + " (not a whole number of stages per group)";
+  if (placement == Placement::contiguous && K != p) return on + " with the contiguous placement (one stage per group)";
+  if (placement == Placement::v && K != 2 * p) return on + " with the v placement (2 stages per group)";
+  for (int r : replicas)
+    if (r < 1) return "a rank group of " + std::to_string(r) + " replicas";
+  for (int s = 0; s < K; ++s)
+    if (first_layers[static_cast<size_t>(s)] >= (s + 1 < K ? first_layers[static_cast<size_t>(s) + 1] : layers) ||
+        first_layers[static_cast<size_t>(s)] < 0)
+      return "stage " + std::to_string(s) + " of layers " + std::to_string(first_layers[static_cast<size_t>(s)]) + ".. is empty (" +
+             std::to_string(layers) + " layers)";
+  return "";
+}
+
 Layout Layout::make(const std::vector<int>& first_layers, int layers, const std::vector<int>& replicas, Placement placement) {
   Layout l;
   l.first = first_layers;

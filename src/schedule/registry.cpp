@@ -32,16 +32,16 @@ const ScheduleDef& schedule_def(const std::string& name) {
                             "; known: " + known, true);
 }
 
-std::vector<const ScheduleDef*> schedule_defs(bool deck_only) {
+std::vector<const ScheduleDef*> schedule_defs() {
   std::vector<const ScheduleDef*> out;
   for (const ScheduleDef* d : registry().all())
-    if (!deck_only || d->deck_choice) out.push_back(d);
+    if (d->deck_choice) out.push_back(d);
   return out;
 }
 
-std::vector<std::string> schedule_names(bool deck_only) {
+std::vector<std::string> schedule_names() {
   std::vector<std::string> out;
-  for (const ScheduleDef* d : schedule_defs(deck_only)) out.push_back(d->name);
+  for (const ScheduleDef* d : schedule_defs()) out.push_back(d->name);
   return out;
 }
 
@@ -50,6 +50,15 @@ std::vector<std::string> planner_schedule_names() {
   for (const ScheduleDef* d : schedule_defs())
     if (d->planner) out.push_back(d->name);
   return out;
+}
+
+Placement recorded_placement(const std::string& recorded, const std::string& schedule, const std::string& where) {
+  const ScheduleDef* d = find_schedule(schedule);
+  if (!d) fail(Exit::bad_input, where + ": unknown schedule '" + schedule + "'", true);
+  if (recorded.empty()) return d->placement;
+  for (Placement p : {Placement::contiguous, Placement::looped, Placement::v})
+    if (recorded == placement_name(p)) return p;
+  fail(Exit::bad_input, where + ": unknown placement '" + recorded + "'; known: contiguous, looped, v", true);
 }
 
 int memory_in_flight(MemoryRule rule, int d, int d0, int r, int U) {

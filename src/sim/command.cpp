@@ -22,9 +22,10 @@ int cmd_simulate(const SimulateArgs& a) {
   MeasuredRun run;
   if (!a.compare.empty()) {
     run = MeasuredRun::load(a.compare);
-    std::vector<int> first = {0};
-    first.insert(first.end(), run.split.begin(), run.split.end());
-    cfg.layout = Layout::make(first, L, run.replicas);
+    if (!run.split.empty() && run.split.back() >= L)
+      fail(Exit::bad_input, a.compare + "/summary.json: the run's split " + int_list(run.split) + " needs more layers than the profile's " +
+                                std::to_string(L), true);
+    cfg.layout = run.layout(L);  // with the run's placement (looped, V)
     cfg.def = &schedule_def(run.schedule);
     cfg.microbatches = run.microbatches;
     cfg.batch_size = run.batch_size;
@@ -33,7 +34,7 @@ int cmd_simulate(const SimulateArgs& a) {
     const PlanFile f = PlanFile::load(a.plan);
     if (f.layers != L)
       fail(Exit::bad_input, a.plan + ": the plan is for " + std::to_string(f.layers) + " layers, the profile has " + std::to_string(L), true);
-    cfg.layout = f.layout();
+    cfg.layout = f.layout();  // with the plan's placement
     cfg.def = &schedule_def(f.schedule);
     cfg.microbatches = f.microbatches;
     if (a.batch <= 0) cfg.batch_size = f.batch_size;

@@ -1,5 +1,5 @@
-// simulate --compare: read a measured run (summary.json, trace.json) and set the
-// simulator's prediction beside it, per stage.
+// simulate --compare: read a measured run (summary.json with its layout and placement,
+// trace.json) and set the simulator's prediction beside it, per stage.
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -36,7 +36,33 @@ std::string pcts(double pred, double meas) {
   return b;
 }
 
+// A compute slice of trace.json: "F3", "B3", "I3", "W3", or with the stage in front ("0F3")
+// when a rank holds several stages. Its stage: the rank's one stage, else (looped, V) the
+// event's args.stage, else the name's prefix.
+bool compute_slice(const nlohmann::json& e, const Layout& layout, int* stage, char* op) {
+  const std::string name = e.value("name", "");
+  size_t k = 0;
+  while (k < name.size() && std::isdigit(static_cast<unsigned char>(name[k]))) ++k;
+  if (k + 1 >= name.size() || std::string("FBIW").find(name[k]) == std::string::npos ||
+      !std::isdigit(static_cast<unsigned char>(name[k + 1])))
+    return false;
+  *op = name[k];
+  const int rank = e.value("tid", -1);
+  if (rank < 0 || rank >= layout.ranks()) return false;
+  if (layout.stages_of_rank(rank).size() == 1) *stage = layout.stage_of(rank);
+  else if (e.contains("args") && e["args"].contains("stage")) *stage = e["args"]["stage"].get<int>();
+  else if (k > 0) *stage = std::stoi(name.substr(0, k));
+  else return false;
+  return *stage >= 0 && *stage < layout.stages();
+}
+
 }  // namespace
+
+Layout MeasuredRun::layout(int layers) const {
+  std::vector<int> first = {0};
+  first.insert(first.end(), split.begin(), split.end());
+  return Layout::make(first, layers, replicas, placement);
+}
 
 MeasuredRun MeasuredRun::load(const std::string& dir) {
   MeasuredRun m;
@@ -45,6 +71,7 @@ MeasuredRun MeasuredRun::load(const std::string& dir) {
     m.schedule = s.at("schedule").get<std::string>();
     m.split = s.at("split").get<std::vector<int>>();
     m.replicas = s.at("replicas").get<std::vector<int>>();
+    m.placement = recorded_placement(s.value("placement", std::string()), m.schedule, dir + "/summary.json");
     m.microbatches = s.value("microbatches", 1);
     m.ranks = s.value("ranks", 1);
     m.batch_size = s.at("batch_size").get<int64_t>();
@@ -56,24 +83,24 @@ MeasuredRun MeasuredRun::load(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     fail(Exit::bad_input, dir + "/summary.json: missing field: " + e.what(), true);
   }
-  // rank -> stage from the replicas (stage-major)
-  std::vector<int> stage_of;
-  for (size_t st = 0; st < m.replicas.size(); ++st)
-    for (int r = 0; r < m.replicas[st]; ++r) stage_of.push_back(static_cast<int>(st));
-  const size_t K = m.replicas.size();
+  std::vector<int> first = {0};
+  first.insert(first.end(), m.split.begin(), m.split.end());
+  if (const std::string why = Layout::problem(first, 1 << 30, m.replicas, m.placement); !why.empty())
+    fail(Exit::bad_input, dir + "/summary.json: the run's layout (split, replicas, placement " + placement_name(m.placement) +
+                              "): " + why, true);
+  const Layout layout = m.layout(1 << 30);  // any layer count past the split
+  const size_t K = static_cast<size_t>(layout.stages());
   std::vector<double> fsum(K, 0), bsum(K, 0);
   std::vector<int64_t> fn(K, 0), bn(K, 0);
   const nlohmann::json t = read_json(dir + "/trace.json");
   for (const auto& e : t.value("traceEvents", nlohmann::json::array())) {
-    if (e.value("ph", "") != "X") continue;
-    const std::string name = e.value("name", "");
-    if (name.size() < 2 || (name[0] != 'F' && name[0] != 'B') || !std::isdigit(static_cast<unsigned char>(name[1]))) continue;
-    const int rank = e.value("tid", -1);
-    if (rank < 0 || rank >= static_cast<int>(stage_of.size())) continue;
-    const size_t st = static_cast<size_t>(stage_of[static_cast<size_t>(rank)]);
+    int stage = -1;
+    char op = 0;
+    if (e.value("ph", "") != "X" || !compute_slice(e, layout, &stage, &op)) continue;
+    const size_t st = static_cast<size_t>(stage);
     const double dur = e.value("dur", 0.0) * 1e-6;
-    if (name[0] == 'F') fsum[st] += dur, ++fn[st];
-    else bsum[st] += dur, ++bn[st];
+    if (op == 'F') fsum[st] += dur, ++fn[st];
+    else bsum[st] += dur, bn[st] += op == 'W' ? 0 : 1;  // a unit's backward: B, or I + W
   }
   for (size_t st = 0; st < K; ++st) {
     m.forward_s.push_back(fn[st] ? fsum[st] / static_cast<double>(fn[st]) : NAN);

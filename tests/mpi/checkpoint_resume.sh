@@ -5,7 +5,8 @@
 # - SIGUSR1 to mpirun mid-training: checkpoint, exit 0, and the resume reaches the weights of
 #   an uninterrupted run of the same length;
 # - checkpoint.every_steps commits, checkpoint.keep prunes;
-# - a flush-schedule checkpoint resumes on other layouts (re-sliced) within 1e-5;
+# - a flush-schedule checkpoint resumes on other layouts (re-sliced) within 1e-5, AdamW's too
+#   with a stage that has no parameters (hence no optimizer state) on either side;
 # - a mid-epoch async checkpoint on another layout and a different model are refused (exit 2),
 #   the latter with the field that differs, leaving the checkpoint untouched;
 # - a drained mid-segment checkpoint (1f1b, gpipe) resumes with a smaller train.max_steps
@@ -49,9 +50,10 @@ ok_run() {  # WHAT: the last run exited 0
 
 # ---- golden resume: every schedule, multi-stage layouts ------------------------------------
 N=10
-golden() {  # NAME NP SCHEDULE SPLIT REPLICAS
+golden() {  # NAME NP SCHEDULE SPLIT REPLICAS [ARGS...]
   local name=$1 np=$2 t0=$SECONDS
-  local args=(--set parallel.schedule="$3" --set "parallel.split=$4" --set "parallel.replicas=$5" --set train.max_steps=$((2 * N)))
+  local args=(--set parallel.schedule="$3" --set "parallel.split=$4" --set "parallel.replicas=$5" --set train.max_steps=$((2 * N))
+              "${@:6}")
   pt "${name}_full" "$np" "${args[@]}" --set run.name="${name}_full"
   ok_run "$name uninterrupted" || return
   pt "${name}_stop" "$np" "${args[@]}" --set run.name="$name" --stop-at-step $N
@@ -76,6 +78,9 @@ golden pipedream_211 4 pipedream '[2,4]' '[2,1,1]'
 golden vsync_4 4 pipedream-vsync '[2,4,5]' '[1,1,1,1]'
 golden 2bw_4 4 2bw '[2,4,5]' '[1,1,1,1]'
 golden 2bw_211 4 2bw '[2,4]' '[2,1,1]'
+# AdamW with a stage of no parameters (stage 0 = flatten): it has no optimizer state to save
+adamw=(--set train.optimizer=adamw --set train.lr=0.001)
+golden adamw_1 2 1f1b '[1]' '[1,1]' "${adamw[@]}"
 
 # the comparisons have teeth: another schedule's weights and losses differ
 if "$PT_BIN" compare "$out/1f1b_4_full" "$out/pipedream_4_full" --rtol 0 --quiet >/dev/null 2>&1; then
@@ -188,6 +193,10 @@ reslice rs_bsp 2 bsp '[]' '[2]'
 # and from 4 stages (one without parameters) at step N of the golden 1f1b run onto 2 stages
 rs=(--set train.max_steps=$((2 * N)))
 reslice rs_from4 2 1f1b '[3]' '[1,1]' 1f1b_4 1f1b_4_full $N
+# AdamW: from a checkpoint with a parameterless stage, and onto a layout with one (stage 0)
+rs=(--set train.max_steps=$((2 * N)) "${adamw[@]}")
+reslice rs_adamw_2 2 1f1b '[3]' '[1,1]' adamw_1 adamw_1_full $N
+reslice rs_adamw_4 4 1f1b '[1,3,5]' '[1,1,1,1]' adamw_1 adamw_1_full $N
 
 # ---- a drained checkpoint resumes with a smaller train.max_steps ----------------------------
 # A flush schedule's checkpoint inside a segment has nothing in flight: a run with fewer steps

@@ -2,8 +2,9 @@
 # The second-generation schedules (zb-h1, zb-h2, interleaved-1f1b, zb-v) against one process
 # with the same microbatch split: bitwise equal without replicas, on the MLP and the CNN, at
 # 2 and 4 ranks wherever the layer count allows the placement; within 1e-5 with replicas.
-# The trace shows I and W as separate slices, and stopping at a checkpoint then resuming is
-# bitwise equal to the uninterrupted run for every new schedule.
+# The trace shows I and W as separate slices, `simulate --compare` reads a zb-v run's V layout,
+# and stopping at a checkpoint then resuming is bitwise equal to the uninterrupted run for
+# every new schedule.
 set -u
 source "$(dirname "$0")/lib.sh"
 out=$(mktemp -d /tmp/pt_newsched.XXXXXX)
@@ -45,6 +46,13 @@ expect "zb-h1 trace has I and W slices" \
   bash -c "grep -q '\"name\":\"I0\"' '$out/mlp_zbh1_2/trace.json' && grep -q '\"name\":\"W0\"' '$out/mlp_zbh1_2/trace.json'"
 expect "zb-v trace names the stage of each slice (0F0, 3W0)" \
   bash -c "grep -q '\"name\":\"0F0\"' '$out/mlp_zbv_2/trace.json' && grep -q '\"name\":\"3W0\"' '$out/mlp_zbv_2/trace.json'"
+# simulate --compare builds the run's recorded layout (a V: 4 stages on 2 ranks) and sets the
+# measured per-stage times (I + W as the backward) beside the prediction
+"$PT_BIN" simulate $mlp --bandwidth 1e10 --compare "$out/mlp_zbv_2" >"$out/zbv_compare.txt" 2>&1
+src=$?
+expect "simulate --compare on the zb-v run: exit 0 (got $src), the V layout, 4 measured stages" \
+  bash -c "test $src = 0 && grep -q 'placement v (2 stages per rank)' '$out/zbv_compare.txt' &&
+           grep -q 'predicted vs measured (zb-v' '$out/zbv_compare.txt' && grep -qE '^3 +5-6 +[0-9.]+ +[0-9.]+ ' '$out/zbv_compare.txt'"
 # checkpoint/resume: stop at step 6 after a checkpoint, resume, and land bitwise on the
 # uninterrupted run's weights
 for c in "mlp_zbh1_2 2 [3] zb-h1" "mlp_zbh2_4 4 [2,4,5] zb-h2" "mlp_il_2 2 [1,3,5] interleaved-1f1b" "mlp_zbv_2 2 [1,3,5] zb-v"; do

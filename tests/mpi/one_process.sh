@@ -63,4 +63,27 @@ expect "pipedream with split [3] on one rank: exit 2 (got $rc)" test "$rc" = 2
 expect "... saying why and what to run" \
   grep -q "key 'parallel.split': \[3\] makes 2 stages, but the job has 1 rank, and pipedream's update rule depends on the stage count.*mpirun -np 2" "$log"
 expect "... printed once" test "$(grep -c "makes 2 stages, but the job has 1 rank" "$log")" = 1
+
+# every flush schedule of the registry collapses (zb-h1, zb-h2 are flush schedules too): a split
+# on one rank is bitwise the one-stage run; interleaved and zb-v keep theirs on the one rank group
+# (looped: any stage count; V: exactly 2 stages, else refused naming the split that fits)
+for s in zb-h1 zb-h2; do
+  one "${s}_split" input/fashion_mlp.toml plain --set 'parallel.split=[3]' --set parallel.schedule=$s
+  expect "$s with split [3] on one rank: exit 0 (got $rc)" test "$rc" = 0
+  expect "... runs as one stage" grep -q "parallel.split = \[3\] on one rank: its 2 stages run as one stage" "$log"
+  one "${s}_one" input/fashion_mlp.toml plain --set 'parallel.split=[]' --set parallel.schedule=$s
+  compare "$out/${s}_one" "$out/${s}_split" 0
+done
+one interleaved_split input/fashion_mlp.toml plain --set 'parallel.split=[1,3,5]' --set parallel.schedule=interleaved-1f1b
+expect "interleaved-1f1b with split [1,3,5] on one rank: exit 0 (got $rc), 4 stages looped on the rank" \
+  bash -c "test $rc = 0 && grep -q '\"stages\": 4,' '$out/interleaved_split/summary.json'"
+one interleaved_one input/fashion_mlp.toml plain --set 'parallel.split=[]' --set parallel.schedule=interleaved-1f1b
+compare "$out/interleaved_one" "$out/interleaved_split" 0
+one zbv_split input/fashion_mlp.toml plain --set 'parallel.split=[3]' --set parallel.schedule=zb-v
+expect "zb-v with split [3] on one rank: exit 0 (got $rc), its V of 2 stages on the rank" \
+  bash -c "test $rc = 0 && grep -q '\"placement\": \"v\"' '$out/zbv_split/summary.json'"
+compare "$out/zb-h1_one" "$out/zbv_split" 0
+one zbv_refuse input/fashion_mlp.toml plain --set 'parallel.split=[1,3,5]' --set parallel.schedule=zb-v
+expect "zb-v with 4 stages on one rank: exit 2 (got $rc), saying a V holds exactly 2 stages per rank" \
+  bash -c "test $rc = 2 && grep -q \"\\[1, 3, 5\\] makes 4 stages, but zb-v places exactly 2 stages on each rank.*parallel.split = \\[k\\]\" '$log'"
 finish

@@ -57,8 +57,8 @@ CheckpointMeta meta_at(int64_t step) {
 }
 
 // Rank r of a 2-stage layout: stage r, 3000 + 1000 r parameters in two layers, momentum, one
-// microbatch in flight on rank 0.
-void state_of(int r, int64_t step, WorkerState* st, StageInfo* info) {
+// microbatch in flight on rank 0 (unless drained).
+void state_of(int r, int64_t step, WorkerState* st, StageInfo* info, bool drained = false) {
   const size_t n = 3000 + 1000 * static_cast<size_t>(r);
   st->latest = step;
   st->position = 17;
@@ -67,7 +67,7 @@ void state_of(int r, int64_t step, WorkerState* st, StageInfo* info) {
   st->versions.emplace_back(step, w);
   st->optimizer.push_back(std::vector<float>(n, 0.5f));
   st->optimizer_updates = step;
-  if (r == 0) st->units.push_back({3, step, 1.25, std::vector<float>(100, 2.0f)});
+  if (r == 0 && !drained) st->units.push_back({3, step, 1.25, std::vector<float>(100, 2.0f)});
   info->stage = r;
   info->replica = 0;
   info->first_layer = 2 * r;
@@ -78,14 +78,14 @@ void state_of(int r, int64_t step, WorkerState* st, StageInfo* info) {
 }
 
 // A committed checkpoint written by the real writers (rank files, then the manifest).
-std::string make_checkpoint(const std::string& dir, int64_t step) {
+std::string make_checkpoint(const std::string& dir, int64_t step, bool drained = false) {
   const std::string sd = dir + "/" + step_dir_name(step);
   make_dirs(sd);
   std::vector<std::pair<int64_t, uint32_t>> files;
   for (int r = 0; r < 2; ++r) {
     WorkerState st;
     StageInfo info;
-    state_of(r, step, &st, &info);
+    state_of(r, step, &st, &info, drained);
     const std::string f = sd + "/" + rank_file_name(r);
     write_rank_file(f, {st}, meta_at(step), {info}, r);
     int64_t size = 0;
@@ -201,6 +201,30 @@ TEST(Checkpoint, VerifiesAndLoadsWhatWasWritten) {
                         "split", "replicas", "microbatches", "batch_size", "seed", "optimizer", "model_hash", "model_text",
                         "ranks", "files"})
     EXPECT_TRUE(j.contains(k)) << k;
+}
+
+// Re-slicing opens only the files of the old stages that overlap the new stage's layers
+// (the ones resume verified): with rank 1's file gone, layers 0-1 (old stage 0) still load;
+// layers 1-2 need it, and its absence is an error naming it.
+TEST(Checkpoint, ResliceOpensOnlyTheOverlappingStages) {
+  SINGLE_RANK_ONLY();
+  TempDir t;
+  const std::string sd = make_checkpoint(t.path, 7, true);
+  const CheckpointMeta m = read_meta(sd);
+  ASSERT_EQ(std::remove((sd + "/" + rank_file_name(1)).c_str()), 0);
+  const WorkerState st = load_resliced_state(sd, m, 0, 2, 3000, 1);
+  ASSERT_EQ(st.versions.size(), 1u);
+  ASSERT_EQ(st.versions[0].second.size(), 3000u);
+  EXPECT_EQ(st.versions[0].second[2500], 0.001f * 2500 + 7.0f);
+  ASSERT_EQ(st.optimizer.size(), 1u);
+  EXPECT_EQ(st.optimizer[0][2999], 0.5f);
+  EXPECT_EQ(st.optimizer_updates, 7);
+  try {
+    load_resliced_state(sd, m, 1, 3, 3000, 1);
+    ADD_FAILURE() << "layers 1-2 loaded without old stage 1's file";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), rank_file_name(1))) << e.what();
+  }
 }
 
 TEST(Checkpoint, FlippedTensorByteNamesFileDatasetAndRank) {

@@ -2,7 +2,8 @@
 // decay, a step schedule) and AdamW (plain; warm-up + cosine) over 5 steps of random
 // gradients on a random vector, including grad_scale and the optimizer state. Learning-rate
 // schedules against the documented rules, written out by tools/make_fixtures.py as an
-// explicit Python formula that it cross-checks with torch.optim.lr_scheduler.
+// explicit Python formula that it cross-checks with torch.optim.lr_scheduler. State names
+// match the state buffers (none on a stage without parameters).
 #include <gtest/gtest.h>
 
 #include "fixture_util.hpp"
@@ -71,6 +72,21 @@ TEST(OptimVsTorch, AdamW) {
 }
 TEST(OptimVsTorch, AdamWWarmupCosineGradScale) {
   for (auto& tb : test_backends()) check_optimizer(*tb.be, tb.tag, "adamw_warmup_cosine");
+}
+
+// A stage without parameters (n = 0) holds no optimizer state, and names none: checkpoints
+// list exactly the buffers they write (a resume of AdamW with such a stage read "exp_avg").
+TEST(Optim, NamesExactlyTheStateItHolds) {
+  for (auto& tb : test_backends())
+    for (const char* kind : {"sgd", "adamw"})
+      for (size_t n : {size_t{0}, size_t{3}}) {
+        Deck::Train cfg;
+        cfg.optimizer = kind;
+        cfg.momentum = 0.9;
+        Optimizer opt(cfg, *tb.be, n, 10);
+        EXPECT_EQ(opt.state_names().size(), opt.state().size()) << tb.tag << kind << " n = " << n;
+        EXPECT_EQ(opt.state().size(), n == 0 ? 0u : std::string(kind) == "sgd" ? 1u : 2u) << tb.tag << kind << " n = " << n;
+      }
 }
 
 // pt::learning_rate(t) for t = 0..total against the documented rules:

@@ -344,6 +344,54 @@ TEST(Planner, ChoosesAndRoundTripsPlanJson) {
   EXPECT_NE(none.error.find("memory cap"), std::string::npos);
 }
 
+// plan.json records the placement: a zb-v plan (a V, 2 stages per rank group) reads back as
+// the same V layout (simulate --plan builds it), its stage table lists every stage with its
+// group's replicas; a plan written before the field takes the schedule's own placement.
+TEST(Planner, PlanJsonKeepsThePlacement) {
+  Plan plan;
+  plan.ok = true;
+  plan.ranks = 4;
+  plan.layers = 16;
+  plan.batch_size = 64;
+  plan.schedule = "zb-v";
+  plan.microbatches = 4;
+  plan.layout = Layout::make({0, 4, 8, 12}, 16, {2, 2}, Placement::v);
+  char name[] = "/tmp/pt_plan_XXXXXX";
+  const int fd = mkstemp(name);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  std::ofstream(name) << plan.to_json();
+  nlohmann::json j = nlohmann::json::parse(plan.to_json());
+  EXPECT_EQ(j.at("placement"), "v");
+  ASSERT_EQ(j.at("stages").size(), static_cast<size_t>(plan.layout.stages()));
+  for (const auto& st : j.at("stages")) EXPECT_EQ(st.at("replicas"), plan.layout.replicas[0]);
+  const Layout l = PlanFile::load(name).layout();
+  EXPECT_EQ(l.placement, Placement::v);
+  EXPECT_EQ(l.first, plan.layout.first);
+  EXPECT_EQ(l.replicas, plan.layout.replicas);
+  j.erase("placement");  // an older plan.json
+  std::ofstream(name) << j.dump();
+  EXPECT_EQ(PlanFile::load(name).layout().placement, Placement::v);
+  j["schedule"] = "1f1b";
+  std::ofstream(name) << j.dump();
+  try {
+    PlanFile::load(name);
+    ADD_FAILURE() << "4 stages on 2 rank groups accepted as a contiguous layout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Exit::bad_input);
+    EXPECT_NE(std::string(e.what()).find("the plan's layout"), std::string::npos) << e.what();
+  }
+  j["placement"] = "diagonal";
+  std::ofstream(name) << j.dump();
+  try {
+    PlanFile::load(name);
+    ADD_FAILURE() << "an unknown placement was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown placement 'diagonal'"), std::string::npos) << e.what();
+  }
+  std::remove(name);
+}
+
 TEST(Planner, MemoryCapIsRespectedBySimulation) {
   const Profile p = synthetic_chain(40, 5);
   const ClusterModel net = ClusterModel::single(1e10, 1e-6);

@@ -12,6 +12,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "pipetrain/error.hpp"
 #include "pipetrain/plan.hpp"
 #include "pipetrain/report.hpp"
 #include "pipetrain/sim.hpp"
@@ -219,6 +220,50 @@ TEST(Simulator, ComparesWithAMeasuredRun) {
   const std::string rep = compare_report(r, m);
   EXPECT_NE(rep.find("time per minibatch"), std::string::npos) << rep;
   EXPECT_NE(rep.find("per stage"), std::string::npos) << rep;
+  std::remove((dir + "/summary.json").c_str());
+  std::remove((dir + "/trace.json").c_str());
+  rmdir(dir.c_str());
+}
+
+// A V run (zb-v, 2 ranks, 4 stages): summary.json records the placement; the layout is the
+// V (rank 0 holds stages 0 and 3), the trace's slices name their stage ("3I0"), and a
+// unit's backward is its I + W. Older files without "placement" take the schedule's own.
+TEST(Simulator, ComparesWithAMeasuredVRun) {
+  char tmpl[] = "/tmp/pt_simcmp_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  nlohmann::json summary = {{"schedule", "zb-v"}, {"placement", "v"}, {"split", {1, 2, 3}}, {"replicas", {1, 1}},
+                            {"microbatches", 2}, {"ranks", 2}, {"batch_size", 2}, {"steps", 10}, {"train_wall_s", 0.5}};
+  std::ofstream(dir + "/summary.json") << summary.dump();
+  const Layout v = Layout::make({0, 1, 2, 3}, 4, {1, 1}, Placement::v);
+  // stage 3 (rank 0): F 10 ms, I 15 ms + W 5 ms; stage 1 (rank 1): F 12 ms
+  std::vector<TraceEvent> ev = {{0, 0.00, 0.010, Op::forward, 0, 0, 3},        {0, 0.02, 0.035, Op::backward_input, 0, 0, 3},
+                                {0, 0.04, 0.045, Op::backward_weight, 0, 0, 3}, {1, 0.01, 0.022, Op::forward, 0, 0, 1}};
+  std::ofstream(dir + "/trace.json") << chrome_trace_json(ev, v, "run");
+  MeasuredRun m = MeasuredRun::load(dir);
+  EXPECT_EQ(m.placement, Placement::v);
+  ASSERT_EQ(m.forward_s.size(), 4u);
+  EXPECT_NEAR(m.forward_s[3], 0.010, 1e-9);
+  EXPECT_NEAR(m.backward_s[3], 0.020, 1e-9);
+  EXPECT_NEAR(m.forward_s[1], 0.012, 1e-9);
+  EXPECT_TRUE(std::isnan(m.forward_s[0]));
+  const Layout l = m.layout(4);
+  EXPECT_EQ(l.stages_of_rank(0), std::vector<int>({0, 3}));
+  const SimResult r = run(equal_layers(4, 0.01), "zb-v", l, 2, 2, ClusterModel::single(1e9));
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_NE(compare_report(r, m).find("per stage"), std::string::npos);
+  summary.erase("placement");  // a summary written before the field: zb-v's own placement
+  std::ofstream(dir + "/summary.json") << summary.dump();
+  EXPECT_EQ(MeasuredRun::load(dir).placement, Placement::v);
+  summary["schedule"] = "1f1b";  // ... and a contiguous kind whose layout does not hold 4 stages on 2 ranks
+  std::ofstream(dir + "/summary.json") << summary.dump();
+  try {
+    MeasuredRun::load(dir);
+    ADD_FAILURE() << "a contiguous layout of 4 stages on 2 rank groups was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Exit::bad_input);
+    EXPECT_NE(std::string(e.what()).find("summary.json: the run's layout"), std::string::npos) << e.what();
+  }
   std::remove((dir + "/summary.json").c_str());
   std::remove((dir + "/trace.json").c_str());
   rmdir(dir.c_str());

@@ -3,9 +3,16 @@
 // in-flight depth, per minibatch of n units: `warm` forwards, then I, W (unless deferred),
 // F repeated, then the deferred W's. zb-h1: warm = d, the first d0 - d W's deferred
 // (1F1B's peak memory, bubble (p-1)(F+I-W)); zb-h2: warm = 2d - 1, 2(d0 - d) deferred
-// (peak 2p-1 units, no bubble at equal F, I, W costs). With fewer microbatches than the
-// H2 warm-up needs (m < 2p - 1) its order can lose to H1's; zb-h2 then keeps H1's order,
-// so it is never slower than zb-h1 at unit costs.
+// (peak 2p-1 units in flight instead of p). What H2 buys: its extra warm-up forwards fill
+// the first worker's warm-up wait and the deferred W's fill every worker's drain, so no
+// worker idles between its first and last action. It is not bubble-free under a flush: at
+// unit costs one minibatch takes (p-1) + 3m under both, since the last worker cannot start
+// before p-1 forwards have passed and H2 only moves the first worker's p-1 idle ticks to
+// after its last W. It is faster when W costs less than I, and over several minibatches,
+// where that idle tail overlaps the next minibatch's forwards (at unit costs p-1 ticks per
+// minibatch after the first: 75 against 81 for 3 minibatches, p = 4, m = 8). With fewer
+// microbatches than the H2 warm-up needs (m < 2p - 1) its order can lose to H1's; zb-h2
+// then keeps H1's order, so it is never slower than zb-h1 at unit costs.
 #include "pipetrain/schedules.hpp"
 
 namespace pt {
@@ -54,7 +61,8 @@ void generate_zb(Schedule& S, bool h2) {
 ScheduleDef zb_entry(bool h2) {
   ScheduleDef d;
   d.name = h2 ? "zb-h2" : "zb-h1";
-  d.doc = h2 ? "zero bubble H2: more warm-up forwards and W's deferred to the tail; no bubble, 2p-1 units of memory"
+  d.doc = h2 ? "zero bubble H2: more warm-up forwards (2p-1 on stage 0), W's fill the drain; 2p-1 units of memory; "
+               "ties zb-h1 on one flushed minibatch at unit costs, gains over several or when W costs less than I"
              : "zero bubble H1: 1F1B with the weight gradient W split off and deferred; 1F1B's peak memory";
   d.split_backward = true;
   d.memory = h2 ? MemoryRule::zb_h2 : MemoryRule::zb_h1;
