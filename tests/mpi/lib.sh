@@ -45,7 +45,7 @@ finish() {
 }
 
 # json_number FILE KEY: the first numeric value of "KEY" in a JSON file
-json_number() { grep -o "\"$2\": *[-0-9.eE+]*" "$1" | head -1 | sed 's/.*: *//'; }
+json_number() { grep -o "\"$2\": *[-0-9][-0-9.eE+]*" "$1" | head -1 | sed 's/.*: *//'; }
 
 # same_accuracy A B TOL: final test accuracies of two runs within TOL
 same_accuracy() {
