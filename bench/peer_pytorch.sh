@@ -1,37 +1,77 @@
 #!/usr/bin/env bash
-# pipetrain vs PyTorch on one core: the Fashion-MNIST MLP and CNN (batch 128, SGD with
-# momentum), alternating the two ROUNDS times. Both get one BLAS/OpenMP thread, the same
-# OpenBLAS kernel and one pinned core; both are timed over 50-step intervals after the
-# first interval (warm-up), median and range reported, and the ratio pipetrain/PyTorch
-# of the medians. Needs `make deps-dev` (python3-torch). Usage: bench/peer_pytorch.sh [ROUNDS] [STEPS]
+# pipetrain vs PyTorch 1.13 on one core, interleaved rounds (pipetrain, PyTorch, pipetrain, ...):
+#  - mlp, cnn: the Fashion-MNIST MLP and CNN (batch 128, SGD with momentum; tools/peer_pytorch.py),
+#    timed over 50-step intervals, samples/s;
+#  - resnet: input/fashion_resnet.toml (batch 128, SGD + Nesterov, batch norm), samples/s;
+#  - tinygpt: input/tinygpt.toml (6 pre-LN blocks, D 256, T 128, batch 32, AdamW), tokens/s.
+#    For these two the PyTorch side (bench/peer_models.py) is the same model built from the
+#    pipetrain run's deck.toml and weights_init.h5 by tools/to_pytorch.py, fed the same
+#    batches (tools/pytorch_twin.py's port of the data order) with the same optimizer.
+# Both sides get one BLAS/OpenMP thread, the same OpenBLAS kernel and one pinned core
+# (taskset); the first logged interval of every run is dropped (warm-up); median and range
+# over all rounds, and the ratio pipetrain/PyTorch of the medians (goal >= 1.0 for resnet and
+# tinygpt, stretch 1.5). Needs `make deps-dev` (python3-torch, python3-h5py).
+# Usage: bench/peer_pytorch.sh [ROUNDS=3] [STEPS=300] [MODELS="mlp cnn resnet tinygpt"]
+#   STEPS is for mlp and cnn; resnet runs RESNET_STEPS=120 (intervals of 20), tinygpt
+#   GPT_STEPS=30 (intervals of 5; about 3 s per step here, plus pipetrain's final evaluation
+#   of the validation split, about 35 s, which is not timed).
 set -u
 cd "$(dirname "$0")/.."
 source bench/lib.sh
-rounds=${1:-3}; steps=${2:-300}
-/usr/bin/python3 -c 'import torch' 2>/dev/null || { echo "SKIP: python3-torch is not installed (make deps-dev)"; exit 0; }
+rounds=${1:-3}; steps=${2:-300}; models=${3:-mlp cnn resnet tinygpt}
+resnet_steps=${RESNET_STEPS:-120}; gpt_steps=${GPT_STEPS:-30}
+/usr/bin/python3 -c 'import torch, h5py' 2>/dev/null || { echo "SKIP: python3-torch or python3-h5py is not installed (make deps-dev)"; exit 0; }
 ct=$(best_coretype)
+ncores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc obeys OMP_NUM_THREADS, which lib.sh sets to 1
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 [ -n "$ct" ] && export OPENBLAS_CORETYPE=$ct
-core=$(( $(nproc) - 1 ))
+core=$(( ncores - 1 ))
 out=${OUT:-runs/bench_peer}
 mkdir -p "$out"
-echo "one core (taskset -c $core), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}, $steps steps per run, $rounds rounds, batch 128"
-for model in mlp cnn; do
-  deck=input/fashion_${model}.toml
-  : >"$out/$model.pt" ; : >"$out/$model.torch"
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+fam=$(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' '); mod=$(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')
+echo "CPU: $cpu (family $fam, model $mod), $ncores cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "one core (taskset -c $core), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}, $rounds rounds, interleaved; $(/usr/bin/python3 -c 'import torch; print("torch", torch.__version__)')"
+
+# pt_run MODEL DECK ROUND STEPS INTERVAL: pipetrain on one core, its per-interval rates appended to $out/MODEL.pt
+pt_run() {
+  local model=$1 deck=$2 r=$3 n=$4 every=$5
+  taskset -c "$core" "$PT_BIN" train "$deck" --set 'parallel.split=[]' --set parallel.microbatches=1 \
+    --set train.max_steps="$n" --set train.log_every="$every" --set train.eval_every=0 --set run.initial_weights=true \
+    --set run.output_dir="$out" --set run.name="${model}_r$r" --set checkpoint.at_end=false --set run.plots=false \
+    >"$out/${model}_r$r.log" 2>&1 || { echo "pipetrain failed: $out/${model}_r$r.log"; exit 1; }
+  local field=samples_per_s; [ "$model" = tinygpt ] && field=tokens_per_s
+  grep '"type":"step"' "$out/${model}_r$r/metrics.jsonl" | tail -n +2 | grep -o "\"$field\":[0-9.e+]*" | cut -d: -f2 >>"$out/$model.pt"
+}
+
+for model in $models; do
+  : >"$out/$model.pt"; : >"$out/$model.torch"
+  unit=samples/s; col=2
   for r in $(seq 1 "$rounds"); do
-    taskset -c "$core" "$PT_BIN" train "$deck" --set 'parallel.split=[]' --set parallel.microbatches=1 \
-      --set train.max_steps="$steps" --set train.log_every=50 --set train.eval_batch_size=500 \
-      --set run.output_dir="$out" --set run.name="${model}_r$r" --set checkpoint.at_end=false --set run.plots=false >"$out/${model}_r$r.log" 2>&1 ||
-      { echo "pipetrain failed: $out/${model}_r$r.log"; exit 1; }
-    grep '"type":"step"' "$out/${model}_r$r/metrics.jsonl" | tail -n +2 | grep -o '"samples_per_s":[0-9.e+]*' | cut -d: -f2 >>"$out/$model.pt"
-    taskset -c "$core" /usr/bin/python3 tools/peer_pytorch.py "$model" "$steps" >"$out/${model}_torch_r$r.log" 2>&1 ||
-      { echo "pytorch failed: $out/${model}_torch_r$r.log"; exit 1; }
-    grep '^INTERVAL' "$out/${model}_torch_r$r.log" | tail -n +2 | awk '{print $2}' >>"$out/$model.torch"
+    case $model in
+      mlp|cnn)
+        pt_run "$model" "input/fashion_${model}.toml" "$r" "$steps" 50
+        taskset -c "$core" /usr/bin/python3 tools/peer_pytorch.py "$model" "$steps" >"$out/${model}_torch_r$r.log" 2>&1 ||
+          { echo "pytorch failed: $out/${model}_torch_r$r.log"; exit 1; } ;;
+      resnet)
+        pt_run resnet input/fashion_resnet.toml "$r" "$resnet_steps" 20
+        taskset -c "$core" /usr/bin/python3 bench/peer_models.py "$out/resnet_r$r" "$resnet_steps" 20 >"$out/resnet_torch_r$r.log" 2>&1 ||
+          { echo "pytorch failed: $out/resnet_torch_r$r.log"; exit 1; } ;;
+      tinygpt)
+        unit=tokens/s; col=3
+        pt_run tinygpt input/tinygpt.toml "$r" "$gpt_steps" 5
+        taskset -c "$core" /usr/bin/python3 bench/peer_models.py "$out/tinygpt_r$r" "$gpt_steps" 5 >"$out/tinygpt_torch_r$r.log" 2>&1 ||
+          { echo "pytorch failed: $out/tinygpt_torch_r$r.log"; exit 1; } ;;
+      *) echo "unknown model '$model' (mlp, cnn, resnet, tinygpt)"; exit 2 ;;
+    esac
+    grep '^INTERVAL' "$out/${model}_torch_r$r.log" | tail -n +2 | awk -v c="$col" '{print $c}' >>"$out/$model.torch"
   done
+  [ -s "$out/$model.pt" ] && [ -s "$out/$model.torch" ] || { echo "$model: no intervals measured (too few steps?)"; exit 1; }
   read -r pm plo phi <<<"$(stats <"$out/$model.pt")"
   read -r tm tlo thi <<<"$(stats <"$out/$model.torch")"
-  printf "%-4s pipetrain %8.0f samples/s (%.0f-%.0f)   PyTorch %8.0f (%.0f-%.0f)   ratio pipetrain/PyTorch %.2f\n" \
-    "$model" "$pm" "$plo" "$phi" "$tm" "$tlo" "$thi" "$(awk -v a="$pm" -v b="$tm" 'BEGIN{print a/b}')"
+  printf "%-8s pipetrain %8.0f %s (%.0f-%.0f)   PyTorch %8.0f (%.0f-%.0f)   ratio pipetrain/PyTorch %.2f   (%d+%d intervals)\n" \
+    "$model" "$pm" "$unit" "$plo" "$phi" "$tm" "$tlo" "$thi" "$(awk -v a="$pm" -v b="$tm" 'BEGIN{print a/b}')" \
+    "$(wc -l <"$out/$model.pt")" "$(wc -l <"$out/$model.torch")"
 done
-grep -h '^LOSS' "$out"/*_torch_r1.log | sed 's/^/PyTorch: /'
+for model in $models; do grep -h '^LOSS' "$out/${model}_torch_r1.log" | sed "s/^/PyTorch $model: /"; done
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
