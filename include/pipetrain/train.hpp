@@ -16,8 +16,11 @@ namespace pt {
 // schedule whose update rule does not depend on the stage count (flush, 2bw), become one
 // stage (printed), except that a flush schedule with several stages per rank (interleaved,
 // zb-v) keeps its split on the one rank group; a pipedream-family split of several stages
-// is a located error (exit 2).
-Deck resolve_auto_split(const Deck& deck, int world_size, std::string* plan_json);
+// is a located error (exit 2). With `resume` (train --resume PATH) and "auto", the layout of
+// the newest committed checkpoint under PATH is kept when it was taken on world_size ranks
+// (and with the deck's schedule, where the deck sets one): a resumed run continues on the
+// layout it was planned with instead of planning again from a new, noisy profile.
+Deck resolve_auto_split(const Deck& deck, int world_size, std::string* plan_json, const std::string& resume = "");
 
 // Tied layers (`tie`) held by different stages keep equal copies only if every stage
 // updates at the same flush: the reason `def` on `layout` cannot train the deck's ties, or

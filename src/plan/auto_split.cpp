@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "pipetrain/checkpoint.hpp"
 #include "pipetrain/data.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/plan.hpp"
@@ -99,13 +100,50 @@ Deck resolve_one_rank(const Deck& deck, int rank) {
   return d;
 }
 
+// "auto" on resume: the layout of the newest committed checkpoint under `resume` when it was
+// taken on world_size ranks (and with the deck's schedule, where one is set), else false (plan
+// anew; the resume then decides whether that checkpoint can be re-sliced onto the plan).
+bool checkpoint_layout(const Deck& deck, int world_size, const std::string& resume, int rank, Deck& d) {
+  if (resume.empty()) return false;
+  const std::vector<CheckpointRef> refs = list_checkpoints(resume);
+  if (refs.empty()) return false;
+  CheckpointMeta m;
+  try {
+    m = read_meta(refs.front().step_dir);
+  } catch (const Error&) {
+    return false;  // the resume reports the unreadable manifest and tries older ones
+  }
+  const bool schedule_given = deck.where("parallel.schedule").find("(default") == std::string::npos;
+  if (m.ranks != world_size || (schedule_given && m.schedule != deck.parallel.schedule)) return false;
+  d = deck;
+  d.parallel.split_auto = false;
+  d.parallel.split = std::vector<int64_t>(m.split.begin(), m.split.end());
+  // replicas per rank group; several stages per group (looped, V) have uniform replicas, which
+  // the rank count derives
+  d.parallel.replicas.clear();
+  if (m.placement == "contiguous") d.parallel.replicas = std::vector<int64_t>(m.replicas.begin(), m.replicas.end());
+  d.parallel.schedule = m.schedule;
+  d.parallel.microbatches = m.microbatches;
+  d.parallel.placement = m.placement;
+  for (const char* k : {"parallel.split", "parallel.replicas", "parallel.schedule", "parallel.microbatches", "parallel.placement"})
+    d.locations[k] = "the layout of checkpoint " + refs.front().step_dir + " (parallel.split = \"auto\", --resume)";
+  if (rank == 0) {
+    std::printf("parallel.split = \"auto\": resuming on the layout of %s: %s, split %s, replicas %s, %d microbatch%s\n",
+                refs.front().step_dir.c_str(), m.schedule.c_str(), nlohmann::json(m.split).dump().c_str(),
+                nlohmann::json(m.replicas).dump().c_str(), m.microbatches, m.microbatches == 1 ? "" : "es");
+    std::fflush(stdout);
+  }
+  return true;
+}
+
 }  // namespace
 
-Deck resolve_auto_split(const Deck& deck, int world_size, std::string* plan_json) {
+Deck resolve_auto_split(const Deck& deck, int world_size, std::string* plan_json, const std::string& resume) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (world_size == 1) return resolve_one_rank(deck, rank);
   if (!deck.parallel.split_auto) return deck;
+  if (Deck d; checkpoint_layout(deck, world_size, resume, rank, d)) return d;
   const DataInfo info = data_info(deck);
   const Model model(deck, info.shape, info.classes);
   const bool schedule_given = deck.where("parallel.schedule").find("(default") == std::string::npos;

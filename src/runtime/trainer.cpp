@@ -97,7 +97,7 @@ void Trainer::setup() {
   int world_size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   deck_ = load_deck(args_.deck, args_.sets);
-  deck_ = resolve_auto_split(deck_, world_size, &plan_json_);  // parallel.split = "auto"
+  deck_ = resolve_auto_split(deck_, world_size, &plan_json_, args_.resume);  // parallel.split = "auto"
   setup_ = TrainSetup::from_deck(deck_, world_size);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -11,6 +11,7 @@
 #   the latter with the field that differs, leaving the checkpoint untouched;
 # - a drained mid-segment checkpoint (1f1b, gpipe) resumes with a smaller train.max_steps
 #   (>= its step), bitwise equal to an uninterrupted run of that length; pipedream's is refused;
+# - split = "auto" resuming a checkpoint keeps its layout (bitwise equal to the uninterrupted run);
 # - `pipetrain inspect` prints step, plan, versions per stage and "verified".
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -81,6 +82,17 @@ golden 2bw_211 4 2bw '[2,4]' '[2,1,1]'
 # AdamW with a stage of no parameters (stage 0 = flatten): it has no optimizer state to save
 adamw=(--set train.optimizer=adamw --set train.lr=0.001)
 golden adamw_1 2 1f1b '[1]' '[1,1]' "${adamw[@]}"
+
+# parallel.split = "auto" on resume keeps the checkpoint's layout (no new plan from a new, noisy
+# profile, which could pick a layout this mid-segment pipedream checkpoint cannot resume on)
+pt auto_resume 4 --set 'parallel.split="auto"' --set train.max_steps=$((2 * N)) --set run.name=auto_resume \
+  --resume "$out/pipedream_4/checkpoints/$(stepdir $N)"
+if ok_run "split \"auto\" resuming the mid-segment pipedream checkpoint"; then
+  expect "... on the checkpoint's layout, not a new plan" \
+    grep -q 'parallel.split = "auto": resuming on the layout of .*: pipedream, split \[2,4,5\], replicas \[1,1,1,1\]' "$out/auto_resume.log"
+  expect "... without profiling" eval '! grep -q "profiling" "$out/auto_resume.log"'
+  compare "$out/pipedream_4_full" "$out/auto_resume" 0
+fi
 
 # the comparisons have teeth: another schedule's weights and losses differ
 if "$PT_BIN" compare "$out/1f1b_4_full" "$out/pipedream_4_full" --rtol 0 --quiet >/dev/null 2>&1; then
