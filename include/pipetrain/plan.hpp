@@ -60,6 +60,7 @@ struct ChainCosts {
   bool serial_allreduce = false;  // T = compute + allreduce instead of max (no overlap, as this runtime)
   MemoryRule rule = MemoryRule::one_f_one_b;
   int ranks = 1;  // the job's ranks (the zero-bubble rules' deepest depth)
+  bool bf16 = false;  // the profile's precision is bf16: v versions cost weight_copies(v, true) P
 
   int layers() const { return static_cast<int>(compute.size()); }
   double in_bytes(int i) const { return i == 0 ? input_bytes : out[static_cast<size_t>(i) - 1]; }
@@ -81,7 +82,8 @@ int rule_versions(const ChainCosts& c, int depth);
 //     in-term  = 2U p2p_seconds(level_of(o_{s+1} - 1, o_{s+1} + r_{s+1} - 1), out[j-1]) / r_{s+1}
 //   objective = the largest T_s and cut term (the slowest pipeline stage, PipeDream's
 //   objective); memory of stage s with n in flight and v versions (rules above):
-//     n (in_bytes(i) + sum stash + (j < L ? out[j-1] : 0) + (i > 0 ? in_bytes(i) : 0)) + (1 + v) P + opt_state
+//     n (in_bytes(i) + sum stash + (j < L ? out[j-1] : 0) + (i > 0 ? in_bytes(i) : 0)) + (1 + w(v)) P + opt_state
+//   with w(v) = weight_copies(v, bf16) (sim.hpp): v in fp32, 2 + (v - 1)/2 in bf16
 //   must not exceed the cap (0 = no cap) on every stage.
 double stage_memory(const ChainCosts& c, int i, int j, int r, int depth);
 

@@ -27,17 +27,31 @@ namespace pt {
 // will read the latest version again, otherwise to a copy of it (weight stashing); a version
 // is freed when its last reader ends. The IR says who reads what, so the pool is sized
 // before training from the IR and never grows during a step.
+//
+// bf16 (train.precision = "bf16"): compute reads the bf16 copy of a version (round_bf16 of
+// every parameter), never its fp32 values. The latest version is one fp32 master, which
+// the optimizer updates in place; every other held version (a stash) exists only as its
+// bf16 copy packed two per 32-bit word (pack_bf16), half the bytes. read() returns a
+// per-stage compute buffer holding the bf16 copy of the version asked for: made from the
+// master once per update (on the first read after it) or unpacked from a stash, and kept
+// while consecutive reads ask for the same version. A stash is packed from that copy
+// when an update must keep the old latest for its readers. In fp32 nothing of this exists.
 class WeightStore {
  public:
-  WeightStore(Backend& be, size_t n);
+  WeightStore(Backend& be, size_t n, bool bf16 = false);
   // Prepare for an IR whose relative version 0 is the current latest version.
   void prepare(const Schedule& ir, int rank, int stage, size_t from = 0);
   // Replace the held versions (resume): absolute ids, the latest, and the IR's base id.
+  // bf16: the latest becomes the fp32 master, the others are stored packed.
   void restore(const std::vector<std::pair<int64_t, std::vector<float>>>& versions, int64_t latest, int64_t base);
-  const float* read(int32_t rel_version) const;
+  // The parameters a compute action reads (bf16: the compute buffer, valid until the next
+  // read, read_latest or begin_update of this store).
+  const float* read(int32_t rel_version);
+  const float* read_latest();  // the same for the latest version (evaluation)
   void done_reading(int32_t rel_version);
   // The buffer the optimizer updates to produce rel_version (the latest, or a copy of it).
   float* begin_update(int32_t rel_version);
+  // The latest version's fp32 values (bf16: the master).
   float* latest() { return pool_[static_cast<size_t>(latest_slot_)].data(); }
   const float* latest() const { return pool_[static_cast<size_t>(latest_slot_)].data(); }
   int64_t latest_id() const { return latest_id_; }
@@ -45,20 +59,33 @@ class WeightStore {
   void set_latest_id(int64_t id) { latest_id_ = id; }
   int held() const;
   int max_held() const { return max_held_; }
-  size_t pool_size() const { return pool_.size(); }
   size_t size() const { return n_; }
-  // Live versions (absolute id, buffer), for checkpoints.
-  std::vector<std::pair<int64_t, const float*>> live() const;
+  bool bf16() const { return bf16_; }
+  // Device bytes of the store: fp32 pool, and in bf16 the compute buffer and packed stashes.
+  int64_t bytes() const;
+  // Live versions (absolute id, fp32 host values; a packed stash unpacked exactly), for
+  // checkpoints.
+  std::vector<std::pair<int64_t, std::vector<float>>> host_versions() const;
 
  private:
   int slot_of(int32_t rel) const;
+  int packed_slot_of(int64_t abs) const;
+  const float* compute_copy(int64_t abs);  // bf16: the compute buffer holding version abs
+  void stash_latest();                     // bf16: pack the latest's bf16 copy into a free stash
   Backend& be_;
   size_t n_;
+  bool bf16_;
   std::vector<Buffer> pool_;
   std::vector<int64_t> id_;      // absolute version in each pool slot, -1 free
   std::map<int32_t, int> uses_;  // remaining readers per relative version
   int64_t base_ = 0, latest_id_ = 0;
   int latest_slot_ = 0, max_held_ = 1;
+  // bf16 only (empty in fp32): the stashes, (n + 1) / 2 words each, and their absolute ids
+  // (-1 free); the compute buffer and the version it holds (-1 none)
+  std::vector<Buffer> packed_;
+  std::vector<int64_t> packed_id_;
+  Buffer compute_;
+  int64_t compute_id_ = -1;
 };
 
 struct TimelineEvent {

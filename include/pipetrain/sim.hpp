@@ -64,7 +64,7 @@ struct SimConfig {
 // Per-worker peak memory, bytes, with the runtime's layout of buffers (executor.cpp):
 // activation slots = max_in_flight x (stage input + stashed outputs), message buffers =
 // max_in_flight x (incoming gradient + outgoing gradient), one gradient buffer, weight
-// versions = max_versions_held x parameters, optimizer state.
+// versions = weight_copies(max_versions_held, bf16) x parameters, optimizer state.
 struct MemoryBreakdown {
   double activations = 0, buffers = 0, gradients = 0, weights = 0, optimizer = 0;
   int in_flight = 0, versions = 0;
@@ -111,6 +111,12 @@ struct SimResult {
 // optimizer_s_per_byte x stage parameter bytes, transfer = latency + bytes/bandwidth at the
 // level the two ranks' communication crosses, allreduce = the cluster's ring/measured cost.
 CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConfig& cfg);
+// The bytes of a stage's weight versions in units of its fp32 parameter bytes, with
+// `versions` held (the runtime's WeightStore): fp32 (a profile measured in fp32), one fp32
+// copy each; bf16 (Profile::precision "bf16"), the fp32 master of the latest, the compute
+// buffer of bf16 values in fp32 storage, and versions - 1 stashes packed at 2 bytes per
+// parameter: 2 + (versions - 1) / 2.
+double weight_copies(int versions, bool bf16);
 // Peak memory of rank `rank` under a built schedule (real max_in_flight/max_versions_held).
 MemoryBreakdown worker_memory(const Profile& p, const Schedule& s, int rank, double samples_per_unit);
 // Samples per unit (one microbatch, or one minibatch for the pipedream family).

@@ -15,6 +15,9 @@
 // train.eval_every): the pipeline drains at segment ends.
 // A stage's update applies the gradients of its group (r_s minibatches for the pipedream
 // family, averaged; the M microbatches of a batch otherwise, summed with loss scale 1/B).
+// In bf16 (train.precision) forward and backward read the bf16 copy of the version
+// (round_bf16 of every parameter), as the runtime's WeightStore does; the versions kept and
+// updated are fp32.
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -38,7 +41,23 @@ struct StageState {
   std::map<int64_t, std::vector<float>> versions;  // absolute id -> weights
   int64_t latest = 0;
   std::unique_ptr<Optimizer> opt;
+  std::vector<float> compute;  // bf16: the bf16 copy of version compute_id
+  int64_t compute_id = -1;
 };
+
+// The parameters compute reads of version id: its fp32 weights, or in bf16 their bf16 copy
+// (a version's values never change once made, so the copy is kept while id is read again).
+const float* compute_params(Backend& be, StageState& x, int64_t id, int stage, bool bf16) {
+  auto it = x.versions.find(id);
+  PT_CHECK(it != x.versions.end(), "emulator: stage " << stage << " lacks version " << id);
+  if (!bf16) return it->second.data();
+  if (x.compute_id != id) {
+    x.compute.resize(it->second.size());
+    be.round_bf16(it->second.size(), it->second.data(), x.compute.data());
+    x.compute_id = id;
+  }
+  return x.compute.data();
+}
 
 int64_t pipedream_version(int64_t m, int r, int d) {
   return static_cast<int64_t>(r) * std::max<int64_t>(0, m / r - d + 1);
@@ -59,6 +78,7 @@ int cmd_emulate(const EmulateArgs& a) {
   const int64_t spe = setup.steps_per_epoch(deck, N), total = setup.total_steps(deck, N);
   auto be = make_host_backend();
   be->set_precision(precision_from_name(deck.train.precision));
+  const bool bf16 = deck.train.precision == "bf16";
   const uint64_t seed = static_cast<uint64_t>(deck.run.seed);
 
   std::vector<StageState> st(static_cast<size_t>(K));
@@ -125,23 +145,21 @@ int cmd_emulate(const EmulateArgs& a) {
         else be->copy(x.slot.input, st[static_cast<size_t>(s - 1)].stage->output(st[static_cast<size_t>(s - 1)].slot),
                       static_cast<size_t>(mb * x.stage->in_shape().numel()));
         if (s == K - 1) be->labels_from_host(x.labels, host_labels.data(), host_labels.size());
-        auto it = x.versions.find(vf[static_cast<size_t>(s)]);
-        PT_CHECK(it != x.versions.end(), "emulator: stage " << s << " lacks version " << vf[static_cast<size_t>(s)]);
+        const float* w = compute_params(*be, x, vf[static_cast<size_t>(s)], s, bf16);
         LayerCtx ctx{*be, seed, sample0, true, x.labels, 1.0f / static_cast<float>(B)};
         ctx.state = x.state.data();
-        x.stage->forward(x.slot, it->second.data(), ctx, mb, PollHook{});
+        x.stage->forward(x.slot, w, ctx, mb, PollHook{});
       }
       StageState& last = st[static_cast<size_t>(K - 1)];
       loss_acc += be->sum(static_cast<size_t>(mb), last.stage->output(last.slot));
       // backward through every stage
       for (int s = K - 1; s >= 0; --s) {
         StageState& x = st[static_cast<size_t>(s)];
-        auto it = x.versions.find(vb[static_cast<size_t>(s)]);
-        PT_CHECK(it != x.versions.end(), "emulator: stage " << s << " lacks version " << vb[static_cast<size_t>(s)]);
+        const float* w = compute_params(*be, x, vb[static_cast<size_t>(s)], s, bf16);
         const float* dy = s == K - 1 ? nullptr : st[static_cast<size_t>(s + 1)].dx.data();
         LayerCtx ctx{*be, seed, sample0, true, x.labels, 1.0f / static_cast<float>(B)};
         ctx.state = x.state.data();
-        x.stage->backward(x.slot, it->second.data(), x.grads.data(), dy, s == 0 ? nullptr : x.dx.data(), ctx, mb, PollHook{});
+        x.stage->backward(x.slot, w, x.grads.data(), dy, s == 0 ? nullptr : x.dx.data(), ctx, mb, PollHook{});
       }
       // updates of the groups this unit completes
       for (int s = 0; s < K; ++s) {

@@ -63,14 +63,16 @@ struct ChainModel {
     const double in = c.in_bytes(i);
     const double slot = in + Sp[static_cast<size_t>(j)] - Sp[static_cast<size_t>(i)];
     const double buf = (j < L ? c.out[static_cast<size_t>(j) - 1] : 0.0) + (i > 0 ? in : 0.0);
-    return n * (slot + buf) + (1.0 + v) * P(i, j) + (Op[static_cast<size_t>(j)] - Op[static_cast<size_t>(i)]);
+    return n * (slot + buf) + (1.0 + weight_copies(static_cast<int>(v), c.bf16)) * P(i, j) +
+           (Op[static_cast<size_t>(j)] - Op[static_cast<size_t>(i)]);
   }
   // a lower bound of memory() that never decreases with j (drops the output buffer)
   double memory_lb(int i, int j, int r, int depth) const {
     const double n = rule_in_flight(c, depth, r), v = rule_versions(c, depth);
     const double in = c.in_bytes(i);
     return n * (in + Sp[static_cast<size_t>(j)] - Sp[static_cast<size_t>(i)] + (i > 0 ? in : 0.0)) +
-           (1.0 + v) * P(i, j) + (Op[static_cast<size_t>(j)] - Op[static_cast<size_t>(i)]);
+           (1.0 + weight_copies(static_cast<int>(v), c.bf16)) * P(i, j) +
+           (Op[static_cast<size_t>(j)] - Op[static_cast<size_t>(i)]);
   }
 };
 
@@ -94,6 +96,7 @@ ChainCosts ChainCosts::from_profile(const Profile& p, const ScheduleDef& kind, i
   c.input_bytes = p.input_bytes * unit / pmb;
   c.optimizer_s_per_byte = p.optimizer_s_per_byte;
   c.rule = kind.memory;
+  c.bf16 = p.precision == "bf16";
   return c;
 }
 
@@ -168,8 +171,8 @@ DpResult plan_dp(const ChainCosts& c, const ClusterModel& net, int N, const DpOp
   struct RC {
     int r, m2, depth;
     double sh, inv_r, in_t;
-    double n, v1;                 // in flight, 1 + versions
-    double mem_fix;               // n (in + (i > 0 ? in : 0) - Sp[i]) - (1 + v) Pp[i] - Op[i]
+    double n, v1;                 // in flight, 1 + weight copies (weight_copies of the versions)
+    double mem_fix;               // n (in + (i > 0 ? in : 0) - Sp[i]) - v1 Pp[i] - Op[i]
     double ar_a, ar_b;            // ring allreduce = ar_a P + ar_b (levels)
     int lvl_s;
     double co_a, co_b;            // out-cut = co_a out[j-1] + co_b
@@ -215,7 +218,7 @@ DpResult plan_dp(const ChainCosts& c, const ClusterModel& net, int N, const DpOp
         k.inv_r = 1.0 / r;
         k.in_t = i > 0 ? md.cut_side(i, net.level_of(off - 1, off + r - 1), r) : 0.0;
         k.n = rule_in_flight(c, k.depth, r);
-        k.v1 = 1.0 + rule_versions(c, k.depth);
+        k.v1 = 1.0 + weight_copies(rule_versions(c, k.depth), c.bf16);
         k.mem_fix = k.n * (in + (i > 0 ? in : 0.0) - Sp[i]) - k.v1 * Pp[i] - Op[i];
         k.lvl_s = net.level_of(off, off + r - 1);
         double bw, lat;

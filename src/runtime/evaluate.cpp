@@ -1,7 +1,8 @@
 // Evaluation: the forward-only IR over the test set through the same stages, on the latest
-// weights, with two input and two output buffers per held stage (receives posted ahead in
-// IR order while a stage has a free input buffer). The last stage scores with its loss
-// layer; replicas of the last stage sum their totals onto the reporter.
+// weights (in bf16 their bf16 copy, what training computes with), with two input and two
+// output buffers per held stage (receives posted ahead in IR order while a stage has a free
+// input buffer). The last stage scores with its loss layer; replicas of the last stage sum
+// their totals onto the reporter.
 #include <algorithm>
 
 #include "executor_internal.hpp"
@@ -96,7 +97,7 @@ void Executor::eval_forward(const Action& a, int64_t n, std::vector<const float*
   }
   LayerCtx lc{be_, cfg_.seed, 0, false, r.eval_labels, 1.0f};
   lc.state = r.state.data();
-  const float* params = r.weights->latest();
+  const float* params = r.weights->read_latest();  // bf16: its bf16 copy, as training reads
   io[1] = r.stage->infer(io[0], params, lc, n, PollHook{});
   if (!r.last) return;
   test_.get_labels(idx_.data(), n, host_labels_.data());

@@ -76,7 +76,7 @@ bool Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
   for (StageRuntime* r : stages_) {
     stats_.max_versions = std::max(stats_.max_versions, r->weights->max_held());
     stats_.max_in_flight = std::max(stats_.max_in_flight, static_cast<int>(r->slots.size()));
-    stats_.weight_bytes += static_cast<int64_t>(r->weights->pool_size() * r->weights->size() * 4);
+    stats_.weight_bytes += r->weights->bytes();
     stats_.activation_bytes += static_cast<int64_t>(r->slot_mem.size()) * r->stage->slot_floats() * 4;
     stats_.buffer_bytes += r->pool_bytes();
   }

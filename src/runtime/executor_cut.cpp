@@ -22,7 +22,7 @@ std::vector<WorkerState> Executor::capture(const Schedule& ir, size_t position, 
     st.stage = r->id;
     st.position = static_cast<int64_t>(position);
     st.latest = r->weights->latest_id();
-    for (auto& [id, ptr] : r->weights->live()) st.versions.emplace_back(id, host_copy(be_, ptr, r->weights->size()));
+    st.versions = r->weights->host_versions();  // bf16: stashes unpacked, exactly their bf16 values
     for (Buffer* b : r->opt->state()) st.optimizer.push_back(host_copy(be_, b->data(), b->size()));
     st.optimizer_updates = r->opt->updates();
     st.state = host_copy(be_, r->state.data(), r->state.size());

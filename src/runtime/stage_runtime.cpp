@@ -37,7 +37,7 @@ StageRuntime::StageRuntime(Backend& be, const Model& model, const Layout& layout
       first(s == 0),
       last(s == layout.stages() - 1) {
   const size_t n = static_cast<size_t>(stage->num_params());
-  weights = std::make_unique<WeightStore>(be, n);
+  weights = std::make_unique<WeightStore>(be, n, train.precision == "bf16");  // bf16: compute reads bf16 copies
   opt = std::make_unique<Optimizer>(train, be, n, std::max<int64_t>(1, total_updates));
   grads = Buffer(be, n + 1);
   state = Buffer(be, static_cast<size_t>(stage->num_state()));

@@ -1,13 +1,17 @@
-// WeightStore: versions of a stage's flat parameters in a pool sized from the IR.
-#include "pipetrain/runtime.hpp"
-
+// WeightStore: versions of a stage's flat parameters in a pool sized from the IR. fp32: every
+// held version is an fp32 buffer of the pool. bf16 (runtime.hpp): the pool is the one fp32
+// master of the latest version, the other held versions are packed bf16 stashes, and compute
+// reads the bf16 copy of a version from one compute buffer that remembers which version it
+// holds. Both modes count held versions, readers and ids the same way.
 #include "pipetrain/error.hpp"
+#include "pipetrain/runtime.hpp"
 
 namespace pt {
 
-WeightStore::WeightStore(Backend& be, size_t n) : be_(be), n_(n) {
+WeightStore::WeightStore(Backend& be, size_t n, bool bf16) : be_(be), n_(n), bf16_(bf16) {
   pool_.emplace_back(be, n);
   id_.push_back(0);
+  if (bf16_) compute_ = Buffer(be, n);
 }
 
 void WeightStore::prepare(const Schedule& ir, int rank, int stage, size_t from) {
@@ -16,9 +20,16 @@ void WeightStore::prepare(const Schedule& ir, int rank, int stage, size_t from) 
     PT_CHECK(held() == 1, "an IR must start with one live version, have " << held());
   }
   const size_t need = static_cast<size_t>(max_versions_held(ir, rank, stage));
-  while (pool_.size() < need) {  // allocated once, before the first step of the IR
-    pool_.emplace_back(be_, n_);
-    id_.push_back(-1);
+  if (bf16_) {  // one master, need - 1 packed stashes
+    while (packed_.size() + 1 < need) {
+      packed_.emplace_back(be_, (n_ + 1) / 2);
+      packed_id_.push_back(-1);
+    }
+  } else {
+    while (pool_.size() < need) {  // allocated once, before the first step of the IR
+      pool_.emplace_back(be_, n_);
+      id_.push_back(-1);
+    }
   }
   uses_.clear();
   const auto& acts = ir.workers[static_cast<size_t>(rank)];
@@ -28,18 +39,33 @@ void WeightStore::prepare(const Schedule& ir, int rank, int stage, size_t from) 
 
 void WeightStore::restore(const std::vector<std::pair<int64_t, std::vector<float>>>& versions, int64_t latest,
                           int64_t base) {
-  while (pool_.size() < versions.size()) {
+  const size_t fp32_slots = bf16_ ? 1 : versions.size();
+  while (pool_.size() < fp32_slots) {
     pool_.emplace_back(be_, n_);
     id_.push_back(-1);
   }
+  while (bf16_ && packed_.size() + 1 < versions.size()) {
+    packed_.emplace_back(be_, (n_ + 1) / 2);
+    packed_id_.push_back(-1);
+  }
   for (auto& v : id_) v = -1;
+  for (auto& v : packed_id_) v = -1;
+  compute_id_ = -1;
   bool have_latest = false;
-  for (size_t i = 0; i < versions.size(); ++i) {
-    PT_CHECK(versions[i].second.size() == n_, "restored version " << versions[i].first << " has " << versions[i].second.size()
-                                                                   << " floats, stage has " << n_);
-    be_.from_host(pool_[i].data(), versions[i].second.data(), n_);
-    id_[i] = versions[i].first;
-    if (versions[i].first == latest) latest_slot_ = static_cast<int>(i), have_latest = true;
+  size_t next_fp32 = 0, next_packed = 0;
+  for (const auto& [id, values] : versions) {
+    PT_CHECK(values.size() == n_, "restored version " << id << " has " << values.size() << " floats, stage has " << n_);
+    if (bf16_ && id != latest) {  // a stash: its bf16 values (exact), packed through the compute buffer
+      be_.from_host(compute_.data(), values.data(), n_);
+      be_.round_bf16(n_, compute_.data(), compute_.data());
+      be_.pack_bf16(n_, compute_.data(), packed_[next_packed].data());
+      packed_id_[next_packed++] = id;
+      continue;
+    }
+    const size_t slot = bf16_ ? 0 : next_fp32++;
+    be_.from_host(pool_[slot].data(), values.data(), n_);
+    id_[slot] = id;
+    if (id == latest) latest_slot_ = static_cast<int>(slot), have_latest = true;
   }
   PT_CHECK(have_latest, "restored versions lack the latest " << latest);
   latest_id_ = latest;
@@ -54,23 +80,63 @@ int WeightStore::slot_of(int32_t rel) const {
   return -1;
 }
 
-const float* WeightStore::read(int32_t rel) const {
+int WeightStore::packed_slot_of(int64_t abs) const {
+  for (size_t i = 0; i < packed_id_.size(); ++i)
+    if (packed_id_[i] == abs) return static_cast<int>(i);
+  return -1;
+}
+
+// The bf16 copy of version abs in the compute buffer: kept if it is there already, else
+// rounded from the master (the latest) or unpacked from its stash.
+const float* WeightStore::compute_copy(int64_t abs) {
+  if (compute_id_ != abs) {
+    if (abs == latest_id_) {
+      be_.round_bf16(n_, latest(), compute_.data());
+    } else {
+      const int p = packed_slot_of(abs);
+      PT_CHECK(p >= 0, "weight version " << abs << " is not held (latest " << latest_id_ << ")");
+      be_.unpack_bf16(n_, packed_[static_cast<size_t>(p)].data(), compute_.data());
+    }
+    compute_id_ = abs;
+  }
+  return compute_.data();
+}
+
+const float* WeightStore::read(int32_t rel) {
+  if (bf16_) return compute_copy(base_ + rel);
   const int s = slot_of(rel);
   PT_CHECK(s >= 0, "weight version " << base_ + rel << " is not held (latest " << latest_id_ << ")");
   return pool_[static_cast<size_t>(s)].data();
 }
 
+const float* WeightStore::read_latest() { return bf16_ ? compute_copy(latest_id_) : latest(); }
+
 void WeightStore::done_reading(int32_t rel) {
   auto it = uses_.find(rel);
   PT_CHECK(it != uses_.end() && it->second > 0, "version " << base_ + rel << " read more often than the IR says");
-  if (--it->second == 0 && base_ + rel != latest_id_) id_[static_cast<size_t>(slot_of(rel))] = -1;
+  if (--it->second != 0 || base_ + rel == latest_id_) return;
+  if (bf16_) packed_id_[static_cast<size_t>(packed_slot_of(base_ + rel))] = -1;
+  else id_[static_cast<size_t>(slot_of(rel))] = -1;
+}
+
+// bf16: the latest version is still read after the coming update, so its bf16 copy goes to
+// a free stash (the compute buffer then holds that copy, so a read of it unpacks nothing).
+void WeightStore::stash_latest() {
+  const int free = packed_slot_of(-1);
+  PT_CHECK(free >= 0, "weight pool of " << packed_.size() << " stashes exhausted stashing version " << latest_id_);
+  be_.pack_bf16(n_, compute_copy(latest_id_), packed_[static_cast<size_t>(free)].data());
+  packed_id_[static_cast<size_t>(free)] = latest_id_;
 }
 
 float* WeightStore::begin_update(int32_t rel) {
   const int64_t abs = base_ + rel;
   auto it = uses_.find(static_cast<int32_t>(latest_id_ - base_));
   const bool still_read = it != uses_.end() && it->second > 0;
-  if (!still_read) {  // nobody reads the latest again: update it in place
+  if (bf16_) {  // the master always becomes the new latest, updated in place
+    if (still_read) stash_latest();
+    else if (compute_id_ == latest_id_) compute_id_ = -1;
+    id_[static_cast<size_t>(latest_slot_)] = abs;
+  } else if (!still_read) {  // nobody reads the latest again: update it in place
     id_[static_cast<size_t>(latest_slot_)] = abs;
   } else {  // stash: keep the latest for its readers, update a copy
     int free = -1;
@@ -89,13 +155,31 @@ float* WeightStore::begin_update(int32_t rel) {
 int WeightStore::held() const {
   int h = 0;
   for (auto v : id_) h += v >= 0;
+  for (auto v : packed_id_) h += v >= 0;
   return h;
 }
 
-std::vector<std::pair<int64_t, const float*>> WeightStore::live() const {
-  std::vector<std::pair<int64_t, const float*>> out;
+int64_t WeightStore::bytes() const {
+  int64_t b = static_cast<int64_t>(compute_.bytes());
+  for (const Buffer& x : pool_) b += static_cast<int64_t>(x.bytes());
+  for (const Buffer& x : packed_) b += static_cast<int64_t>(x.bytes());
+  return b;
+}
+
+std::vector<std::pair<int64_t, std::vector<float>>> WeightStore::host_versions() const {
+  std::vector<std::pair<int64_t, std::vector<float>>> out;
   for (size_t i = 0; i < id_.size(); ++i)
-    if (id_[i] >= 0) out.emplace_back(id_[i], pool_[i].data());
+    if (id_[i] >= 0) {
+      out.emplace_back(id_[i], std::vector<float>(n_));
+      be_.to_host(out.back().second.data(), pool_[i].data(), n_);
+    }
+  Buffer unpacked(be_, n_ && !packed_.empty() ? n_ : 0);
+  for (size_t i = 0; i < packed_id_.size(); ++i)
+    if (packed_id_[i] >= 0) {
+      be_.unpack_bf16(n_, packed_[i].data(), unpacked.data());
+      out.emplace_back(packed_id_[i], std::vector<float>(n_));
+      be_.to_host(out.back().second.data(), unpacked.data(), n_);
+    }
   return out;
 }
 

@@ -56,6 +56,8 @@ std::vector<StageSums> all_sums(const Profile& p, const Layout& l) {
 
 }  // namespace
 
+double weight_copies(int versions, bool bf16) { return bf16 ? 2.0 + 0.5 * (versions - 1) : versions; }
+
 double unit_samples(const SimConfig& cfg, const Profile& p) {
   const double B = cfg.batch_size > 0 ? static_cast<double>(cfg.batch_size) : profile_mb(p);
   return cfg.def->per_minibatch_units ? B : B / std::max(1, cfg.microbatches);
@@ -105,7 +107,7 @@ MemoryBreakdown worker_memory(const Profile& p, const Schedule& s, int rank, dou
     m.activations += n * per_unit * scale;
     m.buffers += n * ((st + 1 < L.stages() ? t.out : 0.0) + (st > 0 ? t.in : 0.0)) * scale;
     m.gradients += t.params;
-    m.weights += versions * t.params;
+    m.weights += weight_copies(versions, p.precision == "bf16") * t.params;
     m.optimizer += t.opt_bytes;
   }
   return m;

@@ -178,6 +178,41 @@ TEST(Simulator, MemoryMatchesThePlannerFormula) {
       }
 }
 
+// A profile measured in bf16: a stage's v weight versions cost the fp32 master, the compute
+// copy and v - 1 stashes at 2 bytes per parameter (the runtime's WeightStore), in the
+// replay's memory and the planner's formula alike; fp32 costs v copies.
+TEST(Simulator, Bf16StashesCostHalf) {
+  Profile p;
+  p.microbatch = 1;
+  for (int i = 0; i < 4; ++i) {
+    LayerProfile l;
+    l.index = i;
+    l.forward_s = 1, l.backward_s = 2, l.output_bytes = 100, l.stash_bytes = 100;
+    l.param_bytes = 4000.0 * (i + 1);
+    p.layers.push_back(l);
+  }
+  const ClusterModel net = ClusterModel::single(1e9);
+  const Layout l = one_layer_stages(4);
+  for (const char* prec : {"fp32", "bf16"}) {
+    p.precision = prec;
+    const bool bf16 = p.precision == "bf16";
+    for (std::string k : {"pipedream", "1f1b", "2bw"}) {
+      const int M = k == "pipedream" ? 1 : 4;
+      const SimResult r = run(p, k, l, M, 4, net);
+      ASSERT_TRUE(r.ok) << r.error;
+      const ChainCosts cc = ChainCosts::from_profile(p, schedule_def(k), M, 4);
+      for (int s = 0; s < 4; ++s) {
+        const MemoryBreakdown& m = r.stages[static_cast<size_t>(s)].memory;
+        const double P = p.layers[static_cast<size_t>(s)].param_bytes, v = m.versions;
+        EXPECT_DOUBLE_EQ(m.weights, bf16 ? 2 * P + (v - 1) * P / 2 : v * P) << prec << " " << k << " stage " << s;
+        const double want = stage_memory(cc, s, s + 1, 1, l.in_flight_depth(s));
+        EXPECT_NEAR(m.total(), want, 1e-9 * want) << prec << " " << k << " stage " << s;
+      }
+      if (k == "pipedream") EXPECT_EQ(r.stages[0].memory.versions, 4);  // stage 0 stashes 3
+    }
+  }
+}
+
 TEST(Simulator, TraceHasComputeEventsPerRank) {
   const ClusterModel net = ClusterModel::single(1e9);
   const SimResult r = run(equal_layers(3), "1f1b", one_layer_stages(3), 4, 4, net);

@@ -1,0 +1,113 @@
+// WeightStore in bf16 against fp32 (runtime.hpp, docs/PRECISION.md "Weights in bf16"): driven
+// through the stage-0 actions of stashing schedules in lockstep with an fp32 store, every
+// read of the bf16 store is round_bf16 of the fp32 store's version bitwise, the master equals
+// the fp32 latest, held versions agree, checkpoint copies are the master and the stashes' bf16
+// values, a store restored from them mid-IR reads the same, and the bytes are master +
+// compute copy + packed stashes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "pipetrain/backend.hpp"
+#include "pipetrain/runtime.hpp"
+#include "pipetrain/schedules.hpp"
+
+namespace pt {
+namespace {
+
+std::vector<float> rounded(Backend& be, const float* x, size_t n) {
+  std::vector<float> y(n);
+  be.round_bf16(n, x, y.data());
+  return y;
+}
+
+bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+void drive(const std::string& sched, int K, int64_t steps, int M, size_t n) {
+  SCOPED_TRACE(sched + " n=" + std::to_string(n));
+  auto be = make_host_backend();
+  std::vector<int> first;
+  for (int s = 0; s < K; ++s) first.push_back(s);
+  const Schedule ir = make_schedule(sched, Layout::make(first, K, std::vector<int>(static_cast<size_t>(K), 1)), steps, M);
+  WeightStore f32(*be, n), b16(*be, n, true);
+  for (size_t i = 0; i < n; ++i) f32.latest()[i] = b16.latest()[i] = std::sin(0.7f * static_cast<float>(i) + 1.0f) * (1.0f + i / 3.0f);
+  f32.prepare(ir, 0, 0), b16.prepare(ir, 0, 0);
+  std::unique_ptr<WeightStore> restored;  // made from b16's checkpoint copies once a stash is held
+  const auto& acts = ir.workers[0];
+  int updates = 0, max_stashes = 0;
+  for (size_t i = 0; i < acts.size(); ++i) {
+    const Action& a = acts[i];
+    if (a.stage != 0) continue;
+    if (is_compute(a.op)) {
+      const std::vector<float> want = rounded(*be, f32.read(a.version), n);
+      ASSERT_TRUE(same_bits(b16.read(a.version), want.data(), n)) << "action " << i;
+      if (restored) ASSERT_TRUE(same_bits(restored->read(a.version), want.data(), n)) << "restored, action " << i;
+      ASSERT_TRUE(same_bits(b16.read(a.version), want.data(), n)) << "a second read of the same version";
+      f32.done_reading(a.version), b16.done_reading(a.version);
+      if (restored) restored->done_reading(a.version);
+    } else if (a.op == Op::optimizer_step) {
+      std::vector<WeightStore*> stores = {&f32, &b16};
+      if (restored) stores.push_back(restored.get());
+      for (WeightStore* w : stores) {
+        float* p = w->begin_update(a.version);
+        for (size_t k = 0; k < n; ++k) p[k] += 0.01f * static_cast<float>((updates + 1) * (k + 1)) / 3.0f;
+      }
+      ++updates;
+      ASSERT_TRUE(same_bits(f32.latest(), b16.latest(), n));
+      ASSERT_EQ(f32.held(), b16.held());
+      max_stashes = std::max(max_stashes, b16.held() - 1);
+      std::map<int64_t, std::vector<float>> fp;
+      for (auto& [id, v] : f32.host_versions()) fp[id] = v;
+      const auto copies = b16.host_versions();
+      ASSERT_EQ(copies.size(), fp.size());
+      for (const auto& [id, v] : copies) {
+        ASSERT_TRUE(fp.count(id));
+        const std::vector<float> want = id == b16.latest_id() ? fp[id] : rounded(*be, fp[id].data(), n);
+        ASSERT_TRUE(same_bits(v.data(), want.data(), n)) << "checkpoint copy of version " << id;
+      }
+      if (!restored && b16.held() > 1) {  // resume here: prepare from the next action, then restore
+        restored = std::make_unique<WeightStore>(*be, n, true);
+        restored->prepare(ir, 0, 0, i + 1);
+        restored->restore(copies, b16.latest_id(), b16.base());
+        ASSERT_EQ(restored->held(), b16.held());
+      }
+    }
+  }
+  ASSERT_GT(updates, 0);
+  ASSERT_GT(max_stashes, 0) << "the schedule never stashed";
+  ASSERT_TRUE(restored);
+  const int64_t pool = max_versions_held(ir, 0, 0), n4 = static_cast<int64_t>(n) * 4;
+  EXPECT_EQ(f32.bytes(), pool * n4);
+  EXPECT_EQ(b16.bytes(), 2 * n4 + (pool - 1) * 4 * static_cast<int64_t>((n + 1) / 2));
+}
+
+TEST(WeightStoreBf16, PipedreamStashesPackedCopies) {
+  drive("pipedream", 3, 8, 1, 7);  // odd n: the last packed word holds one value
+  drive("pipedream", 4, 10, 1, 1000);
+}
+
+TEST(WeightStoreBf16, OtherStashingSchedules) {
+  drive("pipedream-vsync", 3, 8, 1, 9);
+  drive("2bw", 3, 6, 4, 10);
+}
+
+TEST(WeightStoreBf16, Fp32StoreHasNoCopies) {
+  auto be = make_host_backend();
+  WeightStore w(*be, 10);
+  EXPECT_FALSE(w.bf16());
+  EXPECT_EQ(w.bytes(), 40);
+  EXPECT_EQ(w.read_latest(), w.latest());
+  WeightStore b(*be, 10, true);
+  EXPECT_EQ(b.bytes(), 80);  // master + compute copy
+  for (int i = 0; i < 10; ++i) b.latest()[i] = 1.0f + std::ldexp(1.0f, -12) * i;
+  const std::vector<float> want = rounded(*be, b.latest(), 10);
+  EXPECT_TRUE(same_bits(b.read_latest(), want.data(), 10));
+  EXPECT_NE(b.read_latest(), b.latest());
+}
+
+}  // namespace
+}  // namespace pt
