@@ -45,7 +45,9 @@ void drive(const std::string& sched, int K, int64_t steps, int M, size_t n) {
     if (is_compute(a.op)) {
       const std::vector<float> want = rounded(*be, f32.read(a.version), n);
       ASSERT_TRUE(same_bits(b16.read(a.version), want.data(), n)) << "action " << i;
-      if (restored) ASSERT_TRUE(same_bits(restored->read(a.version), want.data(), n)) << "restored, action " << i;
+      if (restored) {
+        ASSERT_TRUE(same_bits(restored->read(a.version), want.data(), n)) << "restored, action " << i;
+      }
       ASSERT_TRUE(same_bits(b16.read(a.version), want.data(), n)) << "a second read of the same version";
       f32.done_reading(a.version), b16.done_reading(a.version);
       if (restored) restored->done_reading(a.version);
