@@ -2,7 +2,8 @@
 // a rank x time grid (--format grid, the default), as each rank's compute list in the
 // {stage}{F|B|I|W}{unit} notation (--format actions), or as JSON with the unit-cost replay's
 // makespan, ideal, bubble and per-rank peak activations (--json); --list prints the
-// registry.
+// registry. A deck with parallel.split = "auto" (planned only when `train` starts) is shown on
+// an even cut of its layers into one stage per rank group (two under a looped or V placement).
 #include <mpi.h>
 
 #include <cstdio>
@@ -61,13 +62,35 @@ nlohmann::json schedule_json(const Schedule& s, const TrainSetup& setup, const D
   return j;
 }
 
+// parallel.split = "auto": the schedule's shape needs only a stage count, so cut the layers
+// evenly into ranks x (stages per rank group) stages, said on stderr (stdout may be JSON).
+Deck even_split(const Deck& deck, int ranks, int rank) {
+  if (!deck.parallel.split_auto) return deck;
+  const int per = schedule_def(deck.parallel.schedule).placement == Placement::contiguous ? 1 : 2;
+  const int K = ranks * per, L = static_cast<int>(deck.model.layers.size());
+  if (K > L)
+    fail(Exit::bad_input, deck.where("parallel.split") + ": key 'parallel.split': \"auto\" is shown on one stage per rank" +
+                              (per > 1 ? std::string(" group, 2 per group for ") + deck.parallel.schedule : std::string()) +
+                              ": " + std::to_string(K) + " stages, but the model has " + std::to_string(L) +
+                              " layers; give parallel.split",
+         true);
+  Deck d = deck;
+  d.parallel.split_auto = false;
+  d.parallel.split.clear();
+  for (int s = 1; s < K; ++s) d.parallel.split.push_back(static_cast<int64_t>(s) * L / K);
+  d.locations["parallel.split"] = "an even cut for `pipetrain schedule` (" + deck.where("parallel.split") + ")";
+  if (rank == 0)
+    std::fprintf(stderr, "parallel.split = \"auto\" is planned when `pipetrain train` starts; shown here on an even cut into %d stages\n", K);
+  return d;
+}
+
 }  // namespace
 
 int cmd_schedule(const ScheduleArgs& a) {
   if (a.list) return list_schedules();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const Deck deck = load_deck(a.deck, a.sets);
+  const Deck deck = even_split(load_deck(a.deck, a.sets), a.ranks, rank);
   TrainSetup setup = TrainSetup::from_deck(deck, a.ranks);
   Schedule s = make_schedule(*setup.def, setup.layout, a.steps, setup.microbatches);
   const std::string err = validate(s);
