@@ -7,7 +7,8 @@ Builds the run's model in PyTorch from RUN_DIR/deck.toml and weights_init.h5
 (tools/to_pytorch.py's builder: the same layers, sizes and initial weights), feeds it the
 same batches as pipetrain (tools/pytorch_twin.py's port of the epoch permutation and text
 windows; data preloaded as in pipetrain), one minibatch per step (runs are shorter than an epoch) with the deck's optimizer
-and learning-rate schedule, on one thread. Prints one line per INTERVAL steps:
+and learning-rate schedule, on one thread; when the deck's train.precision is "bf16" the
+forward and the loss run under torch.autocast("cpu", dtype=torch.bfloat16). Prints one line per INTERVAL steps:
 'INTERVAL samples_per_s tokens_per_s' (tokens_per_s 0 for image data), then
 'LOSS <last step loss> torch <version> threads <n>'. Only the training steps are timed (the
 batch gather included, as in pipetrain's step records).
@@ -37,6 +38,7 @@ def main():
     spe = data.n // B
     T = data.T if data.source in ("text", "tokens") else 0
     total = min(int(train.get("epochs", 1)) * spe, steps)
+    bf16 = train.get("precision", "fp32") == "bf16"  # the run's precision: bf16 autocast on this side
     model.train()
     opt = tw.make_optimizer(train, list(model.parameters()), torch)
     data.perm(0)  # the first epoch's permutation before the clock starts
@@ -47,7 +49,8 @@ def main():
         for g in opt.param_groups:
             g["lr"] = tw.learning_rate(train, k - 1, total)
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y) / (B * max(T, 1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(model(x), y) / (B * max(T, 1))
         loss.backward()
         opt.step()
         if k % interval == 0:
@@ -55,7 +58,7 @@ def main():
             sps = interval * B / (t1 - t0)
             print(f"INTERVAL {sps:.2f} {sps * T:.1f}", flush=True)
             t0 = t1
-    print(f"LOSS {loss.item():.4f} torch {torch.__version__} threads {torch.get_num_threads()}")
+    print(f"LOSS {loss.item():.4f} torch {torch.__version__} threads {torch.get_num_threads()} precision {'bf16 autocast' if bf16 else 'fp32'}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@
 Trains the same model (sizes, batch 128, SGD with momentum) on one thread and prints one
 line per 50-step interval: 'INTERVAL samples_per_s'. Data is preloaded as a float tensor
 and standardised, like pipetrain; only the training steps are timed.
-Usage: peer_pytorch.py mlp|cnn STEPS
+With a third argument bf16 the forward and the loss run under torch.autocast("cpu",
+dtype=torch.bfloat16) (fp32 master weights and optimizer), PyTorch's counterpart of
+pipetrain's train.precision = "bf16".
+Usage: peer_pytorch.py mlp|cnn STEPS [fp32|bf16]
 """
 import gzip
 import sys
@@ -38,6 +41,7 @@ def model(kind):
 
 def main():
     kind, steps = sys.argv[1], int(sys.argv[2])
+    bf16 = len(sys.argv) > 3 and sys.argv[3] == "bf16"  # torch.autocast("cpu", bfloat16), fp32 master weights
     torch.set_num_threads(1)
     torch.manual_seed(1)
     x, y = load_images()
@@ -51,14 +55,15 @@ def main():
         idx = perm[(step * B) % (x.shape[0] - B):][:B]
         xb, yb = x[idx], y[idx]
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(net(xb), yb)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(net(xb), yb)
         loss.backward()
         opt.step()
         if (step + 1) % interval == 0:
             t1 = time.perf_counter()
             print(f"INTERVAL {interval * B / (t1 - t0):.1f}", flush=True)
             t0 = t1
-    print(f"LOSS {loss.item():.4f} torch {torch.__version__} threads {torch.get_num_threads()}")
+    print(f"LOSS {loss.item():.4f} torch {torch.__version__} threads {torch.get_num_threads()} precision {'bf16 autocast' if bf16 else 'fp32'}")
 
 
 if __name__ == "__main__":
