@@ -18,6 +18,9 @@ namespace pt {
 
 namespace {
 
+// The deck (or --set) gives `key`, rather than its default.
+bool set_by_deck(const Deck& deck, const char* key) { return deck.where(key).find("(default") == std::string::npos; }
+
 std::string split_str(const Deck& deck) {
   if (deck.parallel.split_auto) return "\"auto\"";
   std::string t = "[";
@@ -113,7 +116,7 @@ bool checkpoint_layout(const Deck& deck, int world_size, const std::string& resu
   } catch (const Error&) {
     return false;  // the resume reports the unreadable manifest and tries older ones
   }
-  const bool schedule_given = deck.where("parallel.schedule").find("(default") == std::string::npos;
+  const bool schedule_given = set_by_deck(deck, "parallel.schedule");
   if (m.ranks != world_size || (schedule_given && m.schedule != deck.parallel.schedule)) return false;
   d = deck;
   d.parallel.split_auto = false;
@@ -146,8 +149,8 @@ Deck resolve_auto_split(const Deck& deck, int world_size, std::string* plan_json
   if (Deck d; checkpoint_layout(deck, world_size, resume, rank, d)) return d;
   const DataInfo info = data_info(deck);
   const Model model(deck, info.shape, info.classes);
-  const bool schedule_given = deck.where("parallel.schedule").find("(default") == std::string::npos;
-  const bool microbatches_given = deck.where("parallel.microbatches").find("(default") == std::string::npos;
+  const bool schedule_given = set_by_deck(deck, "parallel.schedule");
+  const bool microbatches_given = set_by_deck(deck, "parallel.microbatches");
   Profile prof;
   if (!deck.parallel.profile.empty()) {
     prof = Profile::load(deck.parallel.profile);

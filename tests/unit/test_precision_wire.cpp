@@ -81,15 +81,17 @@ TEST(PrecisionWire, PackUnpackIsExactForBf16Values) {
   }
 }
 
+// flatten | linear 5 | relu | linear 3 | loss on a [1, 4, 4] input
+const char* const kWireDeck =
+    "[data]\nsource = \"synthetic\"\nshape = [1, 4, 4]\nclasses = 3\n[model]\n"
+    "[[model.layers]]\ntype = \"flatten\"\n"
+    "[[model.layers]]\ntype = \"linear\"\nout = 5\n"
+    "[[model.layers]]\ntype = \"relu\"\n"
+    "[[model.layers]]\ntype = \"linear\"\nout = 3\n"
+    "[[model.layers]]\ntype = \"softmax_cross_entropy\"\n";
+
 TEST(PrecisionWire, BoundaryIsBf16ExactlyWhereTheValueIs) {
-  const char* deck_text =
-      "[data]\nsource = \"synthetic\"\nshape = [1, 4, 4]\nclasses = 3\n[model]\n"
-      "[[model.layers]]\ntype = \"flatten\"\n"
-      "[[model.layers]]\ntype = \"linear\"\nout = 5\n"
-      "[[model.layers]]\ntype = \"relu\"\n"
-      "[[model.layers]]\ntype = \"linear\"\nout = 3\n"
-      "[[model.layers]]\ntype = \"softmax_cross_entropy\"\n";
-  const Deck deck = parse_deck_text(deck_text, "wire.toml", {});
+  const Deck deck = parse_deck_text(kWireDeck, "wire.toml", {});
   const Model model(deck, Shape::chw(1, 4, 4), 3);
   const Layout L = Layout::make({0, 1, 3}, 5, {1, 1, 1});
   // stage 0 = flatten only: its output is the model input, fp32 on the wire
@@ -107,24 +109,12 @@ TEST(PrecisionWire, BoundaryIsBf16ExactlyWhereTheValueIs) {
   EXPECT_EQ(fp.words(3, false), 15);
 }
 
-}  // namespace
-}  // namespace pt
-
-namespace pt {
-namespace {
 
 // The profiler costs messages in the run's precision: in bf16 a computed activation is 2
 // bytes per value on the wire, the model input passed through a view stays 4; what a stage
 // keeps for backward (fp32 slots) does not change.
 TEST(PrecisionWire, ProfileCountsBf16MessageBytes) {
-  const char* deck_text =
-      "[data]\nsource = \"synthetic\"\nshape = [1, 4, 4]\nclasses = 3\n[model]\n"
-      "[[model.layers]]\ntype = \"flatten\"\n"
-      "[[model.layers]]\ntype = \"linear\"\nout = 5\n"
-      "[[model.layers]]\ntype = \"relu\"\n"
-      "[[model.layers]]\ntype = \"linear\"\nout = 3\n"
-      "[[model.layers]]\ntype = \"softmax_cross_entropy\"\n";
-  const Deck deck = parse_deck_text(deck_text, "wire.toml", {});
+  const Deck deck = parse_deck_text(kWireDeck, "wire.toml", {});
   const Model model(deck, Shape::chw(1, 4, 4), 3);
   auto be = make_host_backend();
   const std::vector<LayerProfile> fp = measure_layers(*be, model, 4, 1, 1, nullptr);
