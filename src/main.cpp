@@ -202,6 +202,14 @@ std::vector<int> positive_ints(Cli& cli, const std::string& flag) {
   return out;
 }
 
+double fraction(Cli& cli, const std::string& flag) {
+  const std::string v = cli.next(flag);
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end || !(x >= 0 && x < 1)) usage_error(flag + " expects a fraction in [0, 1), got '" + v + "'");
+  return x;
+}
+
 int run_plan(Cli& cli) {
   pt::PlanArgs p;
   const Flags f = planner_flags(cli, p) + Flags{{"--out", [&] { p.out = cli.next("--out"); }},
@@ -209,6 +217,7 @@ int run_plan(Cli& cli) {
                                                 {"--microbatches", [&] { p.microbatches = positive_ints(cli, "--microbatches"); }},
                                                 {"--replicas", [&] { p.replicas = cli.next("--replicas"); }},
                                                 {"--bsp-batch", [&] { p.bsp_batch = cli.number("--bsp-batch"); }},
+                                                {"--batch-growth-margin", [&] { p.batch_growth_margin = fraction(cli, "--batch-growth-margin"); }},
                                                 {"--cost-model", [&] { p.cost_model = cli.next("--cost-model"); }},
                                                 {"--synthetic-chain", [&] { p.synthetic_chain = static_cast<int>(cli.number("--synthetic-chain")); }}};
   if (!parse(cli, "plan", f, deck_positional(p))) return 0;
@@ -271,7 +280,8 @@ const std::vector<Command>& commands() {
        "                       for the layout of N ranks; writes weights.h5 like a run", run_emulate},
       {"plan", "[DECK] --ranks N [--profile FILE] [--out plan.json] [--bandwidth B[:RANKS]]... [--latency S]\n"
                "       [--memory BYTES] [--batch B] [--profile-batch P] [--schedules a,b] [--microbatches 1,2,4]\n"
-               "       [--replicas auto|all|pow2] [--bsp-batch B] [--cost-model pipetrain|pipedream[,OPTIONS]]",
+               "       [--replicas auto|all|pow2] [--bsp-batch B] [--batch-growth-margin F]\n"
+               "       [--cost-model pipetrain|pipedream[,OPTIONS]]",
        "                       choose stages, replication, schedule and microbatches (docs/PLANNER.md);\n"
        "                       --profile accepts profile.json or a PipeDream graph.txt", run_plan},
       {"simulate", "[DECK] --ranks N [--profile FILE] [--plan FILE] [--compare RUN_DIR] [--trace FILE]",

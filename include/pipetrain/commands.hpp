@@ -54,6 +54,7 @@ struct PlanArgs : PlannerArgs {
   std::vector<int> microbatches;        // --microbatches 1,2,4
   std::string replicas = "auto";        // --replicas auto|all|pow2
   long long bsp_batch = 0;              // --bsp-batch: minibatch of the bsp baseline
+  double batch_growth_margin = 0.10;    // --batch-growth-margin (PlanOptions::batch_growth_margin)
   int synthetic_chain = 0;              // --synthetic-chain L (benchmarks, tests)
   std::string cost_model = "pipetrain";  // --cost-model pipetrain | pipedream[,compression=R][,fewer-machines]
 };

@@ -140,6 +140,11 @@ struct PlanOptions {
   bool serial_variant = true;     // small jobs: also run the DP with serial_allreduce (the simulator arbitrates)
   int64_t sim_budget = 2000000;   // most IR actions one candidate's replay may have (SimConfig::max_actions)
   int refine_steps = 150;         // small jobs: simulations spent refining each schedule's best layout (0 = off)
+  // Statistical efficiency: a candidate whose update averages more samples than another's (a
+  // pipedream-family stage with r replicas averages r minibatches per update) needs more
+  // samples to reach the same loss; it wins only when predicted faster by more than this
+  // fraction (docs/PLANNER.md: r = 2 on tinygpt needed 1.32x the samples). 0 = time alone.
+  double batch_growth_margin = 0.10;
   // why the model cannot train `def` on `layout` (e.g. tie_conflict), "" when it can; a
   // vetoed candidate is listed with the reason and never chosen. Empty function = no veto.
   std::function<std::string(const ScheduleDef& def, const Layout& layout)> veto;
@@ -155,6 +160,9 @@ struct PlanCandidate {
   SimResult sim;            // without the IR
   bool fits = true;
   std::string note;         // why it was skipped, if it was
+  // samples whose gradients one weight update averages: the minibatch for flush kinds, 2bw and
+  // bsp; r minibatches for a pipedream-family stage of r replicas (the largest r)
+  int64_t samples_per_update() const;
 };
 
 struct Plan {
@@ -176,6 +184,7 @@ struct Plan {
   bool has_bsp = false, has_straight = false;
   PlanCandidate bsp, straight;
   std::vector<PlanCandidate> candidates;
+  std::string choice_note;  // set when batch_growth_margin chose a slower candidate: which and why
   double plan_seconds = 0;  // wall time of choose_plan
   int64_t dp_evaluations = 0;
   // which model chose the layout: "pipetrain" (choose_plan) or "pipedream" (plan_pipedream,

@@ -74,15 +74,38 @@ PlanCandidate run_candidate(const Profile& p, const ClusterModel& net, const std
 }
 
 // a preferred to b: fits, and faster by more than 0.5%, or as fast (within 0.5%) with
-// clearly less traffic on the network (PipeDream's second aim)
-bool better(const PlanCandidate& a, const PlanCandidate& b) {
+// clearly less traffic on the network (PipeDream's second aim). Between candidates with
+// different samples per update, the larger update must be faster by more than `margin`.
+bool better(const PlanCandidate& a, const PlanCandidate& b, double margin) {
   if (!a.fits || !a.sim.ok) return false;
   if (!b.fits || !b.sim.ok) return true;
   const double ta = a.sim.time_per_sample, tb = b.sim.time_per_sample;
+  const int64_t ua = a.samples_per_update(), ub = b.samples_per_update();
+  if (margin > 0 && ua != ub) return ua > ub ? ta < tb * (1 - margin) : !(tb < ta * (1 - margin));
   if (ta < tb * (1 - 5e-3)) return true;
   if (ta > tb * (1 + 5e-3)) return false;
   return a.sim.network_bytes_per_sample < b.sim.network_bytes_per_sample * 0.99 ||
          (a.sim.network_bytes_per_sample <= b.sim.network_bytes_per_sample * 1.01 && ta < tb * (1 - 1e-9));
+}
+
+// The fastest candidate by predicted time alone; when the margin chose another, why.
+std::string margin_note(const Plan& plan, const PlanCandidate& best, double margin) {
+  const PlanCandidate* fastest = &best;
+  std::vector<const PlanCandidate*> all;
+  for (const PlanCandidate& c : plan.candidates) all.push_back(&c);
+  all.push_back(&plan.bsp);
+  all.push_back(&plan.straight);
+  for (const PlanCandidate* c : all)
+    if (c->fits && c->sim.ok && c->batch_size == best.batch_size && better(*c, *fastest, 0.0)) fastest = c;
+  if (fastest == &best || fastest->samples_per_update() <= best.samples_per_update()) return "";
+  char b[400];
+  std::snprintf(b, sizeof b,
+                "chose %s (%lld samples per update) over %s %s, predicted %.1f%% faster but averaging %lld samples "
+                "per update: a larger update must be faster by more than %.0f%% (batch_growth_margin)",
+                best.schedule.c_str(), static_cast<long long>(best.samples_per_update()), fastest->schedule.c_str(),
+                fastest->layout.replication().c_str(), 100.0 * (best.sim.time_per_sample / fastest->sim.time_per_sample - 1.0),
+                static_cast<long long>(fastest->samples_per_update()), 100.0 * margin);
+  return b;
 }
 
 // Local search from a simulated candidate: move one stage boundary by 1, 2, 4 or 8 layers,
@@ -121,7 +144,7 @@ PlanCandidate refine(const Profile& p, const ClusterModel& net, const PlanCandid
       ++spent;
       PlanCandidate c = run_candidate(p, net, start.label + " refined", kind, start.microbatches, start.batch_size, m,
                                       start.dp_objective, o);
-      if (better(c, cur)) {
+      if (better(c, cur, o.batch_growth_margin)) {
         c.note = "local search from the DP's layout";
         cur = c;
         improved = true;
@@ -228,7 +251,7 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
     const ScheduleDef& kind = schedule_def(name);
     if (kind.placement != Placement::contiguous) {
       for (PlanCandidate& c : chunked_candidates(p, net, kind, N, B, Ms, o)) {
-        if (!have || better(c, best)) best = c, have = c.fits && c.sim.ok;
+        if (!have || better(c, best, o.batch_growth_margin)) best = c, have = c.fits && c.sim.ok;
         plan.candidates.push_back(std::move(c));
       }
       continue;
@@ -274,16 +297,16 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
         c = run_candidate(p, net, c.label, kind, M, B, layout, dp.objective, o);
         plan.candidates.push_back(c);
         if (c.fits && c.sim.ok) kind_ms.push_back({c.sim.time_per_sample, M});
-        if (c.fits && c.sim.ok && (kind_best.schedule.empty() || better(c, kind_best))) kind_best = c;
-        if (!have || better(c, best)) best = c, have = c.fits && c.sim.ok;
+        if (c.fits && c.sim.ok && (kind_best.schedule.empty() || better(c, kind_best, o.batch_growth_margin))) kind_best = c;
+        if (!have || better(c, best, o.batch_growth_margin)) best = c, have = c.fits && c.sim.ok;
       }
     }
     // small jobs: refine this schedule's best layout with the simulator itself
     if (!large && o.refine_steps > 0 && !kind_best.schedule.empty()) {
       PlanCandidate r = refine(p, net, kind_best, o);
-      if (better(r, kind_best)) {
+      if (better(r, kind_best, o.batch_growth_margin)) {
         plan.candidates.push_back(r);
-        if (better(r, best)) best = r;
+        if (better(r, best, o.batch_growth_margin)) best = r;
       }
     }
     std::sort(kind_ms.begin(), kind_ms.end());
@@ -333,7 +356,7 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
           PlanCandidate c = run_candidate(p, net, "straight", kind, M, B, layout, dp.objective, o);
           if (!c.sim.ok) continue;  // too large to replay: try the next M
           if (!order0.empty() && M != order0.front() && c.note.empty()) c.note = "M limited by the replay budget";
-          if (!sh || better(c, sb)) sb = c, sh = c.fits;
+          if (!sh || better(c, sb, o.batch_growth_margin)) sb = c, sh = c.fits;
           break;
         }
       }
@@ -343,7 +366,7 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
       }
     }
     for (const PlanCandidate* c : {&plan.bsp, &plan.straight})
-      if (c->sim.ok && c->batch_size == B && B % c->microbatches == 0 && better(*c, best)) best = *c, have = true;
+      if (c->sim.ok && c->batch_size == B && B % c->microbatches == 0 && better(*c, best, o.batch_growth_margin)) best = *c, have = true;
   }
 
   plan.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -359,7 +382,15 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
   plan.dp_objective = best.dp_objective;
   plan.sim = best.sim;
   plan.fits = best.fits;
+  plan.choice_note = margin_note(plan, best, o.batch_growth_margin);
   return plan;
+}
+
+int64_t PlanCandidate::samples_per_update() const {
+  if (schedule.empty() || !schedule_def(schedule).per_minibatch_units) return batch_size;
+  int r = 1;
+  for (int x : layout.replicas) r = std::max(r, x);
+  return batch_size * r;
 }
 
 std::vector<int> Plan::split() const {

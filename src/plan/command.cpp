@@ -157,6 +157,7 @@ int cmd_plan(const PlanArgs& a) {
   o.memory_cap = in.memory;
   o.veto = in.veto();
   o.bsp_batch = a.bsp_batch;
+  o.batch_growth_margin = a.batch_growth_margin;
   if (a.replicas == "all") o.replicas = ReplicaSet::all;
   else if (a.replicas == "pow2") o.replicas = ReplicaSet::powers_of_two;
   else if (a.replicas != "auto") fail(Exit::bad_input, "command line: --replicas expects auto, all or pow2, got '" + a.replicas + "'", true);

@@ -132,6 +132,7 @@ std::string Plan::to_json() const {
   for (const PlanCandidate& c : candidates) cands.push_back(candidate_json(c));
   j["candidates"] = cands;
   j["plan_seconds"] = plan_seconds;
+  if (!choice_note.empty()) j["choice_note"] = choice_note;
   j["cost_model"] = cost_model;
   if (!cost_model_json.empty()) j[cost_model] = nlohmann::json::parse(cost_model_json);
   return j.dump(2) + "\n";
@@ -189,6 +190,7 @@ std::string Plan::table() const {
     std::snprintf(b, sizeof b, "communication reduction vs bsp: %s; predicted speedup over bsp: %.2fx\n", rs, speedup_vs_bsp());
     o << b;
   }
+  if (!choice_note.empty()) o << choice_note << "\n";
   o << "\ncandidates (DP split per schedule and microbatch count, replayed by the simulator):\n";
   head();
   for (const PlanCandidate& c : candidates) row(c.label, c);

@@ -299,10 +299,61 @@ TEST(Planner, MemoryRulesMatchTheGenerators) {
   EXPECT_GT(checked, 300);
 }
 
+// batch_growth_margin: a plan that averages more samples per update (pipedream with a
+// replicated stage) wins only when predicted faster than every fitting candidate that keeps
+// the minibatch by more than the margin; when the margin overrode the time-fastest, the plan
+// says so. Instances sweep chains and network speeds; some must exercise each side.
+TEST(Planner, LargerUpdatesMustWinByTheMargin) {
+  int overridden = 0, grown = 0, instances = 0;
+  for (uint64_t seed : {1, 2, 3, 4})
+    for (double bw : {2e8, 1e9, 5e9, 5e10})
+      for (int N : {2, 4}) {
+        const Profile p = synthetic_chain(12, seed);
+        const ClusterModel net = ClusterModel::single(bw, 1e-5);
+        PlanOptions o;
+        o.schedules = {"pipedream", "1f1b"};
+        o.refine_steps = 0;
+        const Plan plan = choose_plan(p, net, N, 32, o);
+        o.batch_growth_margin = 0;
+        const Plan timed = choose_plan(p, net, N, 32, o);
+        ASSERT_TRUE(plan.ok && timed.ok) << plan.error << timed.error;
+        ++instances;
+        PlanCandidate chosen;
+        chosen.schedule = plan.schedule, chosen.layout = plan.layout, chosen.batch_size = plan.batch_size;
+        PlanCandidate fastest;
+        fastest.schedule = timed.schedule, fastest.layout = timed.layout, fastest.batch_size = timed.batch_size;
+        const double tc = plan.sim.time_per_sample, tf = timed.sim.time_per_sample;
+        EXPECT_LE(tf, tc * 1.005) << "margin 0 picks the fastest";
+        if (chosen.samples_per_update() > 32) {
+          ++grown;
+          std::vector<const PlanCandidate*> all = {&plan.bsp};
+          for (const PlanCandidate& c : plan.candidates) all.push_back(&c);
+          for (const PlanCandidate* c : all)
+            if (c->fits && c->sim.ok && c->samples_per_update() == 32)
+              EXPECT_LT(tc, c->sim.time_per_sample * 0.9) << c->schedule << " " << c->layout.replication();
+        }
+        if (fastest.samples_per_update() > chosen.samples_per_update()) {
+          ++overridden;
+          EXPECT_GT(tc, tf * 0.999);
+          EXPECT_LT(tf, tc);  // the override costs predicted time, by less than the margin
+          EXPECT_GT(tf, tc * 0.9 * 0.999);
+          EXPECT_NE(plan.choice_note.find("batch_growth_margin"), std::string::npos) << plan.choice_note;
+        } else {
+          EXPECT_EQ(plan.choice_note, "");
+        }
+      }
+  std::printf("instances %d: the margin overrode the fastest in %d, a larger update won by it in %d\n", instances,
+              overridden, grown);
+  EXPECT_EQ(instances, 32);
+  EXPECT_GT(overridden, 0) << "no instance where the margin changed the choice: the test exercises nothing";
+  EXPECT_GT(grown, 0) << "no instance where a larger update won by the margin";
+}
+
 TEST(Planner, ChoosesAndRoundTripsPlanJson) {
   const Profile p = synthetic_chain(24, 3);
   const ClusterModel net = ClusterModel::from_levels({{4, 5e10, 2e-6}, {int64_t{1} << 40, 5e9, 1e-5}});
   PlanOptions o;
+  o.batch_growth_margin = 0;  // time alone (the margin has its own test below)
   const Plan plan = choose_plan(p, net, 8, 64, o);
   ASSERT_TRUE(plan.ok) << plan.error;
   EXPECT_EQ(plan.layout.ranks(), 8);

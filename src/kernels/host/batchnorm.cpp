@@ -1,23 +1,34 @@
 // Host batch normalisation over NCHW batches, per channel: statistics in double over
-// (n, H, W) in a fixed order, rounded once to float; running statistics with PyTorch's
-// momentum rule and unbiased variance. The backward's per-channel sums are the same in
-// the dx-only and the dgamma/dbeta-only calls, so the split halves are bitwise the full call.
+// (n, H, W) in a fixed order (samples in turn, positions on the fixed lanes of vec_math.hpp),
+// rounded once to float; running statistics with PyTorch's momentum rule and unbiased
+// variance. Every pass streams the batch in memory order. The backward's per-channel sums are
+// the same in the dx-only and the dgamma/dbeta-only calls, so the split halves are bitwise
+// the full call.
 #include <cmath>
+#include <vector>
 
 #include "host_backend.hpp"
 #include "pipetrain/views.hpp"
+#include "vec_math.hpp"
 
 namespace pt::host {
 namespace {
 
-// sum over (n, HW) of f(value index) for channel c, in sample then position order
+struct Lanes {
+  double v[kLanes];
+};
+
+// Per-channel sums over (n, HW), streamed in memory order (sample, channel, position):
+// channel c's sum adds its samples in turn, positions on its own lanes, so the result is
+// the same as a channel-at-a-time loop. f(c, i) is the value at flat index i of channel c.
 template <class F>
-double channel_sum(int64_t n, int64_t C, int64_t HW, int64_t c, F f) {
-  double acc = 0;
-  for (int64_t s = 0; s < n; ++s) {
-    const int64_t base = (s * C + c) * HW;
-    for (int64_t k = 0; k < HW; ++k) acc += f(base + k);
-  }
+std::vector<Lanes> channel_sums(int64_t n, int64_t C, int64_t HW, F f) {
+  std::vector<Lanes> acc(static_cast<size_t>(C), Lanes{});
+  for (int64_t s = 0; s < n; ++s)
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t base = (s * C + c) * HW;
+      lane_add(acc[static_cast<size_t>(c)].v, HW, [&](int64_t k) { return f(c, base + k); });
+    }
   return acc;
 }
 
@@ -28,21 +39,27 @@ void HostBackend::batchnorm_forward_training(int64_t n, int64_t C, int64_t HW, f
                                              float* save_mean, float* save_invstd, float* running_mean,
                                              float* running_var) {
   const double count = static_cast<double>(n * HW);
-  Kokkos::parallel_for("pt::batchnorm_forward_training", Range(0, C), [=](int64_t c) {
-    const double mean = channel_sum(n, C, HW, c, [&](int64_t i) { return static_cast<double>(x[i]); }) / count;
-    const double var = channel_sum(n, C, HW, c, [&](int64_t i) { return (x[i] - mean) * (x[i] - mean); }) / count;
-    const float m = static_cast<float>(mean), rstd = static_cast<float>(1.0 / std::sqrt(var + eps));
-    const float g = gamma[c], b = beta[c];
-    for (int64_t s = 0; s < n; ++s) {
-      const int64_t base = (s * C + c) * HW;
-      for (int64_t k = 0; k < HW; ++k) y[base + k] = (x[base + k] - m) * rstd * g + b;
-    }
-    save_mean[c] = m;
-    save_invstd[c] = rstd;
-    if (running_mean) {
+  Kokkos::parallel_for("pt::batchnorm_forward_training", Range(0, 1), [=](int) {
+    const std::vector<Lanes> s1 = channel_sums(n, C, HW, [&](int64_t, int64_t i) { return x[i]; });
+    std::vector<double> mean(static_cast<size_t>(C));
+    for (int64_t c = 0; c < C; ++c) mean[static_cast<size_t>(c)] = lane_total(s1[static_cast<size_t>(c)].v) / count;
+    const std::vector<Lanes> s2 = channel_sums(n, C, HW, [&](int64_t c, int64_t i) {
+      const double d = x[i] - mean[static_cast<size_t>(c)];
+      return d * d;
+    });
+    for (int64_t c = 0; c < C; ++c) {
+      const double mu = mean[static_cast<size_t>(c)], var = lane_total(s2[static_cast<size_t>(c)].v) / count;
+      save_mean[c] = static_cast<float>(mu);
+      save_invstd[c] = static_cast<float>(1.0 / std::sqrt(var + eps));
+      if (!running_mean) continue;
       const double unbiased = count > 1 ? var * count / (count - 1) : var;
-      running_mean[c] = static_cast<float>((1.0 - momentum) * running_mean[c] + momentum * mean);
+      running_mean[c] = static_cast<float>((1.0 - momentum) * running_mean[c] + momentum * mu);
       running_var[c] = static_cast<float>((1.0 - momentum) * running_var[c] + momentum * unbiased);
+    }
+    for (int64_t sc = 0; sc < n * C; ++sc) {
+      const int64_t c = sc % C;
+      const float m = save_mean[c], rstd = save_invstd[c], g = gamma[c], b = beta[c];
+      for (int64_t k = 0; k < HW; ++k) y[sc * HW + k] = (x[sc * HW + k] - m) * rstd * g + b;
     }
   });
 }
@@ -57,26 +74,39 @@ void HostBackend::batchnorm_forward_inference(int64_t n, int64_t C, int64_t HW, 
   });
 }
 
+// One pass for both channel sums (dy, dy xhat), then one for dx.
 void HostBackend::batchnorm_backward(int64_t n, int64_t C, int64_t HW, float, const float* x, const float* gamma,
                                      const float* save_mean, const float* save_invstd, const float* dy, float* dx,
                                      float* dgamma, float* dbeta) {
   const double count = static_cast<double>(n * HW);
-  Kokkos::parallel_for("pt::batchnorm_backward", Range(0, C), [=](int64_t c) {
-    const float m = save_mean[c], rstd = save_invstd[c];
-    const double sum_dy = channel_sum(n, C, HW, c, [&](int64_t i) { return static_cast<double>(dy[i]); });
-    const double sum_dy_xhat = channel_sum(n, C, HW, c, [&](int64_t i) { return static_cast<double>(dy[i] * ((x[i] - m) * rstd)); });
-    if (dgamma) {
-      dgamma[c] += static_cast<float>(sum_dy_xhat);
-      dbeta[c] += static_cast<float>(sum_dy);
+  Kokkos::parallel_for("pt::batchnorm_backward", Range(0, 1), [=](int) {
+    std::vector<Lanes> sdy(static_cast<size_t>(C), Lanes{}), sdx(static_cast<size_t>(C), Lanes{});
+    for (int64_t sc = 0; sc < n * C; ++sc) {
+      const int64_t c = sc % C;
+      const float m = save_mean[c], rstd = save_invstd[c];
+      const float* xs = x + sc * HW;
+      const float* ds = dy + sc * HW;
+      lane_add2(sdy[static_cast<size_t>(c)].v, sdx[static_cast<size_t>(c)].v, HW, [&](int64_t k) { return ds[k]; },
+                [&](int64_t k) { return ds[k] * ((xs[k] - m) * rstd); });
+    }
+    std::vector<float> a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
+    for (int64_t c = 0; c < C; ++c) {
+      const double sum_dy = lane_total(sdy[static_cast<size_t>(c)].v), sum_dy_xhat = lane_total(sdx[static_cast<size_t>(c)].v);
+      if (dgamma) {
+        dgamma[c] += static_cast<float>(sum_dy_xhat);
+        dbeta[c] += static_cast<float>(sum_dy);
+      }
+      a[static_cast<size_t>(c)] = static_cast<float>(sum_dy / count);
+      b[static_cast<size_t>(c)] = static_cast<float>(sum_dy_xhat / count);
     }
     if (!dx) return;
-    const float a = static_cast<float>(sum_dy / count), b = static_cast<float>(sum_dy_xhat / count);
-    const float k = gamma[c] * rstd;
-    for (int64_t s = 0; s < n; ++s) {
-      const int64_t base = (s * C + c) * HW;
+    for (int64_t sc = 0; sc < n * C; ++sc) {
+      const int64_t c = sc % C;
+      const float m = save_mean[c], rstd = save_invstd[c], k = gamma[c] * rstd;
+      const float ac = a[static_cast<size_t>(c)], bc = b[static_cast<size_t>(c)];
       for (int64_t j = 0; j < HW; ++j) {
-        const float xhat = (x[base + j] - m) * rstd;
-        dx[base + j] = k * (dy[base + j] - a - xhat * b);
+        const float xhat = (x[sc * HW + j] - m) * rstd;
+        dx[sc * HW + j] = k * (dy[sc * HW + j] - ac - xhat * bc);
       }
     }
   });

@@ -11,6 +11,7 @@
 #include "pipetrain/error.hpp"
 #include "pipetrain/rng.hpp"
 #include "pipetrain/views.hpp"
+#include "vec_math.hpp"
 
 extern "C" char* openblas_get_corename(void);
 
@@ -150,28 +151,23 @@ void HostBackend::relu_backward(size_t n, const float* y, const float* dy, float
   Kokkos::parallel_for("pt::relu_backward", Range(0, n), [=](size_t i) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; });
 }
 void HostBackend::gelu_forward(size_t n, const float* x, float* y) {
-  Kokkos::parallel_for("pt::gelu_forward", Range(0, n),
-                       [=](size_t i) { y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f)); });
+  Kokkos::parallel_for("pt::gelu_forward", Range(0, n), [=](size_t i) { y[i] = x[i] * gelu_cdf(x[i]); });
 }
 void HostBackend::gelu_backward(size_t n, const float* x, const float* dy, float* dx) {
   Kokkos::parallel_for("pt::gelu_backward", Range(0, n), [=](size_t i) {
     const float v = x[i];
-    const float cdf = 0.5f * (1.0f + std::erf(v * 0.70710678118654752f));
-    const float pdf = 0.39894228040143268f * std::exp(-0.5f * v * v);
-    dx[i] = dy[i] * (cdf + v * pdf);
+    const float pdf = 0.39894228040143268f * exp_approx(-0.5f * v * v);
+    dx[i] = dy[i] * (gelu_cdf(v) + v * pdf);
   });
 }
 
+// Row statistics in double over fixed lanes (vec_math.hpp), two passes.
 void HostBackend::layernorm_forward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
                                     const float* beta, float* y, float* stats) {
   Kokkos::parallel_for("pt::layernorm_forward", Range(0, rows), [=](int64_t r) {
     const float* xr = x + r * cols;
-    double mean = 0;
-    for (int64_t c = 0; c < cols; ++c) mean += xr[c];
-    mean /= static_cast<double>(cols);
-    double var = 0;
-    for (int64_t c = 0; c < cols; ++c) var += (xr[c] - mean) * (xr[c] - mean);
-    var /= static_cast<double>(cols);
+    const double mean = lane_sum(cols, [&](int64_t c) { return xr[c]; }) / static_cast<double>(cols);
+    const double var = lane_sum(cols, [&](int64_t c) { return (xr[c] - mean) * (xr[c] - mean); }) / static_cast<double>(cols);
     const float m = static_cast<float>(mean), rstd = static_cast<float>(1.0 / std::sqrt(var + eps));
     float* yr = y + r * cols;
     for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * rstd * gamma[c] + beta[c];
@@ -180,6 +176,7 @@ void HostBackend::layernorm_forward(int64_t rows, int64_t cols, float eps, const
   });
 }
 
+// Rows in order (dgamma and dbeta accumulate row by row); each row's two sums in double lanes.
 void HostBackend::layernorm_backward(int64_t rows, int64_t cols, const float* x, const float* gamma,
                                      const float* stats, const float* dy, float* dx, float* dgamma, float* dbeta) {
   Kokkos::parallel_for("pt::layernorm_backward", Range(0, 1), [=](int) {
@@ -187,24 +184,21 @@ void HostBackend::layernorm_backward(int64_t rows, int64_t cols, const float* x,
       const float* xr = x + r * cols;
       const float* dyr = dy + r * cols;
       const float m = stats[2 * r], rstd = stats[2 * r + 1];
-      double sum_dxhat = 0, sum_dxhat_xhat = 0;
-      for (int64_t c = 0; c < cols; ++c) {
-        const float xhat = (xr[c] - m) * rstd;
-        const float dxhat = dyr[c] * gamma[c];
-        sum_dxhat += dxhat;
-        sum_dxhat_xhat += dxhat * xhat;
-        if (dgamma) {
-          dgamma[c] += dyr[c] * xhat;
+      if (dgamma) {
+        for (int64_t c = 0; c < cols; ++c) {
+          dgamma[c] += dyr[c] * ((xr[c] - m) * rstd);
           dbeta[c] += dyr[c];
         }
       }
-      if (dx) {
-        const float a = static_cast<float>(sum_dxhat / cols), b = static_cast<float>(sum_dxhat_xhat / cols);
-        float* dxr = dx + r * cols;
-        for (int64_t c = 0; c < cols; ++c) {
-          const float xhat = (xr[c] - m) * rstd;
-          dxr[c] = rstd * (dyr[c] * gamma[c] - a - xhat * b);
-        }
+      if (!dx) continue;
+      double acc[kLanes] = {}, acc_x[kLanes] = {};
+      lane_add(acc, cols, [&](int64_t c) { return dyr[c] * gamma[c]; });
+      lane_add(acc_x, cols, [&](int64_t c) { return dyr[c] * gamma[c] * ((xr[c] - m) * rstd); });
+      const float a = static_cast<float>(lane_total(acc) / cols), b = static_cast<float>(lane_total(acc_x) / cols);
+      float* dxr = dx + r * cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        const float xhat = (xr[c] - m) * rstd;
+        dxr[c] = rstd * (dyr[c] * gamma[c] - a - xhat * b);
       }
     }
   });
