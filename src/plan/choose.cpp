@@ -73,31 +73,39 @@ PlanCandidate run_candidate(const Profile& p, const ClusterModel& net, const std
   return c;
 }
 
-// a preferred to b: fits, and faster by more than 0.5%, or as fast (within 0.5%) with
-// clearly less traffic on the network (PipeDream's second aim). Between candidates with
-// different samples per update, the larger update must be faster by more than `margin`.
+// The time a candidate is judged by: its simulated time per sample, divided by (1 - margin)
+// when its update averages more than one minibatch (statistical efficiency, docs/PLANNER.md).
+// One score per candidate keeps the comparison transitive across any mix of update sizes.
+double judged_time(const PlanCandidate& c, double margin) {
+  const bool grows = c.samples_per_update() > c.batch_size;
+  return grows && margin > 0 ? c.sim.time_per_sample / (1.0 - margin) : c.sim.time_per_sample;
+}
+
+// a preferred to b: fits, and faster (judged_time) by more than 0.5%, or as fast (within 0.5%)
+// with clearly less traffic on the network (PipeDream's second aim)
 bool better(const PlanCandidate& a, const PlanCandidate& b, double margin) {
   if (!a.fits || !a.sim.ok) return false;
   if (!b.fits || !b.sim.ok) return true;
-  const double ta = a.sim.time_per_sample, tb = b.sim.time_per_sample;
-  const int64_t ua = a.samples_per_update(), ub = b.samples_per_update();
-  if (margin > 0 && ua != ub) return ua > ub ? ta < tb * (1 - margin) : !(tb < ta * (1 - margin));
+  const double ta = judged_time(a, margin), tb = judged_time(b, margin);
   if (ta < tb * (1 - 5e-3)) return true;
   if (ta > tb * (1 + 5e-3)) return false;
   return a.sim.network_bytes_per_sample < b.sim.network_bytes_per_sample * 0.99 ||
          (a.sim.network_bytes_per_sample <= b.sim.network_bytes_per_sample * 1.01 && ta < tb * (1 - 1e-9));
 }
 
-// The fastest candidate by predicted time alone; when the margin chose another, why.
+// The fastest eligible candidate by predicted time alone; when the margin chose another, why.
 std::string margin_note(const Plan& plan, const PlanCandidate& best, double margin) {
   const PlanCandidate* fastest = &best;
   std::vector<const PlanCandidate*> all;
   for (const PlanCandidate& c : plan.candidates) all.push_back(&c);
-  all.push_back(&plan.bsp);
-  all.push_back(&plan.straight);
+  if (plan.has_bsp) all.push_back(&plan.bsp);
+  if (plan.has_straight) all.push_back(&plan.straight);
   for (const PlanCandidate* c : all)
-    if (c->fits && c->sim.ok && c->batch_size == best.batch_size && better(*c, *fastest, 0.0)) fastest = c;
-  if (fastest == &best || fastest->samples_per_update() <= best.samples_per_update()) return "";
+    if (c->fits && c->sim.ok && c->batch_size == best.batch_size && best.batch_size % c->microbatches == 0 &&
+        better(*c, *fastest, 0.0))
+      fastest = c;
+  const auto grows = [](const PlanCandidate& c) { return c.samples_per_update() > c.batch_size; };
+  if (fastest == &best || !grows(*fastest) || grows(best)) return "";
   char b[400];
   std::snprintf(b, sizeof b,
                 "chose %s (%lld samples per update) over %s %s, predicted %.1f%% faster but averaging %lld samples "

@@ -300,9 +300,10 @@ TEST(Planner, MemoryRulesMatchTheGenerators) {
 }
 
 // batch_growth_margin: a plan that averages more samples per update (pipedream with a
-// replicated stage) wins only when predicted faster than every fitting candidate that keeps
-// the minibatch by more than the margin; when the margin overrode the time-fastest, the plan
-// says so. Instances sweep chains and network speeds; some must exercise each side.
+// replicated stage) is judged 1/(1 - margin) slower, so it wins only when predicted faster than
+// every fitting candidate that keeps the minibatch by about the margin (0.5% ties aside); when
+// the margin overrode the time-fastest, the plan says so. Instances sweep chains and network
+// speeds; some must exercise each side.
 TEST(Planner, LargerUpdatesMustWinByTheMargin) {
   int overridden = 0, grown = 0, instances = 0;
   for (uint64_t seed : {1, 2, 3, 4})
@@ -324,19 +325,17 @@ TEST(Planner, LargerUpdatesMustWinByTheMargin) {
         fastest.schedule = timed.schedule, fastest.layout = timed.layout, fastest.batch_size = timed.batch_size;
         const double tc = plan.sim.time_per_sample, tf = timed.sim.time_per_sample;
         EXPECT_LE(tf, tc * 1.005) << "margin 0 picks the fastest";
+        std::vector<const PlanCandidate*> all = {&plan.bsp, &plan.straight};
+        for (const PlanCandidate& c : plan.candidates) all.push_back(&c);
         if (chosen.samples_per_update() > 32) {
           ++grown;
-          std::vector<const PlanCandidate*> all = {&plan.bsp};
-          for (const PlanCandidate& c : plan.candidates) all.push_back(&c);
           for (const PlanCandidate* c : all)
-            if (c->fits && c->sim.ok && c->samples_per_update() == 32)
-              EXPECT_LT(tc, c->sim.time_per_sample * 0.9) << c->schedule << " " << c->layout.replication();
+            if (c->fits && c->sim.ok && c->batch_size == 32 && c->samples_per_update() == 32)
+              EXPECT_LT(tc, c->sim.time_per_sample * 0.9 * 1.005) << c->schedule << " " << c->layout.replication();
         }
-        if (fastest.samples_per_update() > chosen.samples_per_update()) {
+        if (fastest.samples_per_update() > 32 && chosen.samples_per_update() == 32) {
           ++overridden;
-          EXPECT_GT(tc, tf * 0.999);
-          EXPECT_LT(tf, tc);  // the override costs predicted time, by less than the margin
-          EXPECT_GT(tf, tc * 0.9 * 0.999);
+          EXPECT_GT(tf, tc * 0.9 / 1.005);  // the override costs predicted time, less than the margin
           EXPECT_NE(plan.choice_note.find("batch_growth_margin"), std::string::npos) << plan.choice_note;
         } else {
           EXPECT_EQ(plan.choice_note, "");

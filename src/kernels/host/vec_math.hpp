@@ -6,7 +6,7 @@
 // Accuracy (tests/unit/test_vec_math.cpp checks it against libm in double):
 //  - exp_approx: relative error <= 4e-7 on [-87.3, 88]; 0 below -87.3 (no subnormals),
 //    e^88 above 88 (callers pass arguments <= 0: softmax, GELU).
-//  - erfc_approx: relative error <= 1e-6 for x >= -9 where erfc(x) >= 1e-30, from the
+//  - erfc_approx: relative error <= 1e-6 where erfc(x) >= 1e-30, 0 and 2 at +-inf, from the
 //    rational-Chebyshev fit of Numerical Recipes' erfcc (fractional error 1.2e-7) and
 //    exp_approx; gelu_cdf(x) = 0.5 erfc(-x/sqrt 2) is the exact GELU's Phi(x).
 #pragma once
@@ -26,8 +26,13 @@ inline float bits_to_float(uint32_t u) {
 inline float exp_approx(float x) {
   const float lo = -87.3f, hi = 88.0f, shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const bool under = x < lo;
-  x = x < lo ? lo : (x > hi ? hi : x);
-  const float n = (x * 1.44269504088896341f + shifter) - shifter;
+  x = x < lo ? lo : (x > hi ? hi : x);  // a NaN passes through both tests and stays NaN
+  const float shifted = x * 1.44269504088896341f + shifter;
+  const float n = shifted - shifter;
+  uint32_t sb, fb;
+  std::memcpy(&sb, &shifted, sizeof sb);
+  std::memcpy(&fb, &shifter, sizeof fb);
+  const int32_t ni = static_cast<int32_t>(sb - fb);  // n as an integer, from the bits (defined for NaN too)
   const float r = (x - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;
   float p = 1.0f / 5040.0f;
   p = p * r + 1.0f / 720.0f;
@@ -37,7 +42,7 @@ inline float exp_approx(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const float scale = bits_to_float(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
+  const float scale = bits_to_float(static_cast<uint32_t>(ni + 127) << 23);
   return under ? 0.0f : p * scale;
 }
 
@@ -45,7 +50,8 @@ inline float exp_approx(float x) {
 // the rounding errors of x^2 and of the exponent (up to 4e-6 of the result at |x| = 8) are
 // put back by the factor e^err = 1 + err.
 inline float erfc_approx(float x) {
-  const float z = x < 0.0f ? -x : x;
+  float z = x < 0.0f ? -x : x;
+  z = z > 10.0f ? 10.0f : z;  // erfc(10) = 2e-45 is 0 in float; keeps z^2 finite for |x| up to inf (NaN stays NaN)
   const float t = 1.0f / (1.0f + 0.5f * z);
   float p = 0.17087277f;
   p = p * t - 0.82215223f;
