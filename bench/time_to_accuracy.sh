@@ -11,7 +11,7 @@
 # same data: the same minibatches of 32 windows (each DDP rank a disjoint half), the same
 # initial weights (pipetrain's weights_init.h5), AdamW with the same warm-up and cosine
 # schedule, the validation split evaluated every EVAL_EVERY (100) steps on both sides; time is
-# training time without evaluation. Each side runs until the deck's target (2 bits/byte) or
+# training time without evaluation. Each side runs until the deck's target (2.4 bits/byte) or
 # BUDGET (900) seconds of wall time, whichever comes first, then bench/tta_report.py prints
 # both curves and the time to 3.0, 2.5 and 2.0 bits/byte (TARGETS). Writes
 # runs/bench_tta_tinygpt/ (OUT): pipetrain/ (the run), ddp.jsonl, report.txt,
