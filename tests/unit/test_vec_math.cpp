@@ -1,7 +1,8 @@
 // The vectorisable float math of the host kernels (src/kernels/host/vec_math.hpp) against libm
-// in double: exp_approx within 4e-7 relative on [-87.3, 88], 0 below; erfc_approx within 1e-6
-// relative where erfc >= 1e-30 and within 3e-7 absolute everywhere; the GELU gate Phi(x)
-// likewise; and the lane sums are exact on integers and independent of nothing but the input.
+// in double: exp_approx within 4e-7 relative on [-87.3, 88], 0 below; the normal CDF Phi
+// (the GELU gate) within 3e-7 absolute and the density within 1e-6 relative, with the ends
+// (+-inf, overflow of x^2, NaN); and the lane sums are exact on integers and independent of
+// nothing but the input.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,9 +13,9 @@
 
 namespace {
 
-using pt::host::erfc_approx;
 using pt::host::exp_approx;
-using pt::host::gelu_cdf;
+using pt::host::normal_cdf_pdf;
+using pt::host::NormalCdfPdf;
 
 double rel(double got, double want) { return std::fabs(got - want) / std::fabs(want); }
 
@@ -31,45 +32,46 @@ TEST(VecMath, ExpMatchesLibmInRange) {
   EXPECT_EQ(exp_approx(-1e30f), 0.0f);
 }
 
-TEST(VecMath, ErfcMatchesLibm) {
-  double worst = 0, worst_abs = 0, at = 0;
-  for (int i = 0; i <= 200000; ++i) {
-    const float x = -9.0f + 18.0f * static_cast<float>(i) / 200000.0f;
-    const double want = std::erfc(static_cast<double>(x)), got = erfc_approx(x);
-    worst_abs = std::max(worst_abs, std::fabs(got - want));
-    if (want < 1e-30) continue;
-    const double e = rel(got, want);
-    if (e > worst) worst = e, at = x;
+TEST(VecMath, NormalCdfAndPdfMatchLibm) {
+  double worst_cdf = 0, worst_pdf = 0, worst_grad = 0, at_cdf = 0, at_pdf = 0;
+  for (int i = 0; i <= 240000; ++i) {
+    const float x = -12.0f + 24.0f * static_cast<float>(i) / 240000.0f;
+    const double xd = x;
+    const double cdf = 0.5 * std::erfc(-xd / std::sqrt(2.0)), pdf = std::exp(-0.5 * xd * xd) / std::sqrt(2 * M_PI);
+    const NormalCdfPdf g = normal_cdf_pdf(x);
+    const double ec = std::fabs(g.cdf - cdf);
+    if (ec > worst_cdf) worst_cdf = ec, at_cdf = x;
+    if (pdf >= 1e-30) {
+      const double ep = rel(g.pdf, pdf);
+      if (ep > worst_pdf) worst_pdf = ep, at_pdf = x;
+    }
+    // GELU's derivative Phi + x phi, relative to max(1, |value|): what gelu_backward multiplies dy by
+    const double d = cdf + xd * pdf;
+    worst_grad = std::max(worst_grad, std::fabs((g.cdf + x * g.pdf) - d) / std::max(1.0, std::fabs(d)));
   }
-  EXPECT_LT(worst, 1e-6) << "worst relative error at x = " << at;
-  EXPECT_LT(worst_abs, 3e-7);  // 2 - erfc(|x|) for x < 0 rounds to a float ulp of 2: 2.4e-7
-  EXPECT_EQ(erfc_approx(30.0f), 0.0f);
-  EXPECT_EQ(erfc_approx(-30.0f), 2.0f);
+  EXPECT_LT(worst_cdf, 3e-7) << "worst absolute error of Phi at x = " << at_cdf;
+  EXPECT_LT(worst_pdf, 1e-6) << "worst relative error of phi at x = " << at_pdf;
+  EXPECT_LT(worst_grad, 4e-7);
+  EXPECT_EQ(normal_cdf_pdf(0.0f).pdf, 0.39894228040143268f);
+  EXPECT_NEAR(normal_cdf_pdf(0.0f).cdf, 0.5f, 3e-7);
+}
+
+TEST(VecMath, NormalCdfEnds) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_EQ(erfc_approx(inf), 0.0f);
-  EXPECT_EQ(erfc_approx(-inf), 2.0f);
-  EXPECT_EQ(erfc_approx(3e19f), 0.0f);  // z^2 would overflow without the clamp
-  EXPECT_TRUE(std::isnan(erfc_approx(nan)));
+  EXPECT_EQ(normal_cdf_pdf(30.0f).cdf, 1.0f);
+  EXPECT_EQ(normal_cdf_pdf(-30.0f).cdf, 0.0f);
+  EXPECT_EQ(normal_cdf_pdf(inf).cdf, 1.0f);
+  EXPECT_EQ(normal_cdf_pdf(-inf).cdf, 0.0f);
+  EXPECT_EQ(normal_cdf_pdf(inf).pdf, 0.0f);
+  EXPECT_EQ(normal_cdf_pdf(-3e19f).cdf, 0.0f);  // x^2 overflows: e^{-inf} is 0
+  EXPECT_EQ(normal_cdf_pdf(3e19f).pdf, 0.0f);
+  EXPECT_TRUE(std::isnan(normal_cdf_pdf(nan).cdf));
+  EXPECT_TRUE(std::isnan(normal_cdf_pdf(nan).pdf));
   EXPECT_TRUE(std::isnan(exp_approx(nan)));
   EXPECT_EQ(exp_approx(-inf), 0.0f);
   // GELU's values at the ends, as x Phi(x) with libm: inf at +inf, the identity far right
-  EXPECT_EQ(inf * gelu_cdf(inf), inf);
-  EXPECT_EQ(3e19f * gelu_cdf(3e19f), 3e19f);
-  EXPECT_EQ(gelu_cdf(-3e19f), 0.0f);
-}
-
-TEST(VecMath, GeluGateIsTheNormalCdf) {
-  double worst = 0;
-  for (int i = 0; i <= 100000; ++i) {
-    const float x = -12.0f + 24.0f * static_cast<float>(i) / 100000.0f;
-    // the gate's argument is rounded to float first, as in PyTorch: x / sqrt(2) itself carries
-    // a relative error of 6e-8, which erfc amplifies by 2 z^2 (1e-5 at x = -12)
-    const float z = -0.70710678118654752f * x;
-    const double want = 0.5 * std::erfc(static_cast<double>(z));
-    if (want < 1e-30) continue;
-    worst = std::max(worst, rel(gelu_cdf(x), want));
-  }
-  EXPECT_LT(worst, 1e-6);
+  EXPECT_EQ(inf * normal_cdf_pdf(inf).cdf, inf);
+  EXPECT_EQ(3e19f * normal_cdf_pdf(3e19f).cdf, 3e19f);
 }
 
 TEST(VecMath, LaneSumsAndMax) {

@@ -151,13 +151,13 @@ void HostBackend::relu_backward(size_t n, const float* y, const float* dy, float
   Kokkos::parallel_for("pt::relu_backward", Range(0, n), [=](size_t i) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; });
 }
 void HostBackend::gelu_forward(size_t n, const float* x, float* y) {
-  Kokkos::parallel_for("pt::gelu_forward", Range(0, n), [=](size_t i) { y[i] = x[i] * gelu_cdf(x[i]); });
+  Kokkos::parallel_for("pt::gelu_forward", Range(0, n), [=](size_t i) { y[i] = x[i] * normal_cdf_pdf(x[i]).cdf; });
 }
 void HostBackend::gelu_backward(size_t n, const float* x, const float* dy, float* dx) {
   Kokkos::parallel_for("pt::gelu_backward", Range(0, n), [=](size_t i) {
     const float v = x[i];
-    const float pdf = 0.39894228040143268f * exp_approx(-0.5f * v * v);
-    dx[i] = dy[i] * (gelu_cdf(v) + v * pdf);
+    const NormalCdfPdf g = normal_cdf_pdf(v);
+    dx[i] = dy[i] * (g.cdf + v * g.pdf);
   });
 }
 
