@@ -89,6 +89,11 @@ class Backend {
   virtual void round_bf16(size_t n, const float* x, float* y) = 0;
   virtual void scale(size_t n, float a, float* x) = 0;
 
+  // A linear layer's forward: y[rows, out] = x[rows, in] W[out, in]^T + b (b may be null).
+  // Default: gemm then bias_add_rows; the host runs oneDNN's matmul with the bias fused
+  // (one pass over y instead of two, the same fp32 sum acc + b).
+  virtual void linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
+                              float* y);
   // Linear helpers: y[r, :] += b; db += column sums of dy.
   virtual void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) = 0;
   virtual void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) = 0;

@@ -78,8 +78,7 @@ void key_error(const LayerSpec& s, const char* key, const std::string& msg) {
 }
 
 void RowLinear::forward(Backend& be, const float* w, const float* x, float* y, int64_t rows) const {
-  be.gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
-  if (bias) be.bias_add_rows(y, w + out * in, rows, out);
+  be.linear_forward(rows, in, out, x, w, bias ? w + out * in : nullptr, y);
 }
 void RowLinear::backward_input(Backend& be, const float* w, const float* dy, float* dx, int64_t rows) const {
   if (dx) be.gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);

@@ -12,6 +12,7 @@
 //   - convolution forward, backward data, weights and bias on oneDNN against the host's
 //     im2col implementation (the same bounds, sum|x||w| from the im2col kernel run on
 //     absolute values), bf16 against im2col on rounded inputs;
+//   - linear_forward's fused bias is bitwise gemm then the bias pass;
 //   - dx alone and dw/db alone are bitwise the fused backward; two calls are bitwise equal;
 //     the default rule gives bitwise the kernel it names; oneDNN runs one thread;
 //   - with CUDA=1 (Cuda* tests, skipped without a device): the CUDA backend's bf16 rounding,
@@ -266,6 +267,34 @@ TEST(OneDnnGemm, DeterministicAndTheRuleRunsTheKernelItNames) {
     const std::vector<float> other = run_gemm(*named.be, c, d);
     EXPECT_EQ(std::memcmp(first.data(), other.data(), first.size() * sizeof(float)), 0) << precision_name(p);
   }
+}
+
+// linear_forward: the host fuses the bias into oneDNN's matmul; the result is bitwise the
+// default composition (gemm, then the bias pass: the same fp32 sum acc + b), in both
+// precisions, on shapes oneDNN takes and on one the fp32 rule gives OpenBLAS (N = 10), with
+// and without a bias. A bias that were dropped or added twice would differ by |b| >= 0.25.
+TEST(OneDnnGemm, FusedBiasIsBitwiseGemmThenBiasPass) {
+  struct Shape {
+    int64_t rows, in, out;
+  };
+  for (Precision p : {Precision::fp32, Precision::bf16})
+    for (const Shape& sh : {Shape{4096, 256, 1024}, Shape{96, 136, 200}, Shape{32, 128, 10}, Shape{7, 5, 3}})
+      for (bool with_bias : {true, false}) {
+        Host fused(Fp32Kernels::rule, p);
+        const std::vector<float> x = random_vec(static_cast<size_t>(sh.rows * sh.in), 31),
+                                 w = random_vec(static_cast<size_t>(sh.out * sh.in), 32);
+        std::vector<float> b = random_vec(static_cast<size_t>(sh.out), 33);
+        for (float& v : b) v = v < 0 ? v - 0.25f : v + 0.25f;
+        const float* bp = with_bias ? b.data() : nullptr;
+        std::vector<float> got(static_cast<size_t>(sh.rows * sh.out), 7.0f), want(got.size(), -7.0f);
+        fused.be->linear_forward(sh.rows, sh.in, sh.out, x.data(), w.data(), bp, got.data());
+        fused.be->Backend::linear_forward(sh.rows, sh.in, sh.out, x.data(), w.data(), bp, want.data());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << precision_name(p) << " rows " << sh.rows << " in " << sh.in << " out " << sh.out << " bias " << with_bias;
+        fused.be->gemm(false, true, sh.rows, sh.out, sh.in, 1.0f, x.data(), sh.in, w.data(), sh.in, 0.0f, want.data(),
+                       sh.out);
+        if (with_bias) EXPECT_NE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);  // the bias shows
+      }
 }
 
 // A pipeline stage and one process hold the same tensors at different addresses: the result

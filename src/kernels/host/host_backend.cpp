@@ -113,6 +113,18 @@ void HostBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   blas_gemm(ta, tb, M, N, K, alpha, A, B, beta, C);
 }
 
+// One oneDNN matmul with the bias where the rule gives the product to oneDNN; else the
+// default composition (OpenBLAS GEMM, then the bias pass).
+void HostBackend::linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w,
+                                 const float* b, float* y) {
+  if (rows == 0 || out == 0) return;
+  if (in == 0 || !onednn_gemm(false, true, rows, out, in, 1)) return Backend::linear_forward(rows, in, out, x, w, b, y);
+  GemmArgs a;
+  a.tb = true, a.M = rows, a.N = out, a.K = in;
+  a.A = x, a.lda = in, a.B = w, a.ldb = in, a.C = y, a.ldc = out, a.bias = b;
+  onednn().gemm(precision(), a);
+}
+
 void HostBackend::round_bf16(size_t n, const float* x, float* y) {
   Kokkos::parallel_for("pt::round_bf16", Range(0, n), [=](size_t i) { y[i] = bf16_round(x[i]); });
 }

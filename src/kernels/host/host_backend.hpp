@@ -31,6 +31,8 @@ class HostBackend final : public Backend {
   void axpy(size_t n, float a, const float* x, float* y) override;
   void round_bf16(size_t n, const float* x, float* y) override;
   void scale(size_t n, float a, float* x) override;
+  void linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
+                      float* y) override;
   void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) override;
   void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) override;
 

@@ -39,6 +39,7 @@ struct GemmArgs {
   float* C = nullptr;
   int64_t ldc = 0, stride_c = 0;
   int64_t batch = 1;
+  const float* bias = nullptr;  // [N] added to every row of C (fp32; batch 1 only)
 };
 
 class OneDnn {

@@ -29,7 +29,7 @@ struct Port {
 
 struct MatmulPlan {
   dnnl::matmul prim;
-  dnnl::memory a, b, c;  // handles set per call
+  dnnl::memory a, b, c, bias;  // handles set per call (bias: only in plans with one)
   std::string impl;
 };
 
@@ -51,7 +51,7 @@ struct ConvPlan {
   ConvOp weights[2];  // backward weights [with diff bias]
 };
 
-using MatmulKey = std::array<int64_t, 15>;
+using MatmulKey = std::array<int64_t, 16>;
 using ConvKey = std::array<int64_t, 11>;
 
 struct OneDnn::Impl {

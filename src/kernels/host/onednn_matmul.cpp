@@ -1,7 +1,8 @@
 // oneDNN matmul behind the host backend's gemm and strided-batched gemm, the bf16 operand
 // conversion, and oneDNN's identity (version, effective ISA, thread default).
 // Contract: OneDnn::gemm computes C_b = alpha op(A_b) op(B_b) + beta C_b for b < batch with
-// any leading dimensions and batch strides (row-major). alpha is oneDNN's output scale, beta
+// any leading dimensions and batch strides (row-major), plus a bias row added to every row of
+// C when given (batch 1). alpha is oneDNN's output scale, beta
 // its sum post-op (absent for beta = 0, so C is then never read, as BLAS). In bf16, A and B
 // are first rounded into dense bf16 copies (to_bf16: PyTorch's rounding, not oneDNN's
 // conversion, which flushes subnormals on some ISAs); C stays fp32. One plan per
@@ -10,6 +11,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <unordered_map>
 
 #include "onednn_impl.hpp"
 
@@ -125,7 +127,7 @@ MatmulPlan& OneDnn::Impl::matmul_plan(Precision p, const GemmArgs& a) {
   const bool batched = a.batch > 1;
   const MatmulKey key{static_cast<int64_t>(p), a.ta, a.tb, a.batch, a.M, a.N, a.K, o.lda, o.ldb, a.ldc,
                       batched ? o.sa : 0, batched ? o.sb : 0, batched ? a.stride_c : 0, bits_of(a.alpha),
-                      bits_of(a.beta)};
+                      bits_of(a.beta), a.bias != nullptr};
   auto it = matmuls.find(key);
   if (it != matmuls.end()) return *it->second;
   const dt in = p == Precision::bf16 ? dt::bf16 : dt::f32;
@@ -141,12 +143,15 @@ MatmulPlan& OneDnn::Impl::matmul_plan(Precision p, const GemmArgs& a) {
       ops.append_sum(a.beta);
       attr.set_post_ops(ops);
     }
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, cmd), attr, eng);
+    const dnnl::memory::desc biasmd = a.bias ? dnnl::memory::desc({1, a.N}, dt::f32, tag::ab) : dnnl::memory::desc();
+    const dnnl::matmul::primitive_desc pd(a.bias ? dnnl::matmul::desc(amd, bmd, biasmd, cmd) : dnnl::matmul::desc(amd, bmd, cmd),
+                                          attr, eng);
     plan->prim = dnnl::matmul(pd);
     plan->impl = pd.impl_info_str();
     plan->a = dnnl::memory(amd, eng, DNNL_MEMORY_NONE);
     plan->b = dnnl::memory(bmd, eng, DNNL_MEMORY_NONE);
     plan->c = dnnl::memory(cmd, eng, DNNL_MEMORY_NONE);
+    if (a.bias) plan->bias = dnnl::memory(biasmd, eng, DNNL_MEMORY_NONE);
   } catch (const dnnl::error& e) {
     onednn_fail(shape_str(p, a), e);
   }
@@ -155,6 +160,7 @@ MatmulPlan& OneDnn::Impl::matmul_plan(Precision p, const GemmArgs& a) {
 
 void OneDnn::gemm(Precision p, const GemmArgs& a) {
   PT_CHECK(a.M > 0 && a.N > 0 && a.K > 0 && a.batch > 0, "oneDNN gemm wants a non-empty product: " << shape_str(p, a));
+  PT_CHECK(!a.bias || a.batch == 1, "oneDNN gemm: a bias only without a batch: " << shape_str(p, a));
   Impl& d = *impl_;
   MatmulPlan& plan = d.matmul_plan(p, a);
   const void* A = a.A;
@@ -169,7 +175,12 @@ void OneDnn::gemm(Precision p, const GemmArgs& a) {
     plan.a.set_data_handle(const_cast<void*>(A));
     plan.b.set_data_handle(const_cast<void*>(B));
     plan.c.set_data_handle(a.C);
-    plan.prim.execute(d.strm, {{DNNL_ARG_SRC, plan.a}, {DNNL_ARG_WEIGHTS, plan.b}, {DNNL_ARG_DST, plan.c}});
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, plan.a}, {DNNL_ARG_WEIGHTS, plan.b}, {DNNL_ARG_DST, plan.c}};
+    if (a.bias) {
+      plan.bias.set_data_handle(const_cast<float*>(a.bias));
+      args[DNNL_ARG_BIAS] = plan.bias;
+    }
+    plan.prim.execute(d.strm, args);
     d.strm.wait();
   } catch (const dnnl::error& e) {
     onednn_fail(shape_str(p, a), e);
