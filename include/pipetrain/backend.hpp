@@ -80,6 +80,15 @@ class Backend {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - timer_t0_).count();
   }
 
+  // Where this backend's time went, cumulative since it was made: inside the matrix-product
+  // and convolution libraries (product_s), and preparing their operands (convert_s: bf16
+  // rounding and layout reorders on the way in and out). `pipetrain profile` prints each
+  // layer's shares. The host measures both; other backends report zeros (not measured).
+  struct KernelClock {
+    double product_s = 0, convert_s = 0;
+  };
+  virtual KernelClock kernel_clock() const { return {}; }
+
   // C[M,N] = alpha * op(A) * op(B) + beta * C, row-major, op(X) = X or X^T.
   virtual void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) = 0;

@@ -23,6 +23,11 @@ struct LayerProfile {
   double stash_bytes = 0;                // kept for backward per microbatch (outputs + saved extras)
   double param_bytes = 0;
   double optimizer_bytes = 0;
+  // of forward_s + backward_s: inside the matrix-product and convolution libraries, and
+  // preparing their operands (Backend::kernel_clock; their shares of the repetitions' summed
+  // time applied to the median; 0 where not measured); printed by `pipetrain profile`,
+  // informational (the planner does not read them)
+  double product_s = 0, convert_s = 0;
 };
 
 struct NetworkPoint {

@@ -25,19 +25,28 @@ std::unique_ptr<Backend> profile_backend(const Deck& deck) {
 Precision profile_precision(const Deck& deck) { return precision_from_name(deck.train.precision); }
 
 // Per layer: achieved GFLOP/s of its forward and backward (its FLOPs over the measured
-// seconds) and the better of the two as a fraction of the matmul peak; then the peaks.
+// seconds) and the better of the two as a fraction of the matmul peak; the shares of its
+// forward + backward time inside the GEMM/convolution libraries and converting their operands
+// (bf16 rounding, layout reorders), "-" where the backend does not measure them; then the peaks.
 void print_achieved(const Deck& deck, const Model& model, const Profile& p, int64_t mb) {
   std::unique_ptr<Backend> be = profile_backend(deck);
   const Precision prec = profile_precision(deck);
   const double peak = matmul_peak_gflops(*be, prec);
   const double other = matmul_peak_gflops(*be, prec == Precision::fp32 ? Precision::bf16 : Precision::fp32);
-  std::printf("%5s  %-24s %12s %12s %10s\n", "index", "layer", "fwd GFLOP/s", "bwd GFLOP/s", "of peak");
+  std::printf("%5s  %-24s %12s %12s %10s %10s %10s\n", "index", "layer", "fwd GFLOP/s", "bwd GFLOP/s", "of peak",
+              "products", "operands");
+  const bool clocked = p.layers.end() != std::find_if(p.layers.begin(), p.layers.end(), [](const LayerProfile& l) {
+                         return l.product_s + l.convert_s > 0;
+                       });
   for (const auto& l : p.layers) {
     const Layer& layer = model.layer(l.index);
     const double f = achieved_gflops(layer.flops_forward() * static_cast<double>(mb), l.forward_s);
     const double b = achieved_gflops(layer.flops_backward() * static_cast<double>(mb), l.backward_s);
-    std::printf("%5d  %-24s %12.1f %12.1f %9.0f%%\n", l.index, (l.name + " (" + l.type + ")").substr(0, 24).c_str(), f,
+    const double total = l.forward_s + l.backward_s;
+    std::printf("%5d  %-24s %12.1f %12.1f %9.0f%% ", l.index, (l.name + " (" + l.type + ")").substr(0, 24).c_str(), f,
                 b, peak > 0 ? 100.0 * std::max(f, b) / peak : 0.0);
+    if (clocked && total > 0) std::printf("%9.0f%% %9.0f%%\n", 100.0 * l.product_s / total, 100.0 * l.convert_s / total);
+    else std::printf("%10s %10s\n", "-", "-");
   }
   std::printf("matmul peak of this backend at 1024^3 (measured now, median of 5): %s %.1f GFLOP/s (the layers' "
               "precision), %s %.1f GFLOP/s\n",

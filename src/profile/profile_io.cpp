@@ -16,7 +16,8 @@ std::string Profile::to_json() const {
   for (const LayerProfile& l : layers)
     layers_j.push_back({{"index", l.index}, {"name", l.name}, {"type", l.type}, {"forward_s", l.forward_s},
                         {"backward_s", l.backward_s}, {"backward_weight_s", l.backward_weight_s}, {"output_bytes", l.output_bytes}, {"stash_bytes", l.stash_bytes},
-                        {"param_bytes", l.param_bytes}, {"optimizer_bytes", l.optimizer_bytes}});
+                        {"param_bytes", l.param_bytes}, {"optimizer_bytes", l.optimizer_bytes},
+                        {"product_s", l.product_s}, {"convert_s", l.convert_s}});
   nlohmann::json net = {{"measured", network.measured}, {"bandwidth", network.bandwidth}, {"latency", network.latency},
                         {"allreduce_ranks", network.allreduce_ranks}};
   nlohmann::json p2p = nlohmann::json::array(), ar = nlohmann::json::array();
@@ -59,6 +60,8 @@ Profile Profile::from_json(const std::string& text, const std::string& path) {
       lp.stash_bytes = l.value("stash_bytes", lp.output_bytes);
       lp.param_bytes = l.at("param_bytes").get<double>();
       lp.optimizer_bytes = l.value("optimizer_bytes", 0.0);
+      lp.product_s = l.value("product_s", 0.0);  // absent before the kernel clock: 0, not measured
+      lp.convert_s = l.value("convert_s", 0.0);
       if (lp.forward_s < 0 || lp.backward_s < 0 || lp.output_bytes < 0 || lp.param_bytes < 0)
         fail(Exit::bad_input, path + ": layer " + std::to_string(lp.index) + " has a negative cost", true);
       p.layers.push_back(lp);

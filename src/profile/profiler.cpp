@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <cstdio>
 
 #include "pipetrain/error.hpp"
@@ -21,6 +22,43 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+// The timed repetitions of every layer (seconds per pass; kc: summed library clocks).
+struct Timings {
+  const std::vector<std::vector<double>>& tf;
+  const std::vector<std::vector<double>>& tb;
+  const std::vector<std::vector<double>>& tw;
+  const std::vector<Backend::KernelClock>& kc;
+};
+
+// Per layer: medians of the timings, the library shares, and the bytes it moves and keeps.
+std::vector<LayerProfile> summarise(const Model& model, const Timings& t, int64_t mb, bool bf16) {
+  std::vector<LayerProfile> out;
+  bool computed = false;  // some layer other than a view ran: its output is bf16 on the wire
+  for (int l = 0; l < model.size(); ++l) {
+    const size_t i = static_cast<size_t>(l);
+    const Layer& layer = model.layer(l);
+    computed = computed || !layer.is_view();
+    LayerProfile p;
+    p.index = l;
+    p.name = layer.name();
+    p.type = layer.type();
+    p.forward_s = median(t.tf[i]);
+    p.backward_s = median(t.tb[i]);
+    p.backward_weight_s = std::min(p.backward_s, median(t.tw[i]));
+    // the libraries' shares of the repetitions' summed time, applied to the median time
+    const double summed = std::accumulate(t.tf[i].begin(), t.tf[i].end(), 0.0) +
+                          std::accumulate(t.tb[i].begin(), t.tb[i].end(), 0.0);
+    const double scale = summed > 0 ? (p.forward_s + p.backward_s) / summed : 0.0;
+    p.product_s = t.kc[i].product_s * scale;
+    p.convert_s = t.kc[i].convert_s * scale;
+    p.output_bytes = static_cast<double>(mb * layer.out_shape().numel() * (bf16 && computed ? 2 : 4));
+    p.stash_bytes = static_cast<double>(mb * ((layer.is_view() ? 0 : layer.out_shape().numel()) + layer.aux_per_sample()) * 4);
+    p.param_bytes = static_cast<double>(layer.num_params() * 4);
+    out.push_back(p);
+  }
+  return out;
 }
 
 }  // namespace
@@ -56,19 +94,27 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
   be.fill(dy.data(), 1e-3f, scratch);
   LayerCtx ctx{be, seed, 0, true, labels, 1.0f / static_cast<float>(mb)};
   std::vector<std::vector<double>> tf(static_cast<size_t>(L)), tb(static_cast<size_t>(L)), tw(static_cast<size_t>(L));
+  std::vector<Backend::KernelClock> kc(static_cast<size_t>(L));  // summed over the timed repetitions
   const int warmup = 2;
+  // time one pass of layer l (CUDA events on a GPU, a steady clock on the host) into `into`,
+  // and its library and conversion seconds into kc[l]
+  auto timed = [&](int l, int rep, std::vector<std::vector<double>>& into, auto&& pass) {
+    const Backend::KernelClock k0 = be.kernel_clock();
+    be.timer_start();
+    pass();
+    const double t = be.timer_stop();
+    if (rep < warmup) return;
+    into[static_cast<size_t>(l)].push_back(t);
+    const Backend::KernelClock k1 = be.kernel_clock();
+    kc[static_cast<size_t>(l)].product_s += k1.product_s - k0.product_s;
+    kc[static_cast<size_t>(l)].convert_s += k1.convert_s - k0.convert_s;
+  };
   for (int rep = 0; rep < warmup + reps; ++rep) {
-    for (int l = 0; l < L; ++l) {
-      be.timer_start();
-      st.forward_layer(l, slot, params.data(), ctx, mb);
-      const double t = be.timer_stop();  // CUDA events on a GPU, a steady clock on the host
-      if (rep >= warmup) tf[static_cast<size_t>(l)].push_back(t);
-    }
+    for (int l = 0; l < L; ++l) timed(l, rep, tf, [&] { st.forward_layer(l, slot, params.data(), ctx, mb); });
     for (int l = L - 1; l >= 0; --l) {
-      be.timer_start();
-      st.backward_layer(l, slot, params.data(), grads.data(), dy.data(), l == 0 ? nullptr : dx.data(), ctx, mb);
-      const double t = be.timer_stop();
-      if (rep >= warmup) tb[static_cast<size_t>(l)].push_back(t);
+      timed(l, rep, tb, [&] {
+        st.backward_layer(l, slot, params.data(), grads.data(), dy.data(), l == 0 ? nullptr : dx.data(), ctx, mb);
+      });
       if (!model.layer(l).splits_backward()) continue;
       be.timer_start();  // the weight-gradient half alone (W of the zero-bubble schedules)
       st.backward_weight_layer(l, slot, params.data(), grads.data(), dy.data(), ctx, mb);
@@ -76,23 +122,7 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
       if (rep >= warmup) tw[static_cast<size_t>(l)].push_back(w);
     }
   }
-  std::vector<LayerProfile> out;
-  bool computed = false;  // some layer other than a view ran: its output is bf16 on the wire
-  for (int l = 0; l < L; ++l) {
-    const Layer& layer = model.layer(l);
-    computed = computed || !layer.is_view();
-    LayerProfile p;
-    p.index = l;
-    p.name = layer.name();
-    p.type = layer.type();
-    p.forward_s = median(tf[static_cast<size_t>(l)]);
-    p.backward_s = median(tb[static_cast<size_t>(l)]);
-    p.backward_weight_s = std::min(p.backward_s, median(tw[static_cast<size_t>(l)]));
-    p.output_bytes = static_cast<double>(mb * layer.out_shape().numel() * (bf16 && computed ? 2 : 4));
-    p.stash_bytes = static_cast<double>(mb * ((layer.is_view() ? 0 : layer.out_shape().numel()) + layer.aux_per_sample()) * 4);
-    p.param_bytes = static_cast<double>(layer.num_params() * 4);
-    out.push_back(p);
-  }
+  std::vector<LayerProfile> out = summarise(model, Timings{tf, tb, tw, kc}, mb, bf16);
   // optimizer: time an SGD/AdamW-like update over the whole parameter buffer
   if (optimizer_s_per_byte) {
     Deck::Train t;

@@ -12,7 +12,8 @@
 //   - convolution forward, backward data, weights and bias on oneDNN against the host's
 //     im2col implementation (the same bounds, sum|x||w| from the im2col kernel run on
 //     absolute values), bf16 against im2col on rounded inputs;
-//   - linear_forward's fused bias is bitwise gemm then the bias pass;
+//   - linear_forward's fused bias is bitwise gemm then the bias pass; the kernel clock splits
+//     library time from operand conversion;
 //   - dx alone and dw/db alone are bitwise the fused backward; two calls are bitwise equal;
 //     the default rule gives bitwise the kernel it names; oneDNN runs one thread;
 //   - with CUDA=1 (Cuda* tests, skipped without a device): the CUDA backend's bf16 rounding,
@@ -514,6 +515,33 @@ TEST(OneDnnConv, NoBiasForwardAndWeightsWithoutBiasGradient) {
 }
 
 // ---- threads and descriptions -------------------------------------------------------------
+
+// Backend::kernel_clock, what `pipetrain profile` splits each layer's time with: a product
+// advances product_s; OpenBLAS converts nothing (convert_s exactly unchanged); oneDNN in bf16
+// rounds both operands first (convert_s grows), in fp32 it only looks up its plan, which is
+// far below the product itself (a 256^3 GEMM: about 1000 times longer).
+TEST(OneDnnInfo, KernelClockSplitsProductsFromOperandConversion) {
+  const int64_t n = 256;
+  const std::vector<float> a = random_vec(static_cast<size_t>(n * n), 41), b = random_vec(static_cast<size_t>(n * n), 42);
+  std::vector<float> c(static_cast<size_t>(n * n));
+  struct Case {
+    Fp32Kernels k;
+    Precision p;
+  };
+  for (const Case& cs : {Case{Fp32Kernels::openblas, Precision::fp32}, Case{Fp32Kernels::onednn, Precision::fp32},
+                         Case{Fp32Kernels::rule, Precision::bf16}}) {
+    Host h(cs.k, cs.p);
+    const Backend::KernelClock k0 = h.be->kernel_clock();
+    for (int r = 0; r < 3; ++r) h.be->gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    const Backend::KernelClock k1 = h.be->kernel_clock();
+    const double prod = k1.product_s - k0.product_s, conv = k1.convert_s - k0.convert_s;
+    const std::string what = std::string(precision_name(cs.p)) + (cs.k == Fp32Kernels::openblas ? " OpenBLAS" : " oneDNN");
+    EXPECT_GT(prod, 0.0) << what;
+    if (cs.k == Fp32Kernels::openblas) EXPECT_EQ(conv, 0.0) << what;
+    else if (cs.p == Precision::bf16) EXPECT_GT(conv, 0.0) << what;
+    else EXPECT_LT(conv, prod) << what;
+  }
+}
 
 TEST(OneDnnInfo, OneThreadPerRankAndTheBannerLine) {
   Host h(Fp32Kernels::rule, Precision::fp32);

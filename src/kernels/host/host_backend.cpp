@@ -89,7 +89,19 @@ void HostBackend::blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
                             const float* B, float beta, float* C) {
   ConstMatrix a(A, ta ? K : M, ta ? M : K), b(B, tb ? N : K, tb ? K : N);
   Matrix c(C, M, N);
+  Lap lap;
   KokkosBlas::gemm(ta ? "T" : "N", tb ? "T" : "N", alpha, a, b, beta, c);
+  blas_s_ += lap();
+}
+
+Backend::KernelClock HostBackend::kernel_clock() const {
+  KernelClock k;
+  k.product_s = blas_s_;
+  if (dnn_) {
+    k.product_s += dnn_->clock().execute_s;
+    k.convert_s = dnn_->clock().prepare_s;
+  }
+  return k;
 }
 
 // oneDNN in bf16 and for the fp32 shapes the rule gives it (and for strided operands, which

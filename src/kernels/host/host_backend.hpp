@@ -19,6 +19,8 @@ class HostBackend final : public Backend {
   Device device() const override { return Device::cpu; }
   std::string describe() const override;
 
+  KernelClock kernel_clock() const override;  // oneDNN's clock plus the OpenBLAS GEMMs
+
   float* alloc(size_t n) override;
   void release(float* p) override;
   void copy(float* dst, const float* src, size_t n) override;
@@ -112,6 +114,7 @@ class HostBackend final : public Backend {
 
   std::vector<float> ws_;
   std::unique_ptr<OneDnn> dnn_;
+  double blas_s_ = 0;  // seconds in blas_gemm
   Fp32Kernels fp32_kernels_ = Fp32Kernels::rule;
 };
 

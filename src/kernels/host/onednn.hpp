@@ -64,10 +64,28 @@ class OneDnn {
   // "fwd <impl>, bwd_data <impl>, bwd_weights <impl>"
   std::string conv_impl(Precision p, const WindowGeom& g, int64_t n);
 
+  // Seconds in this object's calls so far: preparing operands (bf16 rounding, reorders in and
+  // out) and executing the primitives.
+  struct Clock {
+    double prepare_s = 0, execute_s = 0;
+  };
+  const Clock& clock() const { return clock_; }
+
   struct Impl;
 
  private:
   std::unique_ptr<Impl> impl_;
+  Clock clock_;
+};
+
+// Seconds since the last lap (or construction): the oneDNN and BLAS calls split their time with it.
+class Lap {
+ public:
+  double operator()();
+
+ private:
+  double t_ = now();
+  static double now();
 };
 
 // The oneDNN effective ISA as oneDNN names it ("avx512_core_bf16", "avx512_core_amx", ...).

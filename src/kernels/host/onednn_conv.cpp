@@ -175,9 +175,11 @@ void OneDnn::conv_forward(Precision p, const WindowGeom& g, int64_t n, const flo
                           float* y) {
   Impl& d = *impl_;
   ConvOp& op = d.conv_fwd(p, d.conv_plan(p, g, n), g, n, b != nullptr);
+  Lap lap;
   try {
     feed(op.src, d.strm, x);
     feed(op.wei, d.strm, w);
+    clock_.prepare_s += lap();
     op.dst.user.set_data_handle(y);
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, op.src.prim}, {DNNL_ARG_WEIGHTS, op.wei.prim}, {DNNL_ARG_DST, op.dst.prim}};
@@ -186,8 +188,11 @@ void OneDnn::conv_forward(Precision p, const WindowGeom& g, int64_t n, const flo
       args[DNNL_ARG_BIAS] = op.bias;
     }
     op.prim.execute(d.strm, args);
+    d.strm.wait();
+    clock_.execute_s += lap();
     drain(op.dst, d.strm);
     d.strm.wait();
+    clock_.prepare_s += lap();
   } catch (const dnnl::error& e) {
     onednn_fail(conv_str(p, g, n) + " (forward)", e);
   }
@@ -197,14 +202,19 @@ void OneDnn::conv_backward_data(Precision p, const WindowGeom& g, int64_t n, con
                                 float* dx) {
   Impl& d = *impl_;
   ConvOp& op = d.conv_data(p, d.conv_plan(p, g, n), g, n);
+  Lap lap;
   try {
     feed(op.wei, d.strm, w);
     feed(op.dst, d.strm, dy);
     op.src.user.set_data_handle(dx);
+    clock_.prepare_s += lap();
     op.prim.execute(d.strm, {{DNNL_ARG_DIFF_DST, op.dst.prim}, {DNNL_ARG_WEIGHTS, op.wei.prim},
                              {DNNL_ARG_DIFF_SRC, op.src.prim}});
+    d.strm.wait();
+    clock_.execute_s += lap();
     drain(op.src, d.strm);
     d.strm.wait();
+    clock_.prepare_s += lap();
   } catch (const dnnl::error& e) {
     onednn_fail(conv_str(p, g, n) + " (backward data)", e);
   }
@@ -214,15 +224,20 @@ void OneDnn::conv_backward_weights(Precision p, const WindowGeom& g, int64_t n, 
                                    float* dw, float* db) {
   Impl& d = *impl_;
   ConvOp& op = d.conv_weights(p, d.conv_plan(p, g, n), g, n, db != nullptr);
+  Lap lap;
   try {
     feed(op.src, d.strm, x);
     feed(op.dst, d.strm, dy);
+    clock_.prepare_s += lap();
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, op.src.prim}, {DNNL_ARG_DIFF_DST, op.dst.prim}, {DNNL_ARG_DIFF_WEIGHTS, op.wei.prim}};
     if (db) args[DNNL_ARG_DIFF_BIAS] = op.bias;
     op.prim.execute(d.strm, args);
+    d.strm.wait();
+    clock_.execute_s += lap();
     drain(op.wei, d.strm);
     d.strm.wait();
+    clock_.prepare_s += lap();
   } catch (const dnnl::error& e) {
     onednn_fail(conv_str(p, g, n) + " (backward weights)", e);
   }

@@ -10,12 +10,20 @@
 #include <omp.h>
 
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
 #include <unordered_map>
 
 #include "onednn_impl.hpp"
 
 namespace pt::host {
+
+double Lap::now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double Lap::operator()() {
+  const double t = now(), d = t - t_;
+  t_ = t;
+  return d;
+}
 
 void onednn_fail(const std::string& what, const dnnl::error& e) {
   fail(Exit::internal, "oneDNN: " + what + ": " + e.what() + " (status " + std::to_string(static_cast<int>(e.status)) + ")");
@@ -163,6 +171,7 @@ void OneDnn::gemm(Precision p, const GemmArgs& a) {
   PT_CHECK(!a.bias || a.batch == 1, "oneDNN gemm: a bias only without a batch: " << shape_str(p, a));
   Impl& d = *impl_;
   MatmulPlan& plan = d.matmul_plan(p, a);
+  Lap lap;
   const void* A = a.A;
   const void* B = a.B;
   if (p == Precision::bf16) {
@@ -171,6 +180,7 @@ void OneDnn::gemm(Precision p, const GemmArgs& a) {
     A = d.bf_a.data();
     B = d.bf_b.data();
   }
+  clock_.prepare_s += lap();
   try {
     plan.a.set_data_handle(const_cast<void*>(A));
     plan.b.set_data_handle(const_cast<void*>(B));
@@ -185,6 +195,7 @@ void OneDnn::gemm(Precision p, const GemmArgs& a) {
   } catch (const dnnl::error& e) {
     onednn_fail(shape_str(p, a), e);
   }
+  clock_.execute_s += lap();
 }
 
 std::string OneDnn::gemm_impl(Precision p, const GemmArgs& a) { return impl_->matmul_plan(p, a).impl; }
