@@ -3,8 +3,11 @@
 // Contract: the caller's tensors are NCHW fp32 (weights OIHW). Each primitive is created with
 // format_tag::any, so oneDNN picks its preferred (blocked) layouts; the reorders from and to
 // the caller's layout are built with it and cached in the plan, with the memory they need.
-// bf16: x, w and dy are first rounded to bf16 (to_bf16, PyTorch's rounding) into plan-owned
-// NCHW copies; outputs (y, dx, dw, db) are fp32. dx is overwritten; dw and db are computed
+// bf16: x, w and dy go to bf16 by the same reorder that brings them into the primitive's
+// layout (one pass; rounding to nearest even as PyTorch, NaN 0x7FC0; a subnormal input,
+// |x| < 1.2e-38, becomes a signed zero where PyTorch keeps a bf16 subnormal), or, where the
+// primitive takes the plain layout, are rounded by to_bf16 (PyTorch's rounding exactly) into
+// plan-owned NCHW copies; outputs (y, dx, dw, db) are fp32. dx is overwritten; dw and db are computed
 // into plan-owned fp32 buffers and then added to the caller's (dw += ..., db += ...), in
 // index order. Backward data and backward weights are independent primitives, so a call for
 // dx alone or for dw/db alone is bitwise the same as the call that asks for all three.
@@ -34,6 +37,12 @@ md bias_md(const WindowGeom& g) { return md({g.c_out}, dt::f32, tag::x); }
 dims strides(const WindowGeom& g) { return {g.stride, g.stride}; }
 dims pads(const WindowGeom& g) { return {g.padding, g.padding}; }
 
+// The same plain (strided) layout in fp32: the caller's tensor behind a bf16 input.
+md as_f32(const md& m) {
+  const auto& st = m.data.format_desc.blocking.strides;
+  return md(m.dims(), dt::f32, dims(st, st + m.data.ndims));
+}
+
 // How a port meets the caller: an input (a bf16 one through its rounded copy), an output
 // written in place, or an output accumulated into the caller's tensor through port.acc.
 enum class Role { input, output, accumulate };
@@ -42,6 +51,13 @@ enum class Role { input, output, accumulate };
 // when they differ: user -> primitive for an input, primitive -> user for an output.
 void make_port(Port& port, const dnnl::engine& eng, const md& user_md, const md& prim_md, Role role) {
   void* handle = DNNL_MEMORY_NONE;
+  if (role == Role::input && user_md.data_type() == dt::bf16 && prim_md != user_md) {
+    // one reorder rounds the caller's fp32 tensor and brings it into the primitive's layout
+    port.user = dnnl::memory(as_f32(user_md), eng, DNNL_MEMORY_NONE);
+    port.prim = dnnl::memory(prim_md, eng);
+    port.reorder = dnnl::reorder(port.user, port.prim);
+    return;
+  }
   if (role == Role::input && user_md.data_type() == dt::bf16) {
     port.bf16.resize(user_md.get_size() / sizeof(uint16_t));
     handle = port.bf16.data();
