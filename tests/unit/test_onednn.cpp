@@ -12,7 +12,8 @@
 //   - convolution forward, backward data, weights and bias on oneDNN against the host's
 //     im2col implementation (the same bounds, sum|x||w| from the im2col kernel run on
 //     absolute values), bf16 against im2col on rounded inputs;
-//   - linear_forward's fused bias is bitwise gemm then the bias pass; the kernel clock splits
+//   - linear_forward's fused bias is bitwise gemm then the bias pass; a bf16 convolution input
+//     rounds as bf16_bits for normal values; the kernel clock splits
 //     library time from operand conversion;
 //   - dx alone and dw/db alone are bitwise the fused backward; two calls are bitwise equal;
 //     the default rule gives bitwise the kernel it names; oneDNN runs one thread;
@@ -425,6 +426,39 @@ TEST(OneDnnConv, Bf16MatchesIm2colOnRoundedInputs) {
     compare_conv(got, run_conv(*ref.be, d, x, w, dy), conv_magnitudes(d, x, w, dy), d, 0.0);
     compare_conv(got, run_conv(*ref.be, d, d.x, d.w, d.dy), conv_magnitudes(d, d.x, d.w, d.dy), d, kBf16Product);
   }
+}
+
+// The bf16 rounding of a convolution input that oneDNN converts in its reorder to a blocked
+// layout (docs/PRECISION.md): a 3x3 convolution whose only weight is 1 at the centre tap of
+// channel o -> o passes each input through, so y = bf16(x) exactly for every normal value
+// (ties to even included: 1 + 2^-8 and 1 + 3 2^-8); a subnormal gives either its PyTorch
+// rounding or 0 (the documented flush). Magnitudes 1e-30 to 1e30, both signs. (No NaN: the
+// zero weights of the window would carry it to its neighbours, 0 NaN = NaN.)
+TEST(OneDnnConv, Bf16InputRoundingIsPyTorchsForNormalValues) {
+  const WindowGeom g = geom(32, 6, 32, 3, 1, 1);
+  const int64_t n = 4, hw = g.h_in * g.w_in;
+  std::vector<float> x = random_vec(static_cast<size_t>(n * g.c_in * hw), 61);
+  const std::vector<float> e = random_vec(x.size(), 62);
+  for (size_t i = 0; i < x.size(); ++i) x[i] *= std::pow(10.0f, 30.0f * e[i]);
+  x[0] = 1.0f + 1.0f / 256, x[1] = 1.0f + 3.0f / 256, x[2] = -(1.0f + 1.0f / 256);
+  x[4] = 1e-39f, x[5] = -3e-40f;
+  std::vector<float> w(static_cast<size_t>(g.c_out * g.c_in * 9), 0.0f);
+  for (int64_t o = 0; o < g.c_out; ++o) w[static_cast<size_t>((o * g.c_in + o) * 9 + 4)] = 1.0f;
+  Host h(Fp32Kernels::rule, Precision::bf16);
+  std::vector<float> y(x.size());
+  h.be->conv2d_forward(g, n, x.data(), w.data(), nullptr, y.data());
+  int checked = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::fabs(x[i]) < std::numeric_limits<float>::min()) {
+      EXPECT_TRUE(y[i] == 0.0f || y[i] == bf16_round(x[i])) << i << " x " << x[i] << " y " << y[i];
+    } else {
+      ASSERT_EQ(y[i], bf16_round(x[i])) << i << " x " << x[i];
+      ++checked;
+    }
+  }
+  EXPECT_EQ(y[0], 1.0f);             // the tie rounds to the even significand
+  EXPECT_EQ(y[1], 1.0f + 4.0f / 256);
+  EXPECT_GT(checked, 2000);
 }
 
 TEST(OneDnnConv, SplitBackwardIsBitwiseTheFusedCallAndRepeats) {
