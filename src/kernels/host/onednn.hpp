@@ -81,11 +81,11 @@ class OneDnn {
 // Seconds since the last lap (or construction): the oneDNN and BLAS calls split their time with it.
 class Lap {
  public:
+  Lap();
   double operator()();
 
  private:
-  double t_ = now();
-  static double now();
+  double t_;
 };
 
 // The oneDNN effective ISA as oneDNN names it ("avx512_core_bf16", "avx512_core_amx", ...).

@@ -43,30 +43,29 @@ md as_f32(const md& m) {
   return md(m.dims(), dt::f32, dims(st, st + m.data.ndims));
 }
 
-// How a port meets the caller: an input (a bf16 one through its rounded copy), an output
+// How a port meets the caller: an input (a bf16 one rounded on the way in), an output
 // written in place, or an output accumulated into the caller's tensor through port.acc.
 enum class Role { input, output, accumulate };
 
 // The caller's memory (user_md) and the primitive's (prim_md), with the reorder between them
-// when they differ: user -> primitive for an input, primitive -> user for an output.
+// when they differ: user -> primitive for an input, primitive -> user for an output. A bf16
+// input's reorder reads the caller's fp32 tensor and rounds it in the same pass; where the
+// primitive takes the plain layout there is no reorder, and feed rounds into port.bf16.
 void make_port(Port& port, const dnnl::engine& eng, const md& user_md, const md& prim_md, Role role) {
+  md user = user_md;
   void* handle = DNNL_MEMORY_NONE;
-  if (role == Role::input && user_md.data_type() == dt::bf16 && prim_md != user_md) {
-    // one reorder rounds the caller's fp32 tensor and brings it into the primitive's layout
-    port.user = dnnl::memory(as_f32(user_md), eng, DNNL_MEMORY_NONE);
-    port.prim = dnnl::memory(prim_md, eng);
-    port.reorder = dnnl::reorder(port.user, port.prim);
-    return;
-  }
-  if (role == Role::input && user_md.data_type() == dt::bf16) {
+  const bool bf16_input = role == Role::input && user_md.data_type() == dt::bf16;
+  if (bf16_input && prim_md != user_md) {
+    user = as_f32(user_md);
+  } else if (bf16_input) {
     port.bf16.resize(user_md.get_size() / sizeof(uint16_t));
     handle = port.bf16.data();
   } else if (role == Role::accumulate) {
     port.acc.resize(user_md.get_size() / sizeof(float));
     handle = port.acc.data();
   }
-  port.user = dnnl::memory(user_md, eng, handle);
-  if (prim_md == user_md) {
+  port.user = dnnl::memory(user, eng, handle);
+  if (prim_md == user) {
     port.prim = port.user;
     return;
   }

@@ -16,9 +16,10 @@
 
 namespace pt::host {
 
-// A tensor as one primitive argument: the caller's memory (user layout; for a bf16 input the
-// converted copy in `bf16`) and the primitive's (its preferred layout), with the reorder
-// between them (user -> primitive for inputs, primitive -> user for outputs) when they differ.
+// A tensor as one primitive argument: the caller's memory (user layout; for a bf16 input that
+// the primitive takes in the plain layout, the rounded copy in `bf16`) and the primitive's
+// (its preferred layout), with the reorder between them (user -> primitive for inputs, which
+// also rounds a bf16 input; primitive -> user for outputs) when they differ.
 struct Port {
   dnnl::memory user, prim;
   dnnl::reorder reorder;            // empty when prim is user

@@ -10,17 +10,17 @@
 #include <omp.h>
 
 #include <cstdlib>
-#include <chrono>
 #include <cstring>
 #include <unordered_map>
 
 #include "onednn_impl.hpp"
+#include "pipetrain/parallel.hpp"  // now_s
 
 namespace pt::host {
 
-double Lap::now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+Lap::Lap() : t_(now_s()) {}
 double Lap::operator()() {
-  const double t = now(), d = t - t_;
+  const double t = now_s(), d = t - t_;
   t_ = t;
   return d;
 }
