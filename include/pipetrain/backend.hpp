@@ -170,6 +170,23 @@ class Backend {
   virtual void causal_softmax_forward(int64_t batches, int64_t T, const float* s, float* p) = 0;
   // ds = p * (dp - sum_j p * dp) row by row (0 above the diagonal); ds may alias dp.
   virtual void causal_softmax_backward(int64_t batches, int64_t T, const float* p, const float* dp, float* ds) = 0;
+  // Fused causal attention core, for backends that offer it (fused_attention(); the host
+  // does, CUDA composes the ops above). Operands stay token-major, as the projections write
+  // and read them: qkv [n, T, 3, H, dh] (q, k, v of each token), o and do [n, T, H, dh],
+  // P [n, H, T, T] the probabilities (0 above the diagonal), dqkv like qkv. In bf16 the
+  // operands of the four products (q, k, v, P; do, v, P, dS, k, q) are rounded to bf16 as
+  // gemm rounds them; softmax and every sum stay fp32. No dropout: a layer with dropout of
+  // the probabilities composes. Forward: P = causal_softmax(scale q k^T), o = P v.
+  // Backward: dP = do v^T, dS = causal_softmax_backward(P, dP), dq = scale dS k,
+  // dk = scale dS^T q, dv = P^T do.
+  struct AttentionGeom {
+    int64_t n = 0, T = 0, H = 0, dh = 0;
+    float scale = 1.0f;
+  };
+  virtual bool fused_attention() const { return false; }
+  virtual void attention_forward(const AttentionGeom& g, const float* qkv, float* P, float* o);
+  virtual void attention_backward(const AttentionGeom& g, const float* qkv, const float* P, const float* dout,
+                                  float* dqkv);
   // y[s, t, :] = wte[tokens[s, t], :] + wpe[t, :] (tokens are exact floats in [0, V)).
   virtual void embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* wte,
                                  const float* wpe, float* y) = 0;

@@ -43,17 +43,31 @@ const float* AttentionCore::dropped(const LayerCtx& c, const float* P, float* bu
   return buf;
 }
 
+Backend::AttentionGeom AttentionCore::geom(int64_t n) const {
+  Backend::AttentionGeom g;
+  g.n = n, g.T = T_, g.H = H_, g.dh = dh_, g.scale = scale_;
+  return g;
+}
+
+// The saved q, k, v are token-major [n, T, 3, H, dh] on the fused path and head-major
+// [3, n, H, T, dh] on the composed one; fused() is fixed per backend and layer, so forward
+// and backward agree.
 void AttentionCore::forward(const LayerCtx& c, const float* w, const float* x, float* y, float* saved,
                             int64_t n) const {
   Backend& be = c.be;
   const int64_t TD = T_ * D_;
   Carve s{saved, n};
-  float* qkvh = s.take(3 * TD);
+  float* qkv = s.take(3 * TD);
   float* P = s.take(H_ * T_ * T_);
   float* O = s.take(TD);
+  if (fused(be)) {
+    qkv_.forward(be, w, x, qkv, n * T_);
+    be.attention_forward(geom(n), qkv, P, O);
+    return proj_.forward(be, w + qkv_.size(), O, y, n * T_);
+  }
   qkv_.forward(be, w, x, c.work, n * T_);  // [n, T, 3, H, dh]
-  be.heads_split(n, T_, 3, H_, dh_, c.work, qkvh);
-  const float *q = qkvh, *k = qkvh + n * TD, *v = qkvh + 2 * n * TD;
+  be.heads_split(n, T_, 3, H_, dh_, c.work, qkv);
+  const float *q = qkv, *k = qkv + n * TD, *v = qkv + 2 * n * TD;
   heads_gemm(be, false, true, T_, T_, dh_, scale_, q, k, P, n);  // scores
   be.causal_softmax_forward(n * H_, T_, P, P);
   Carve wk{c.work, n};
@@ -78,6 +92,10 @@ void AttentionCore::input_half(const LayerCtx& c, const float* w, const float* d
   float* pd_buf = p_ > 0 ? wk.take(H_ * TT) : nullptr;
   float* dqkvh = wk.take(3 * TD);
   proj_.backward_input(be, w + qkv_.size(), dy, dO, n * T_);
+  if (fused(be)) {
+    be.attention_backward(geom(n), qkvh, P, dO, keep);
+    return qkv_.backward_input(be, w, keep, dx, n * T_);
+  }
   be.heads_split(n, T_, 1, H_, dh_, dO, dOh);
   heads_gemm(be, false, true, T_, T_, dh_, 1.0f, dOh, v, dP, n);                          // dPd = dO V^T
   heads_gemm(be, true, false, T_, dh_, T_, 1.0f, dropped(c, P, pd_buf, n), dOh, dqkvh + 2 * n * TD, n);  // dV = Pd^T dO

@@ -72,6 +72,10 @@ class HostBackend final : public Backend {
   void heads_merge(int64_t n, int64_t T, int64_t parts, int64_t H, int64_t dh, const float* y, float* x) override;
   void causal_softmax_forward(int64_t batches, int64_t T, const float* s, float* p) override;
   void causal_softmax_backward(int64_t batches, int64_t T, const float* p, const float* dp, float* ds) override;
+  bool fused_attention() const override { return true; }
+  void attention_forward(const AttentionGeom& g, const float* qkv, float* P, float* o) override;  // attention_kernel.cpp
+  void attention_backward(const AttentionGeom& g, const float* qkv, const float* P, const float* dout,
+                          float* dqkv) override;
   void embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* wte, const float* wpe,
                          float* y) override;
   void embedding_backward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* dy, float* dwte,

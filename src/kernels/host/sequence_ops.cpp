@@ -58,28 +58,13 @@ void HostBackend::heads_merge(int64_t n, int64_t T, int64_t parts, int64_t H, in
 
 // Row i of each [T, T] block: softmax over keys 0..i (fp32, lanes of vec_math.hpp), zeros after.
 void HostBackend::causal_softmax_forward(int64_t batches, int64_t T, const float* s, float* p) {
-  Kokkos::parallel_for("pt::causal_softmax_forward", Range(0, batches * T), [=](int64_t r) {
-    const int64_t len = r % T + 1;
-    const float* sr = s + r * T;
-    float* pr = p + r * T;
-    const float mx = row_max(sr, len);
-    for (int64_t j = 0; j < len; ++j) pr[j] = exp_approx(sr[j] - mx);
-    const float inv = 1.0f / lane_sum_f(len, [&](int64_t j) { return pr[j]; });
-    for (int64_t j = 0; j < len; ++j) pr[j] *= inv;
-    for (int64_t j = len; j < T; ++j) pr[j] = 0.0f;
-  });
+  Kokkos::parallel_for("pt::causal_softmax_forward", Range(0, batches * T),
+                       [=](int64_t r) { causal_softmax_row(s + r * T, p + r * T, r % T + 1, T); });
 }
 
 void HostBackend::causal_softmax_backward(int64_t batches, int64_t T, const float* p, const float* dp, float* ds) {
-  Kokkos::parallel_for("pt::causal_softmax_backward", Range(0, batches * T), [=](int64_t r) {
-    const int64_t len = r % T + 1;
-    const float* pr = p + r * T;
-    const float* dpr = dp + r * T;
-    float* dsr = ds + r * T;
-    const float dot = lane_sum_f(len, [&](int64_t j) { return pr[j] * dpr[j]; });
-    for (int64_t j = 0; j < len; ++j) dsr[j] = pr[j] * (dpr[j] - dot);
-    for (int64_t j = len; j < T; ++j) dsr[j] = 0.0f;
-  });
+  Kokkos::parallel_for("pt::causal_softmax_backward", Range(0, batches * T),
+                       [=](int64_t r) { causal_softmax_grad_row(p + r * T, dp + r * T, ds + r * T, r % T + 1, T); });
 }
 
 void HostBackend::embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* wte,

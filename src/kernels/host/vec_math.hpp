@@ -135,4 +135,21 @@ inline float row_max(const float* x, int64_t n) {
   return m;
 }
 
+// One row of a causal softmax over a row of T scores: p[0, len) = the softmax of s[0, len)
+// (max, exponentials and sum in fp32), p[len, T) = 0. p may alias s.
+inline void causal_softmax_row(const float* s, float* p, int64_t len, int64_t T) {
+  const float mx = row_max(s, len);
+  for (int64_t j = 0; j < len; ++j) p[j] = exp_approx(s[j] - mx);
+  const float inv = 1.0f / lane_sum_f(len, [&](int64_t j) { return p[j]; });
+  for (int64_t j = 0; j < len; ++j) p[j] *= inv;
+  for (int64_t j = len; j < T; ++j) p[j] = 0.0f;
+}
+
+// Its backward: ds[0, len) = p (dp - sum_j p dp), ds[len, T) = 0. ds may alias dp.
+inline void causal_softmax_grad_row(const float* p, const float* dp, float* ds, int64_t len, int64_t T) {
+  const float dot = lane_sum_f(len, [&](int64_t j) { return p[j] * dp[j]; });
+  for (int64_t j = 0; j < len; ++j) ds[j] = p[j] * (dp[j] - dot);
+  for (int64_t j = len; j < T; ++j) ds[j] = 0.0f;
+}
+
 }  // namespace pt::host

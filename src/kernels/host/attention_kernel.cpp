@@ -1,0 +1,233 @@
+// The host's fused causal attention core (Backend::attention_forward / attention_backward,
+// backend.hpp). Per (sample, head), one at a time (the host backend runs one thread per
+// rank): q, k, v (and the output gradient) are gathered from the token-major projection
+// buffers into zero-padded tiles of T x dh (rows and features padded to 16 floats), rounded
+// to bf16 in bf16 precision, and the products run on the tiles in 16-float vector registers
+// over the causal triangle only (keys j <= query i): about half the multiply-adds of the
+// full [T, T] products that the composed path (heads_split, batched GEMMs, softmax,
+// heads_merge) spends, and none of its permutation passes. The softmax rows are
+// vec_math.hpp's, the ones causal_softmax_forward/backward use.
+// Numerics: every product element is an fp32 sum of exact products in a fixed order
+// (ascending key or query index, one fused multiply-add each), so a run is bitwise
+// reproducible; against the composed path only the summation order differs (fp32 rounding,
+// tested in tests/unit/test_attention_kernel.cpp against a double reference).
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include <immintrin.h>
+
+#include "host_backend.hpp"
+#include "vec_math.hpp"
+
+namespace pt::host {
+namespace {
+
+typedef float vec16 __attribute__((vector_size(64)));               // 16 floats: one AVX-512 register
+typedef float vec16u __attribute__((vector_size(64), aligned(4)));  // the same at any float address
+constexpr int64_t kW = 16;
+
+inline vec16 load(const float* p) { return *reinterpret_cast<const vec16u*>(p); }
+inline void store(float* p, vec16 v) { *reinterpret_cast<vec16u*>(p) = v; }
+inline int64_t pad16(int64_t x) { return (x + kW - 1) / kW * kW; }
+typedef uint32_t vec16i __attribute__((vector_size(64)));
+// bf16_round (backend.hpp) on 16 floats: the same bits, NaN -> the quiet NaN 0x7FC0
+inline vec16 round_bf16(vec16 x) {
+  vec16i u;
+  std::memcpy(&u, &x, sizeof u);
+  const vec16i r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  const vec16i out = (u & 0x7fffffffu) > 0x7f800000u ? vec16i{} + 0x7fc00000u : r;
+  vec16 y;
+  std::memcpy(&y, &out, sizeof y);
+  return y;
+}
+// For the copy loops below: GCC would turn each into a libc memcpy call per row of 32-128
+// floats, which measured slower than the copies themselves (20% of the kernel's time).
+#define PT_NO_MEMCPY_CALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+
+// Zero-padded tiles of one (sample, head): rows [Tp, dp] (a row per position) and [Tp, Tp]
+// triangles; padding is zeroed once per call and never written.
+struct Tiles {
+  int64_t T, Tp, dh, dp;
+  bool bf16;
+  std::vector<float> mem;
+  float *a, *b, *c, *d;  // [Tp, dp] row tiles
+  float *kt;             // [dp, Tp]: a row tile transposed (keys along the vector)
+  float *s, *p;          // [Tp, Tp]: scores / dP / dS, and probabilities as products read them
+  Tiles(int64_t T_, int64_t dh_, bool bf16_) : T(T_), Tp(pad16(T_)), dh(dh_), dp(pad16(dh_)), bf16(bf16_) {
+    const int64_t row = Tp * dp, tri = Tp * Tp;
+    mem.assign(static_cast<size_t>(5 * row + 2 * tri), 0.0f);
+    a = mem.data(), b = a + row, c = b + row, d = c + row, kt = d + row, s = kt + row, p = s + tri;
+  }
+  float rd(float x) const { return bf16 ? bf16_round(x) : x; }
+  // rows t < T of a [T, dh] slice with row stride ld -> tile [Tp, dp]
+  PT_NO_MEMCPY_CALLS void gather(const float* src, int64_t ld, float* tile) const {
+    for (int64_t t = 0; t < T; ++t) {
+      const float* x = src + t * ld;
+      float* y = tile + t * dp;
+      int64_t e = 0;
+      for (; e + kW <= dh; e += kW) store(y + e, bf16 ? round_bf16(load(x + e)) : load(x + e));
+      for (; e < dh; ++e) y[e] = rd(x[e]);
+    }
+  }
+  // the same, transposed into kt [dp, Tp], through the row tile `rows` (contiguous reads)
+  void gather_transposed(const float* src, int64_t ld, float* rows, float* tile) const {
+    gather(src, ld, rows);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t e = 0; e < dh; ++e) tile[e * Tp + t] = rows[t * dp + e];
+  }
+};
+
+// s[i, 16 jb ..] = scale * a[i, :] . kt[:, 16 jb ..] for the query rows i of a group of 8
+// (8 accumulators in flight) and every key vector jb that holds a key j <= i: the group's
+// rows share one 16-key block.
+void scores(const Tiles& t, const float* a, float scale, float* s) {
+  constexpr int R = 8;
+  const int64_t Tp = t.Tp, dp = t.dp;
+  for (int64_t i0 = 0; i0 < t.T; i0 += R) {
+    const int64_t nvec = i0 / kW + 1;
+    const float* q = a + i0 * dp;
+    for (int64_t jb = 0; jb < nvec; ++jb) {
+      vec16 acc[R] = {};
+      const float* kv = t.kt + jb * kW;
+      for (int64_t e = 0; e < t.dh; ++e) {
+        const vec16 k = load(kv + e * Tp);
+        for (int r = 0; r < R; ++r) acc[r] += q[r * dp + e] * k;
+      }
+      for (int r = 0; r < R && i0 + r < t.T; ++r) store(s + (i0 + r) * Tp + jb * kW, acc[r] * scale);
+    }
+  }
+}
+
+// row i of a product, NV vectors from column c0, into out (its first dh - c0 columns only)
+template <int NV>
+PT_NO_MEMCPY_CALLS inline void store_row(const Tiles& t, const vec16 (&acc)[NV], float scale, int64_t c0, float* out) {
+  if (c0 + NV * kW <= t.dh) {
+    for (int v = 0; v < NV; ++v) store(out + c0 + v * kW, acc[v] * scale);
+    return;
+  }
+  float row[NV * kW];
+  for (int v = 0; v < NV; ++v) store(row + v * kW, acc[v] * scale);
+  for (int64_t e = c0; e < t.dh; ++e) out[e] = row[e - c0];
+}
+
+// out[i, :dh] = scale * sum_{j <= i} w[i, j] x[j, :], for rows i < T, out row stride ld.
+// w is a [Tp, Tp] triangle (zeros above the diagonal), x a [Tp, dp] row tile.
+template <int NV>
+void rows_block(const Tiles& t, const float* w, const float* x, int64_t c0, float scale, float* out, int64_t ld) {
+  const int64_t Tp = t.Tp, dp = t.dp;
+  for (int64_t i0 = 0; i0 < t.T; i0 += 4) {
+    vec16 acc[4][NV] = {};
+    const int64_t jend = std::min(i0 + 4, t.T);
+    for (int64_t j = 0; j < jend; ++j) {
+      vec16 xv[NV];
+      for (int v = 0; v < NV; ++v) xv[v] = load(x + j * dp + c0 + v * kW);
+      for (int r = 0; r < 4; ++r) {
+        const float wr = w[(i0 + r) * Tp + j];
+        for (int v = 0; v < NV; ++v) acc[r][v] += wr * xv[v];
+      }
+    }
+    for (int r = 0; r < 4 && i0 + r < t.T; ++r) store_row<NV>(t, acc[r], scale, c0, out + (i0 + r) * ld);
+  }
+}
+
+// out[j, :dh] = scale * sum_{i >= j} w[i, j] x[i, :] (the transposed triangle times x).
+template <int NV>
+void cols_block(const Tiles& t, const float* w, const float* x, int64_t c0, float scale, float* out, int64_t ld) {
+  const int64_t Tp = t.Tp, dp = t.dp;
+  for (int64_t j0 = 0; j0 < t.T; j0 += 4) {
+    vec16 acc[4][NV] = {};
+    for (int64_t i = j0; i < t.T; ++i) {
+      vec16 xv[NV];
+      for (int v = 0; v < NV; ++v) xv[v] = load(x + i * dp + c0 + v * kW);
+      for (int r = 0; r < 4; ++r) {
+        const float wr = w[i * Tp + j0 + r];
+        for (int v = 0; v < NV; ++v) acc[r][v] += wr * xv[v];
+      }
+    }
+    for (int r = 0; r < 4 && j0 + r < t.T; ++r) store_row<NV>(t, acc[r], scale, c0, out + (j0 + r) * ld);
+  }
+}
+
+// The feature columns in chunks of two vectors (8 accumulators), then one.
+template <bool Transposed>
+void product(const Tiles& t, const float* w, const float* x, float scale, float* out, int64_t ld) {
+  int64_t c0 = 0;
+  for (; c0 + 2 * kW <= t.dp; c0 += 2 * kW)
+    Transposed ? cols_block<2>(t, w, x, c0, scale, out, ld) : rows_block<2>(t, w, x, c0, scale, out, ld);
+  if (c0 < t.dp) Transposed ? cols_block<1>(t, w, x, c0, scale, out, ld) : rows_block<1>(t, w, x, c0, scale, out, ld);
+}
+
+// the [T, T] matrix m into the triangle tile (rounded in bf16)
+PT_NO_MEMCPY_CALLS void load_triangle(const Tiles& t, const float* m, float* tile) {
+  for (int64_t i = 0; i < t.T; ++i)
+    for (int64_t j = 0; j < t.T; ++j) tile[i * t.Tp + j] = t.rd(m[i * t.T + j]);
+}
+
+// a probability row of T floats out to P, and into the triangle tile as products read it
+PT_NO_MEMCPY_CALLS void copy_row(const Tiles& t, const float* r, float* P, float* tile) {
+  int64_t j = 0;
+  const bool stream = (reinterpret_cast<uintptr_t>(P) & 63) == 0;
+  for (; j + kW <= t.T; j += kW) {
+    const vec16 v = load(r + j);
+#ifdef __AVX512F__
+    if (stream) _mm512_stream_ps(P + j, reinterpret_cast<__m512>(v));
+    else store(P + j, v);
+#else
+    store(P + j, v);
+#endif
+    store(tile + j, t.bf16 ? round_bf16(v) : v);
+  }
+  for (; j < t.T; ++j) P[j] = r[j], tile[j] = t.rd(r[j]);
+}
+
+}  // namespace
+
+void HostBackend::attention_forward(const AttentionGeom& g, const float* qkv, float* P, float* o) {
+  const int64_t T = g.T, D = g.H * g.dh, TT = T * T;
+  Tiles t(T, g.dh, precision() == Precision::bf16);
+  for (int64_t s = 0; s < g.n; ++s)
+    for (int64_t h = 0; h < g.H; ++h) {
+      const float* x = qkv + s * T * 3 * D + h * g.dh;  // q of (s, h); k at +D, v at +2D
+      float* Ph = P + (s * g.H + h) * TT;
+      t.gather(x, 3 * D, t.a);
+      t.gather_transposed(x + D, 3 * D, t.b, t.kt);
+      t.gather(x + 2 * D, 3 * D, t.c);
+      scores(t, t.a, g.scale, t.s);
+      for (int64_t i = 0; i < T; ++i) {  // softmax in the tile (cache), then out to P
+        float* r = t.s + i * t.Tp;
+        causal_softmax_row(r, r, i + 1, T);
+        copy_row(t, r, Ph + i * T, t.p + i * t.Tp);
+      }
+      product<false>(t, t.p, t.c, 1.0f, o + s * T * D + h * g.dh, D);
+    }
+}
+
+void HostBackend::attention_backward(const AttentionGeom& g, const float* qkv, const float* P, const float* dout,
+                                     float* dqkv) {
+  const int64_t T = g.T, D = g.H * g.dh, TT = T * T;
+  Tiles t(T, g.dh, precision() == Precision::bf16);
+  for (int64_t s = 0; s < g.n; ++s)
+    for (int64_t h = 0; h < g.H; ++h) {
+      const float* x = qkv + s * T * 3 * D + h * g.dh;
+      float* dx = dqkv + s * T * 3 * D + h * g.dh;
+      const float* Ph = P + (s * g.H + h) * TT;
+      t.gather(x, 3 * D, t.a);                       // q
+      t.gather(x + D, 3 * D, t.b);                   // k
+      t.gather_transposed(x + 2 * D, 3 * D, t.c, t.kt);  // v^T
+      t.gather(dout + s * T * D + h * g.dh, D, t.d);  // do
+      scores(t, t.d, 1.0f, t.s);                     // dP = do v^T (the triangle)
+      load_triangle(t, Ph, t.p);
+      product<true>(t, t.p, t.d, 1.0f, dx + 2 * D, 3 * D);  // dv = P^T do
+      for (int64_t i = 0; i < T; ++i) {
+        float* r = t.s + i * t.Tp;
+        causal_softmax_grad_row(Ph + i * T, r, r, i + 1, T);  // dS, zeros after the diagonal
+        if (t.bf16)
+          for (int64_t j = 0; j <= i; ++j) r[j] = bf16_round(r[j]);
+      }
+      product<false>(t, t.s, t.b, g.scale, dx, 3 * D);     // dq = scale dS k
+      product<true>(t, t.s, t.a, g.scale, dx + D, 3 * D);  // dk = scale dS^T q
+    }
+}
+
+}  // namespace pt::host

@@ -1,0 +1,200 @@
+// The host's fused causal attention kernel (Backend::attention_forward/backward,
+// src/kernels/host/attention_kernel.cpp) against a reference in double written here from the
+// definition, on shapes that exercise every tail (T and dh not multiples of 4 or 16, one
+// head, several samples), in both precisions:
+//  - fp32: P, o, dq, dk, dv within 2e-6 of the largest reference magnitude (fp32 sums of at
+//    most T exact products; only the order differs);
+//  - bf16: the reference rounds the same operands (q, k, v, P; do, v, P, dS, k, q) with
+//    bf16_round and sums in double. P, o and dv agree within 2e-6 (the operands are the
+//    kernel's own rounded values, so only fp32 accumulation differs); dq and dk within 2e-3,
+//    because dS is rounded from the kernel's fp32 value, which can sit on the other side of
+//    a bf16 rounding boundary from the double one for a few elements (one bf16 ulp, 2^-8).
+//    A kernel that skipped a rounding misses the 2e-6 bars by orders of magnitude, which the
+//    test asserts too.
+// Plus: both precisions are deterministic (bitwise equal on a repeat), and the composed path
+// (heads_split, batched oneDNN/OpenBLAS GEMMs, causal softmax, heads_merge) agrees with the
+// fused one within the same bars.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "pipetrain/backend.hpp"
+
+namespace {
+
+using pt::Backend;
+using pt::bf16_round;
+using pt::Precision;
+
+struct Case {
+  int64_t n, T, H, dh;
+};
+struct Grads {
+  std::vector<float> P, o, dqkv;
+};
+
+std::vector<float> uniform(size_t count, uint32_t seed, float scale) {
+  std::vector<float> v(count);
+  uint32_t s = seed;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = scale * (static_cast<float>(s >> 8) / 16777216.0f - 0.5f);
+  }
+  return v;
+}
+
+Backend::AttentionGeom geom(const Case& c) {
+  Backend::AttentionGeom g;
+  g.n = c.n, g.T = c.T, g.H = c.H, g.dh = c.dh, g.scale = 1.0f / std::sqrt(static_cast<float>(c.dh));
+  return g;
+}
+
+Grads run_fused(Backend& be, const Case& c, const std::vector<float>& qkv, const std::vector<float>& dout) {
+  const Backend::AttentionGeom g = geom(c);
+  Grads r;
+  r.P.assign(c.n * c.H * c.T * c.T, -1.0f);
+  r.o.assign(c.n * c.T * c.H * c.dh, -1.0f);
+  r.dqkv.assign(qkv.size(), -1.0f);
+  be.attention_forward(g, qkv.data(), r.P.data(), r.o.data());
+  be.attention_backward(g, qkv.data(), r.P.data(), dout.data(), r.dqkv.data());
+  return r;
+}
+
+// The same through the composed ops (what the layer runs on a backend without the kernel).
+Grads run_composed(Backend& be, const Case& c, const std::vector<float>& qkv, const std::vector<float>& dout) {
+  const int64_t n = c.n, T = c.T, H = c.H, dh = c.dh, TD = T * H * dh, B = n * H;
+  const float scale = geom(c).scale;
+  std::vector<float> h(3 * n * TD), Oh(n * TD), dOh(n * TD), dP(B * T * T), dh3(3 * n * TD);
+  Grads r;
+  r.P.assign(B * T * T, 0.0f);
+  r.o.assign(n * TD, 0.0f);
+  r.dqkv.assign(qkv.size(), 0.0f);
+  const float *q = h.data(), *k = q + n * TD, *v = k + n * TD;
+  be.heads_split(n, T, 3, H, dh, qkv.data(), h.data());
+  be.gemm_strided_batched(false, true, T, T, dh, scale, q, dh, T * dh, k, dh, T * dh, 0.0f, r.P.data(), T, T * T, B);
+  be.causal_softmax_forward(B, T, r.P.data(), r.P.data());
+  be.gemm_strided_batched(false, false, T, dh, T, 1.0f, r.P.data(), T, T * T, v, dh, T * dh, 0.0f, Oh.data(), dh, T * dh, B);
+  be.heads_merge(n, T, 1, H, dh, Oh.data(), r.o.data());
+  be.heads_split(n, T, 1, H, dh, dout.data(), dOh.data());
+  be.gemm_strided_batched(false, true, T, T, dh, 1.0f, dOh.data(), dh, T * dh, v, dh, T * dh, 0.0f, dP.data(), T, T * T, B);
+  be.gemm_strided_batched(true, false, T, dh, T, 1.0f, r.P.data(), T, T * T, dOh.data(), dh, T * dh, 0.0f,
+                          dh3.data() + 2 * n * TD, dh, T * dh, B);
+  be.causal_softmax_backward(B, T, r.P.data(), dP.data(), dP.data());
+  be.gemm_strided_batched(false, false, T, dh, T, scale, dP.data(), T, T * T, k, dh, T * dh, 0.0f, dh3.data(), dh, T * dh, B);
+  be.gemm_strided_batched(true, false, T, dh, T, scale, dP.data(), T, T * T, q, dh, T * dh, 0.0f, dh3.data() + n * TD, dh,
+                          T * dh, B);
+  be.heads_merge(n, T, 3, H, dh, dh3.data(), r.dqkv.data());
+  return r;
+}
+
+// The definition in double. In bf16 the products read rounded operands; P (for o and dv) is
+// the kernel's own fp32 output rounded, dS is rounded from its float value.
+Grads reference(const Case& c, const std::vector<float>& qkv, const std::vector<float>& dout,
+                const std::vector<float>& P_kernel, bool bf16) {
+  const int64_t n = c.n, T = c.T, H = c.H, dh = c.dh, D = H * dh;
+  const double scale = geom(c).scale;
+  auto rd = [&](float x) { return static_cast<double>(bf16 ? bf16_round(x) : x); };
+  Grads r;
+  r.P.assign(n * H * T * T, 0.0f);
+  r.o.assign(n * T * D, 0.0f);
+  r.dqkv.assign(qkv.size(), 0.0f);
+  for (int64_t s = 0; s < n; ++s)
+    for (int64_t h = 0; h < H; ++h) {
+      auto X = [&](int part, int64_t t, int64_t e) { return rd(qkv[((s * T + t) * 3 + part) * D + h * dh + e]); };
+      auto dO = [&](int64_t t, int64_t e) { return rd(dout[(s * T + t) * D + h * dh + e]); };
+      const float* Pk = P_kernel.data() + (s * H + h) * T * T;
+      std::vector<double> dS(T * T, 0.0);
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> row(i + 1);
+        double mx = -1e300, sum = 0, dot = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double acc = 0;
+          for (int64_t e = 0; e < dh; ++e) acc += X(0, i, e) * X(1, j, e);
+          row[j] = scale * acc;
+          mx = std::max(mx, row[j]);
+        }
+        for (int64_t j = 0; j <= i; ++j) sum += std::exp(row[j] - mx);
+        for (int64_t j = 0; j <= i; ++j) r.P[(s * H + h) * T * T + i * T + j] = static_cast<float>(std::exp(row[j] - mx) / sum);
+        for (int64_t e = 0; e < dh; ++e) {
+          double acc = 0;
+          for (int64_t j = 0; j <= i; ++j) acc += rd(Pk[i * T + j]) * X(2, j, e);
+          r.o[(s * T + i) * D + h * dh + e] = static_cast<float>(acc);
+        }
+        std::vector<double> dP(i + 1);
+        for (int64_t j = 0; j <= i; ++j) {
+          double acc = 0;
+          for (int64_t e = 0; e < dh; ++e) acc += dO(i, e) * X(2, j, e);
+          dP[j] = acc;
+          dot += static_cast<double>(Pk[i * T + j]) * acc;
+        }
+        for (int64_t j = 0; j <= i; ++j) dS[i * T + j] = rd(static_cast<float>(Pk[i * T + j] * (dP[j] - dot)));
+      }
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t e = 0; e < dh; ++e) {
+          double dq = 0, dk = 0, dv = 0;
+          for (int64_t j = 0; j <= t; ++j) dq += dS[t * T + j] * X(1, j, e);
+          for (int64_t i = t; i < T; ++i) {
+            dk += dS[i * T + t] * X(0, i, e);
+            dv += rd(Pk[i * T + t]) * dO(i, e);
+          }
+          float* out = r.dqkv.data() + (s * T + t) * 3 * D + h * dh + e;
+          out[0] = static_cast<float>(scale * dq), out[D] = static_cast<float>(scale * dk), out[2 * D] = static_cast<float>(dv);
+        }
+    }
+  return r;
+}
+
+// max |got - want| over max |want|, for one part (0 q, 1 k, 2 v) of a [n, T, 3, D] buffer,
+// or the whole buffer for part < 0
+double rel_err(const std::vector<float>& got, const std::vector<float>& want, int part = -1, int64_t D = 0) {
+  double err = 0, mag = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (part >= 0 && static_cast<int64_t>(i / D) % 3 != part) continue;
+    err = std::max(err, std::fabs(static_cast<double>(got[i]) - want[i]));
+    mag = std::max(mag, std::fabs(static_cast<double>(want[i])));
+  }
+  return err / mag;
+}
+
+const Case kCases[] = {{2, 7, 3, 5}, {1, 37, 2, 24}, {2, 33, 2, 32}, {1, 20, 1, 40}};
+
+void check(Precision prec) {
+  auto be = pt::make_host_backend();
+  be->set_precision(prec);
+  ASSERT_TRUE(be->fused_attention());
+  const bool bf16 = prec == Precision::bf16;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE("n " + std::to_string(c.n) + " T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " dh " +
+                 std::to_string(c.dh) + (bf16 ? " bf16" : " fp32"));
+    const int64_t D = c.H * c.dh;
+    const auto qkv = uniform(c.n * c.T * 3 * D, 7 + c.T, 4.0f), dout = uniform(c.n * c.T * D, 11 + c.dh, 2.0f);
+    const Grads k = run_fused(*be, c, qkv, dout);
+    const Grads ref = reference(c, qkv, dout, k.P, bf16);
+    EXPECT_LT(rel_err(k.P, ref.P), 2e-6);
+    EXPECT_LT(rel_err(k.o, ref.o), 2e-6);
+    EXPECT_LT(rel_err(k.dqkv, ref.dqkv, 2, D), 2e-6) << "dv";
+    EXPECT_LT(rel_err(k.dqkv, ref.dqkv, 0, D), bf16 ? 2e-3 : 2e-6) << "dq";
+    EXPECT_LT(rel_err(k.dqkv, ref.dqkv, 1, D), bf16 ? 2e-3 : 2e-6) << "dk";
+    if (bf16) {  // the roundings matter: the unrounded reference is far outside the bar
+      const Grads exact = reference(c, qkv, dout, k.P, false);
+      EXPECT_GT(rel_err(k.o, exact.o), 1e-4);
+    }
+    for (size_t i = 0; i < k.P.size(); ++i)  // exact zeros above the diagonal
+      if (static_cast<int64_t>(i % c.T) > static_cast<int64_t>((i / c.T) % c.T)) ASSERT_EQ(k.P[i], 0.0f);
+    const Grads again = run_fused(*be, c, qkv, dout);
+    EXPECT_EQ(again.P, k.P);
+    EXPECT_EQ(again.o, k.o);
+    EXPECT_EQ(again.dqkv, k.dqkv);
+    const Grads comp = run_composed(*be, c, qkv, dout);
+    EXPECT_LT(rel_err(k.o, comp.o), bf16 ? 2e-3 : 2e-6);
+    EXPECT_LT(rel_err(k.dqkv, comp.dqkv), bf16 ? 4e-3 : 4e-6);
+  }
+}
+
+TEST(AttentionKernel, Fp32MatchesTheDefinitionInDouble) { check(Precision::fp32); }
+TEST(AttentionKernel, Bf16RoundsTheProductOperandsAsGemmDoes) { check(Precision::bf16); }
+
+}  // namespace
