@@ -213,10 +213,11 @@ class Emu:
         return F.relu(z)
 
 
-def e_linear(e, xr, W, b, name, out_ac, out_pt, inner_pt, dy_raw=None, inner_ac=""):
+def e_linear(e, xr, W, b, name, out_ac, out_pt, inner_pt, dy_raw=None, inner_ac="", db_rounded=False):
     """y = xr W^T + b. Both round W (identically); autocast returns dW, db as bf16 and rounds
     the bias, and its output is a bf16 tensor (out_ac). inner_pt: pipetrain rounds the output
-    gradient for its two GEMMs but sums the unrounded one into db. dy_raw = (dy, dims): the
+    gradient for its two GEMMs but sums the unrounded one into db; with db_rounded it sums the
+    rounded one (the gradient a transformer block keeps packed in bf16). dy_raw = (dy, dims): the
     output gradient is the stored dy, rounded identically by both for the GEMMs; pipetrain's db
     sums the unrounded dy over dims, off the reference by sum(dy - bf16(dy)), at most u sum|dy|.
     inner_ac = "f": autocast rounds the product before adding the bias (then rounds again)."""
@@ -227,10 +228,12 @@ def e_linear(e, xr, W, b, name, out_ac, out_pt, inner_pt, dy_raw=None, inner_ac=
     Wr = e.site(e.shared(W), name + ".weight", ac="b")
     z = xr @ Wr.t()
     if inner_pt or inner_ac:
-        z = e.site(z, name + ".gemm", ac=inner_ac, pt=inner_pt)
+        z = e.site(z, name + ".gemm", ac=inner_ac, pt="" if db_rounded else inner_pt)
     if b is not None:
         z = z + e.site(b, name + ".bias", ac="fb", pt="b" if pt_db_mag is not None else "", pt_bmag=pt_db_mag,
                        pt_bdelta=pt_db_delta)
+    if db_rounded and inner_pt:
+        z = e.site(z, name + ".dy", pt=inner_pt)  # the gradient rounded before both GEMMs and db
     return e.site(z, name + ".out", ac=out_ac, pt=out_pt)
 
 
@@ -249,7 +252,7 @@ def causal_mask(T):
     return torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
 
 
-def e_attention(e, a, Win, bin_, Wout, bout, H, name, out_ac, out_pt, out_inner_pt, dy_raw=None):
+def e_attention(e, a, Win, bin_, Wout, bout, H, name, out_ac, out_pt, out_inner_pt, dy_raw=None, out_db_rounded=False):
     """nn.MultiheadAttention (batch_first, causal mask) on a [n, T, D], whose sites the caller set.
     Autocast (F.multi_head_attention_forward): in_proj linear -> bf16 q, k, v (two roundings,
     see below); q / sqrt(dh)
@@ -264,7 +267,8 @@ def e_attention(e, a, Win, bin_, Wout, bout, H, name, out_ac, out_pt, out_inner_
     assert dh in (1, 4, 16, 64), "1/sqrt(dh) must be a power of 2 (then q / sqrt(dh) is exact in bf16)"
     # MultiheadAttention(batch_first=True) hands in_proj its input transposed: F.linear of a
     # non-contiguous 3-D input rounds the product to bf16, then adds the bias in bf16
-    qkv = e_linear(e, a, Win, bin_, name + ".in_proj", out_ac="fb", out_pt="f", inner_pt="b", inner_ac="f")
+    qkv = e_linear(e, a, Win, bin_, name + ".in_proj", out_ac="fb", out_pt="f", inner_pt="b", inner_ac="f",
+                   db_rounded=True)
     q, k, v = [t.reshape(n, T, H, dh).permute(0, 2, 1, 3) for t in qkv.split(D, dim=-1)]
     s = (q / math.sqrt(dh)) @ k.transpose(-2, -1)
     s = e.site(s, name + ".scores", ac="fb", pt="b")
@@ -273,7 +277,7 @@ def e_attention(e, a, Win, bin_, Wout, bout, H, name, out_ac, out_pt, out_inner_
     O = (P @ v).permute(0, 2, 1, 3).reshape(n, T, D)
     O = e.site(O, name + ".heads", ac="fb", pt="fb")
     return e_linear(e, O, Wout, bout, name + ".out_proj", out_ac=out_ac, out_pt=out_pt, inner_pt=out_inner_pt,
-                    dy_raw=dy_raw)
+                    dy_raw=dy_raw, db_rounded=out_db_rounded)
 
 
 # ---------------------------------------------------------------------------------------
@@ -582,12 +586,13 @@ def block_case(seed):
         xs = e.site(x64, "x")  # float32 in both: a site for the float32 scale only
         a1 = F.layer_norm(xs, (D,), q[0], q[1], 1e-5)
         a1 = e.site(a1, "ln1", ac="fb", pt="f")  # autocast casts it for in_proj (and rounds the cast's gradient)
-        m = e_attention(e, a1, q[2], q[3], q[4], q[5], H, "attn", out_ac="fb", out_pt="", out_inner_pt="b")
+        m = e_attention(e, a1, q[2], q[3], q[4], q[5], H, "attn", out_ac="fb", out_pt="", out_inner_pt="b",
+                        out_db_rounded=True)
         h = e.site(xs + m, "h")
         b2 = e.site(F.layer_norm(h, (D,), q[6], q[7], 1e-5), "ln2", ac="fb", pt="f")
-        f = e_linear(e, b2, q[8], q[9], "fc1", out_ac="fb", out_pt="", inner_pt="b")
+        f = e_linear(e, b2, q[8], q[9], "fc1", out_ac="fb", out_pt="", inner_pt="b", db_rounded=True)
         g = e.site(F.gelu(f), "gelu", ac="fb", pt="f")  # autocast: gelu of bf16 is bf16
-        mo = e_linear(e, g, q[10], q[11], "fc2", out_ac="fb", out_pt="", inner_pt="b")
+        mo = e_linear(e, g, q[10], q[11], "fc2", out_ac="fb", out_pt="", inner_pt="b", db_rounded=True)
         return h + mo
 
     def autocast():

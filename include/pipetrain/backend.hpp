@@ -100,12 +100,23 @@ class Backend {
 
   // A linear layer's forward: y[rows, out] = x[rows, in] W[out, in]^T + b (b may be null).
   // Default: gemm then bias_add_rows; the host runs oneDNN's matmul with the bias fused
-  // (one pass over y instead of two, the same fp32 sum acc + b).
+  // (one pass over y instead of two, the same fp32 sum acc + b). x_packed: x holds
+  // pack_bf16 of the input (bf16 precision only; see gemm_packed).
   virtual void linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
-                              float* y);
+                              float* y, bool x_packed = false);
+  // gemm in bf16 precision on contiguous operands (lda = ta ? M : K, ldb = tb ? K : N, ldc = N),
+  // where A and/or B may already be packed by their producer (a_packed / b_packed: the operand
+  // as stored, through pack_bf16, so the bf16 values the gemm would round it to, two per float
+  // slot). The same result as gemm on the unpacked values, bit for bit; the host reads packed
+  // operands directly instead of converting them. Default: unpack into temporaries, then gemm.
+  virtual void gemm_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                           bool a_packed, const float* B, bool b_packed, float beta, float* C);
   // Linear helpers: y[r, :] += b; db += column sums of dy.
   virtual void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) = 0;
   virtual void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) = 0;
+  // the same from a packed dy (pack_bf16; bf16 precision), summed in the same order in fp32.
+  // Default: unpack into a temporary, then bias_grad_rows.
+  virtual void bias_grad_rows_packed(const float* dy, float* db, int64_t rows, int64_t cols);
 
   // Convolution over n samples. w: [c_out, c_in, k, k]; b may be null.
   virtual void conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
@@ -129,6 +140,10 @@ class Backend {
   virtual void relu_backward(size_t n, const float* y, const float* dy, float* dx) = 0;
   virtual void gelu_forward(size_t n, const float* x, float* y) = 0;  // exact (erf) GELU
   virtual void gelu_backward(size_t n, const float* x, const float* dy, float* dx) = 0;
+  // the same with the output written packed (pack_bf16 of y, of dx): for bf16 operands that
+  // only GEMMs read. Defaults: the op, then pack_bf16 in place.
+  virtual void gelu_forward_packed(size_t n, const float* x, float* y);
+  virtual void gelu_backward_packed(size_t n, const float* x, const float* dy, float* dx);
 
   // Layer norm over `cols` features of each of `rows` samples; stats holds (mean, rstd) per row.
   virtual void layernorm_forward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
@@ -182,6 +197,7 @@ class Backend {
   struct AttentionGeom {
     int64_t n = 0, T = 0, H = 0, dh = 0;
     float scale = 1.0f;
+    bool packed_out = false;  // bf16: o and dqkv written as pack_bf16 of their values
   };
   virtual bool fused_attention() const { return false; }
   virtual void attention_forward(const AttentionGeom& g, const float* qkv, float* P, float* o);
@@ -229,10 +245,12 @@ class Backend {
   virtual void adamw_update(size_t n, float* w, const float* g, float* m, float* v, double lr, double beta1,
                             double beta2, double eps, double weight_decay, int64_t step, float grad_scale) = 0;
 
-  // bf16 stage messages (train.precision = "bf16"): pack_bf16 stores n floats holding bf16
-  // values (round_bf16 above) as ceil(n/2) 32-bit words, two bf16 per word (half the bytes on
-  // the wire), and unpack_bf16 restores them exactly. Defaults through host copies
-  // (src/kernels/precision.cpp); a backend may do them in place.
+  // bf16 stage messages (train.precision = "bf16") and packed GEMM operands: pack_bf16 stores
+  // n floats as ceil(n/2) 32-bit words, two bf16 per word (half the bytes), each rounded with
+  // bf16_bits (exact for values that are bf16 already: round_bf16 above); element i is the
+  // i-th 16-bit half in memory order, so the words are a dense bf16 array. packed may equal x
+  // (in place). unpack_bf16 restores the values exactly. Defaults through host copies
+  // (src/kernels/precision.cpp).
   virtual void pack_bf16(size_t n, const float* x, float* packed);
   virtual void unpack_bf16(size_t n, const float* packed, float* x);
 

@@ -6,9 +6,38 @@
 namespace pt {
 
 void Backend::linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
-                             float* y) {
-  gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+                             float* y, bool x_packed) {
+  if (x_packed) gemm_packed(false, true, rows, out, in, 1.0f, x, true, w, false, 0.0f, y);
+  else gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
   if (b) bias_add_rows(y, b, rows, out);
+}
+
+void Backend::bias_grad_rows_packed(const float* dy, float* db, int64_t rows, int64_t cols) {
+  float* d = alloc(static_cast<size_t>(rows * cols));
+  unpack_bf16(static_cast<size_t>(rows * cols), dy, d);
+  bias_grad_rows(d, db, rows, cols);
+  release(d);
+}
+
+void Backend::gelu_forward_packed(size_t n, const float* x, float* y) {
+  gelu_forward(n, x, y);
+  pack_bf16(n, y, y);
+}
+void Backend::gelu_backward_packed(size_t n, const float* x, const float* dy, float* dx) {
+  gelu_backward(n, x, dy, dx);
+  pack_bf16(n, dx, dx);
+}
+
+void Backend::gemm_packed(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                          bool a_packed, const float* B, bool b_packed, float beta, float* C) {
+  PT_CHECK(precision() == Precision::bf16 || (!a_packed && !b_packed), "gemm_packed: packed operands in fp32");
+  float* a = a_packed ? alloc(static_cast<size_t>(M * K)) : nullptr;
+  float* b = b_packed ? alloc(static_cast<size_t>(K * N)) : nullptr;
+  if (a) unpack_bf16(static_cast<size_t>(M * K), A, a);
+  if (b) unpack_bf16(static_cast<size_t>(K * N), B, b);
+  gemm(ta, tb, M, N, K, alpha, a ? a : A, ta ? M : K, b ? b : B, tb ? K : N, beta, C, N);
+  if (a) release(a);
+  if (b) release(b);
 }
 
 // A backend without the fused kernel: the layer asks fused_attention() first and composes,

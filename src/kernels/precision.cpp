@@ -30,7 +30,7 @@ void Backend::pack_bf16(size_t n, const float* x, float* packed) {
   std::vector<float> h(n), w((n + 1) / 2);
   to_host(h.data(), x, n);
   for (size_t k = 0; k < w.size(); ++k) {
-    const uint32_t lo = bits_of(h[2 * k]) >> 16, hi = 2 * k + 1 < n ? bits_of(h[2 * k + 1]) >> 16 : 0u;
+    const uint32_t lo = bf16_bits(h[2 * k]), hi = 2 * k + 1 < n ? bf16_bits(h[2 * k + 1]) : 0u;
     w[k] = float_of(lo | (hi << 16));
   }
   from_host(packed, w.data(), w.size());

@@ -43,29 +43,30 @@ const float* AttentionCore::dropped(const LayerCtx& c, const float* P, float* bu
   return buf;
 }
 
-Backend::AttentionGeom AttentionCore::geom(int64_t n) const {
+Backend::AttentionGeom AttentionCore::geom(int64_t n, bool packed_out) const {
   Backend::AttentionGeom g;
-  g.n = n, g.T = T_, g.H = H_, g.dh = dh_, g.scale = scale_;
+  g.n = n, g.T = T_, g.H = H_, g.dh = dh_, g.scale = scale_, g.packed_out = packed_out;
   return g;
 }
 
 // The saved q, k, v are token-major [n, T, 3, H, dh] on the fused path and head-major
 // [3, n, H, T, dh] on the composed one; fused() is fixed per backend and layer, so forward
 // and backward agree.
-void AttentionCore::forward(const LayerCtx& c, const float* w, const float* x, float* y, float* saved,
-                            int64_t n) const {
+void AttentionCore::forward(const LayerCtx& c, const float* w, const float* x, float* y, float* saved, int64_t n,
+                            bool x_packed) const {
   Backend& be = c.be;
   const int64_t TD = T_ * D_;
+  const bool pk = packed_operands(be);
   Carve s{saved, n};
   float* qkv = s.take(3 * TD);
   float* P = s.take(H_ * T_ * T_);
   float* O = s.take(TD);
   if (fused(be)) {
-    qkv_.forward(be, w, x, qkv, n * T_);
-    be.attention_forward(geom(n), qkv, P, O);
-    return proj_.forward(be, w + qkv_.size(), O, y, n * T_);
+    qkv_.forward(be, w, x, qkv, n * T_, x_packed);
+    be.attention_forward(geom(n, pk), qkv, P, O);
+    return proj_.forward(be, w + qkv_.size(), O, y, n * T_, pk);
   }
-  qkv_.forward(be, w, x, c.work, n * T_);  // [n, T, 3, H, dh]
+  qkv_.forward(be, w, x, c.work, n * T_, x_packed);  // [n, T, 3, H, dh]
   be.heads_split(n, T_, 3, H_, dh_, c.work, qkv);
   const float *q = qkv, *k = qkv + n * TD, *v = qkv + 2 * n * TD;
   heads_gemm(be, false, true, T_, T_, dh_, scale_, q, k, P, n);  // scores
@@ -75,11 +76,12 @@ void AttentionCore::forward(const LayerCtx& c, const float* w, const float* x, f
   float* Oh = wk.take(TD);
   heads_gemm(be, false, false, T_, dh_, T_, 1.0f, dropped(c, P, pd_buf, n), v, Oh, n);
   be.heads_merge(n, T_, 1, H_, dh_, Oh, O);
-  proj_.forward(be, w + qkv_.size(), O, y, n * T_);
+  pack_in_place(be, pk, O, n * TD);
+  proj_.forward(be, w + qkv_.size(), O, y, n * T_, pk);
 }
 
 void AttentionCore::input_half(const LayerCtx& c, const float* w, const float* dy, float* dx, const float* saved,
-                               float* keep, int64_t n) const {
+                               float* keep, int64_t n, bool dy_packed) const {
   Backend& be = c.be;
   const int64_t TD = T_ * D_, TT = T_ * T_;
   const float* qkvh = saved;
@@ -91,10 +93,11 @@ void AttentionCore::input_half(const LayerCtx& c, const float* w, const float* d
   float* dP = wk.take(H_ * TT);
   float* pd_buf = p_ > 0 ? wk.take(H_ * TT) : nullptr;
   float* dqkvh = wk.take(3 * TD);
-  proj_.backward_input(be, w + qkv_.size(), dy, dO, n * T_);
+  const bool pk = packed_operands(be);
+  proj_.backward_input(be, w + qkv_.size(), dy, dO, n * T_, dy_packed);
   if (fused(be)) {
-    be.attention_backward(geom(n), qkvh, P, dO, keep);
-    return qkv_.backward_input(be, w, keep, dx, n * T_);
+    be.attention_backward(geom(n, pk), qkvh, P, dO, keep);
+    return qkv_.backward_input(be, w, keep, dx, n * T_, pk);
   }
   be.heads_split(n, T_, 1, H_, dh_, dO, dOh);
   heads_gemm(be, false, true, T_, T_, dh_, 1.0f, dOh, v, dP, n);                          // dPd = dO V^T
@@ -104,14 +107,16 @@ void AttentionCore::input_half(const LayerCtx& c, const float* w, const float* d
   heads_gemm(be, false, false, T_, dh_, T_, scale_, dP, k, dqkvh, n);                       // dQ = s dS K
   heads_gemm(be, true, false, T_, dh_, T_, scale_, dP, q, dqkvh + n * TD, n);               // dK = s dS^T Q
   be.heads_merge(n, T_, 3, H_, dh_, dqkvh, keep);
-  qkv_.backward_input(be, w, keep, dx, n * T_);
+  pack_in_place(be, pk, keep, n * 3 * TD);
+  qkv_.backward_input(be, w, keep, dx, n * T_, pk);
 }
 
 void AttentionCore::weight_half(const LayerCtx& c, const float* x, const float* dy, float* dw, const float* saved,
-                                const float* keep, int64_t n) const {
+                                const float* keep, int64_t n, bool x_packed, bool dy_packed) const {
   const float* O = saved + n * (3 * T_ * D_ + H_ * T_ * T_);
-  proj_.backward_weight(c.be, O, dy, dw + qkv_.size(), n * T_);
-  qkv_.backward_weight(c.be, x, keep, dw, n * T_);
+  const bool pk = packed_operands(c.be);
+  proj_.backward_weight(c.be, O, dy, dw + qkv_.size(), n * T_, pk, dy_packed);
+  qkv_.backward_weight(c.be, x, keep, dw, n * T_, x_packed, pk);
 }
 
 double AttentionCore::flops_forward() const {

@@ -26,12 +26,17 @@ class AttentionCore {
   int64_t forward_work() const;   // per sample
   int64_t backward_work() const;  // per sample, input half
 
-  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* saved, int64_t n) const;
+  // x_packed: x holds pack_bf16 of the input (RowLinear); in bf16 the merged head outputs are
+  // saved packed the same way
+  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* saved, int64_t n,
+               bool x_packed = false) const;
   // dx (may be null) = dL/dx; keep = the in_proj output gradient. c.work: backward_work().
+  // dy_packed: dy holds pack_bf16 of the output gradient. In bf16 the in_proj output gradient
+  // in `keep` is left packed for the weight half.
   void input_half(const LayerCtx& c, const float* w, const float* dy, float* dx, const float* saved, float* keep,
-                  int64_t n) const;
+                  int64_t n, bool dy_packed = false) const;
   void weight_half(const LayerCtx& c, const float* x, const float* dy, float* dw, const float* saved,
-                   const float* keep, int64_t n) const;
+                   const float* keep, int64_t n, bool x_packed = false, bool dy_packed = false) const;
   double flops_forward() const;
 
  private:
@@ -42,7 +47,7 @@ class AttentionCore {
   // the backend's fused kernel (Backend::attention_forward) where it has one and the
   // probabilities have no dropout; else the composition of batched GEMMs and softmax
   bool fused(const Backend& be) const { return be.fused_attention() && p_ == 0.0f; }
-  Backend::AttentionGeom geom(int64_t n) const;
+  Backend::AttentionGeom geom(int64_t n, bool packed_out) const;
   int64_t T_, D_, H_, dh_;
   float p_, scale_;
   int layer_;

@@ -60,14 +60,25 @@ struct Carve {
   }
 };
 
+// In bf16 a layer keeps the activations that only its linears read (their inputs, which the
+// GEMMs round anyway) packed by Backend::pack_bf16 in place: the forward and the weight
+// gradient then read 2-byte operands and convert nothing; the values are the same bf16 ones.
+inline bool packed_operands(const Backend& be) { return be.precision() == Precision::bf16; }
+inline void pack_in_place(Backend& be, bool pack, float* x, int64_t count) {
+  if (pack) be.pack_bf16(static_cast<size_t>(count), x, x);
+}
+
 // y[r, :] = x[r, :] W^T + b for W [out, in] (PyTorch layout), b [out] after W when bias.
 struct RowLinear {
   int64_t in = 0, out = 0;
   bool bias = true;
   int64_t size() const { return in * out + (bias ? out : 0); }
-  void forward(Backend& be, const float* w, const float* x, float* y, int64_t rows) const;
-  void backward_input(Backend& be, const float* w, const float* dy, float* dx, int64_t rows) const;  // dx = dy W
-  void backward_weight(Backend& be, const float* x, const float* dy, float* dw, int64_t rows) const; // dW += dy^T x
+  // x_packed: x holds Backend::pack_bf16 of the input (bf16 precision; packed_operands below)
+  void forward(Backend& be, const float* w, const float* x, float* y, int64_t rows, bool x_packed = false) const;
+  void backward_input(Backend& be, const float* w, const float* dy, float* dx, int64_t rows,
+                      bool dy_packed = false) const;  // dx = dy W
+  void backward_weight(Backend& be, const float* x, const float* dy, float* dw, int64_t rows, bool x_packed = false,
+                       bool dy_packed = false) const;  // dW += dy^T x, db += column sums of dy
 };
 
 // Layer norm of each row over `cols` features, weight then bias [cols]; stats: 2 per row.

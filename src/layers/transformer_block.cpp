@@ -89,6 +89,13 @@ class TransformerBlock final : public Layer {
     v.dqkv = k.take(attn_.keep_per_sample()), v.da1 = k.take(T_ * D_);
     return v;
   }
+  // a residual branch's output gradient through its dropout into a kept buffer, packed when
+  // pk (one pass without dropout)
+  void branch_grad(const LayerCtx& c, bool pk, uint64_t slot, const float* g, float* keep, int64_t n) const {
+    if (pk && p_ == 0.0f) return c.be.pack_bf16(static_cast<size_t>(n * T_ * D_), g, keep);
+    dropout_grad(c, index(), slot, p_, T_ * D_, g, keep, n);
+    pack_in_place(c.be, pk, keep, n * T_ * D_);
+  }
   void input_half(const LayerCtx& c, const float* w, const float* x, const float* dy, float* dx, const float* aux,
                   float* keep, int64_t n) const;
   void weight_half(const LayerCtx& c, const float* w, const float* x, float* dw, const float* aux, const float* keep,
@@ -142,15 +149,19 @@ void TransformerBlock::forward(const LayerCtx& c, const float* w, const float* x
   float* m = c.work;  // a branch's output, then its dropped copy
   LayerCtx lc = c;
   lc.work = c.work + n * T_ * D_;
+  const bool pk = packed_operands(be);  // a1, b and g: read by linears only
   ln_.forward(be, w + o.ln1, x, s.a1, s.st1, rows);
-  attn_.forward(lc, w + o.attn, s.a1, m, s.attn, n);
+  pack_in_place(be, pk, s.a1, rows * D_);
+  attn_.forward(lc, w + o.attn, s.a1, m, s.attn, n, pk);
   dropout_apply(c, index(), 1, p_, T_ * D_, m, m, n);
   be.copy(s.h, x, nd);
   be.axpy(nd, 1.0f, m, s.h);
   ln_.forward(be, w + o.ln2, s.h, s.b, s.st2, rows);
-  fc1_.forward(be, w + o.fc1, s.b, s.f, rows);
-  be.gelu_forward(static_cast<size_t>(rows * F_), s.f, s.g);
-  fc2_.forward(be, w + o.fc2, s.g, m, rows);
+  pack_in_place(be, pk, s.b, rows * D_);
+  fc1_.forward(be, w + o.fc1, s.b, s.f, rows, pk);
+  if (pk) be.gelu_forward_packed(static_cast<size_t>(rows * F_), s.f, s.g);
+  else be.gelu_forward(static_cast<size_t>(rows * F_), s.f, s.g);
+  fc2_.forward(be, w + o.fc2, s.g, m, rows, pk);
   dropout_apply(c, index(), 2, p_, T_ * D_, m, m, n);
   be.copy(y, s.h, nd);
   be.axpy(nd, 1.0f, m, y);
@@ -168,14 +179,16 @@ void TransformerBlock::input_half(const LayerCtx& c, const float* w, const float
   float* dg = c.work + n * T_ * D_;      // gradient of the gelu output, then the attention's scratch
   LayerCtx lc = c;
   lc.work = dg;
-  dropout_grad(c, index(), 2, p_, T_ * D_, dy, k.dm, n);
-  fc2_.backward_input(be, w + o.fc2, k.dm, dg, rows);
-  be.gelu_backward(static_cast<size_t>(rows * F_), s.f, dg, k.df);
-  fc1_.backward_input(be, w + o.fc1, k.df, k.db, rows);
+  const bool pk = packed_operands(be);  // dm, df, da and the attention's dqkv: read by linears only
+  branch_grad(c, pk, 2, dy, k.dm, n);
+  fc2_.backward_input(be, w + o.fc2, k.dm, dg, rows, pk);
+  if (pk) be.gelu_backward_packed(static_cast<size_t>(rows * F_), s.f, dg, k.df);
+  else be.gelu_backward(static_cast<size_t>(rows * F_), s.f, dg, k.df);
+  fc1_.backward_input(be, w + o.fc1, k.df, k.db, rows, pk);
   ln_.backward_input(be, w + o.ln2, s.h, s.st2, k.db, dh, rows);
   be.axpy(nd, 1.0f, dy, dh);
-  dropout_grad(c, index(), 1, p_, T_ * D_, dh, k.da, n);
-  attn_.input_half(lc, w + o.attn, k.da, k.da1, s.attn, k.dqkv, n);
+  branch_grad(c, pk, 1, dh, k.da, n);
+  attn_.input_half(lc, w + o.attn, k.da, k.da1, s.attn, k.dqkv, n, pk);
   if (!dx) return;
   ln_.backward_input(be, w + o.ln1, x, s.st1, k.da1, dx, rows);
   be.axpy(nd, 1.0f, dh, dx);
@@ -188,10 +201,11 @@ void TransformerBlock::weight_half(const LayerCtx& c, const float* w, const floa
   const Saved s = saved(const_cast<float*>(aux), n);
   const Kept k = kept(const_cast<float*>(keep), n);
   const int64_t rows = n * T_;
-  fc2_.backward_weight(be, s.g, k.dm, dw + o.fc2, rows);
-  fc1_.backward_weight(be, s.b, k.df, dw + o.fc1, rows);
+  const bool pk = packed_operands(be);
+  fc2_.backward_weight(be, s.g, k.dm, dw + o.fc2, rows, pk, pk);
+  fc1_.backward_weight(be, s.b, k.df, dw + o.fc1, rows, pk, pk);
   ln_.backward_weight(be, w + o.ln2, s.h, s.st2, k.db, dw + o.ln2, rows);
-  attn_.weight_half(c, s.a1, k.da, dw + o.attn, s.attn, k.dqkv, n);
+  attn_.weight_half(c, s.a1, k.da, dw + o.attn, s.attn, k.dqkv, n, pk, pk);
   ln_.backward_weight(be, w + o.ln1, x, s.st1, k.da1, dw + o.ln1, rows);
 }
 

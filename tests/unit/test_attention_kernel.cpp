@@ -11,7 +11,8 @@
 //    a bf16 rounding boundary from the double one for a few elements (one bf16 ulp, 2^-8).
 //    A kernel that skipped a rounding misses the 2e-6 bars by orders of magnitude, which the
 //    test asserts too.
-// Plus: both precisions are deterministic (bitwise equal on a repeat), and the composed path
+// Plus: both precisions are deterministic (bitwise equal on a repeat), packed outputs
+// (AttentionGeom::packed_out) are exactly the rounded fp32 ones, and the composed path
 // (heads_split, batched oneDNN/OpenBLAS GEMMs, causal softmax, heads_merge) agrees with the
 // fused one within the same bars.
 #include <gtest/gtest.h>
@@ -52,8 +53,10 @@ Backend::AttentionGeom geom(const Case& c) {
   return g;
 }
 
-Grads run_fused(Backend& be, const Case& c, const std::vector<float>& qkv, const std::vector<float>& dout) {
-  const Backend::AttentionGeom g = geom(c);
+Grads run_fused(Backend& be, const Case& c, const std::vector<float>& qkv, const std::vector<float>& dout,
+                bool packed_out = false) {
+  Backend::AttentionGeom g = geom(c);
+  g.packed_out = packed_out;
   Grads r;
   r.P.assign(c.n * c.H * c.T * c.T, -1.0f);
   r.o.assign(c.n * c.T * c.H * c.dh, -1.0f);
@@ -188,6 +191,14 @@ void check(Precision prec) {
     EXPECT_EQ(again.P, k.P);
     EXPECT_EQ(again.o, k.o);
     EXPECT_EQ(again.dqkv, k.dqkv);
+    if (bf16) {  // packed outputs: exactly pack_bf16 of the fp32 ones
+      const Grads packed = run_fused(*be, c, qkv, dout, true);
+      std::vector<float> o(k.o.size()), d(k.dqkv.size());
+      be->unpack_bf16(o.size(), packed.o.data(), o.data());
+      be->unpack_bf16(d.size(), packed.dqkv.data(), d.data());
+      for (size_t i = 0; i < o.size(); ++i) ASSERT_EQ(o[i], bf16_round(k.o[i])) << "o " << i;
+      for (size_t i = 0; i < d.size(); ++i) ASSERT_EQ(d[i], bf16_round(k.dqkv[i])) << "dqkv " << i;
+    }
     const Grads comp = run_composed(*be, c, qkv, dout);
     EXPECT_LT(rel_err(k.o, comp.o), bf16 ? 2e-3 : 2e-6);
     EXPECT_LT(rel_err(k.dqkv, comp.dqkv), bf16 ? 4e-3 : 4e-6);

@@ -23,24 +23,6 @@
 namespace pt::host {
 namespace {
 
-typedef float vec16 __attribute__((vector_size(64)));               // 16 floats: one AVX-512 register
-typedef float vec16u __attribute__((vector_size(64), aligned(4)));  // the same at any float address
-constexpr int64_t kW = 16;
-
-inline vec16 load(const float* p) { return *reinterpret_cast<const vec16u*>(p); }
-inline void store(float* p, vec16 v) { *reinterpret_cast<vec16u*>(p) = v; }
-inline int64_t pad16(int64_t x) { return (x + kW - 1) / kW * kW; }
-typedef uint32_t vec16i __attribute__((vector_size(64)));
-// bf16_round (backend.hpp) on 16 floats: the same bits, NaN -> the quiet NaN 0x7FC0
-inline vec16 round_bf16(vec16 x) {
-  vec16i u;
-  std::memcpy(&u, &x, sizeof u);
-  const vec16i r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  const vec16i out = (u & 0x7fffffffu) > 0x7f800000u ? vec16i{} + 0x7fc00000u : r;
-  vec16 y;
-  std::memcpy(&y, &out, sizeof y);
-  return y;
-}
 // For the copy loops below: GCC would turn each into a libc memcpy call per row of 32-128
 // floats, which measured slower than the copies themselves (20% of the kernel's time).
 #define PT_NO_MEMCPY_CALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
@@ -50,6 +32,8 @@ inline vec16 round_bf16(vec16 x) {
 struct Tiles {
   int64_t T, Tp, dh, dp;
   bool bf16;
+  bool out_packed = false;    // products write pack_bf16 of their values (AttentionGeom::packed_out)
+  float* out_base = nullptr;  // the packed output's first element
   std::vector<float> mem;
   float *a, *b, *c, *d;  // [Tp, dp] row tiles
   float *kt;             // [dp, Tp]: a row tile transposed (keys along the vector)
@@ -73,8 +57,8 @@ struct Tiles {
   // the same, transposed into kt [dp, Tp], through the row tile `rows` (contiguous reads)
   void gather_transposed(const float* src, int64_t ld, float* rows, float* tile) const {
     gather(src, ld, rows);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t e = 0; e < dh; ++e) tile[e * Tp + t] = rows[t * dp + e];
+    for (int64_t e = 0; e < dh; ++e)  // contiguous writes; the strided reads hit L1
+      for (int64_t t = 0; t < T; ++t) tile[e * Tp + t] = rows[t * dp + e];
   }
 };
 
@@ -102,13 +86,20 @@ void scores(const Tiles& t, const float* a, float scale, float* s) {
 // row i of a product, NV vectors from column c0, into out (its first dh - c0 columns only)
 template <int NV>
 PT_NO_MEMCPY_CALLS inline void store_row(const Tiles& t, const vec16 (&acc)[NV], float scale, int64_t c0, float* out) {
-  if (c0 + NV * kW <= t.dh) {
+  const int64_t m = std::min<int64_t>(NV * kW, t.dh - c0);
+  if (t.out_packed) {  // the element at out is number out - out_base of the packed array
+    float row[NV * kW];
+    for (int v = 0; v < NV; ++v) store(row + v * kW, acc[v] * scale);
+    pack_bf16_span(static_cast<size_t>(m), row, reinterpret_cast<unsigned char*>(t.out_base) + 2 * (out + c0 - t.out_base));
+    return;
+  }
+  if (m == NV * kW) {
     for (int v = 0; v < NV; ++v) store(out + c0 + v * kW, acc[v] * scale);
     return;
   }
   float row[NV * kW];
   for (int v = 0; v < NV; ++v) store(row + v * kW, acc[v] * scale);
-  for (int64_t e = c0; e < t.dh; ++e) out[e] = row[e - c0];
+  for (int64_t e = 0; e < m; ++e) out[c0 + e] = row[e];
 }
 
 // out[i, :dh] = scale * sum_{j <= i} w[i, j] x[j, :], for rows i < T, out row stride ld.
@@ -160,8 +151,18 @@ void product(const Tiles& t, const float* w, const float* x, float scale, float*
 
 // the [T, T] matrix m into the triangle tile (rounded in bf16)
 PT_NO_MEMCPY_CALLS void load_triangle(const Tiles& t, const float* m, float* tile) {
-  for (int64_t i = 0; i < t.T; ++i)
-    for (int64_t j = 0; j < t.T; ++j) tile[i * t.Tp + j] = t.rd(m[i * t.T + j]);
+  for (int64_t i = 0; i < t.T; ++i) {
+    const float* x = m + i * t.T;
+    float* y = tile + i * t.Tp;
+    int64_t j = 0;
+    for (; j + kW <= i + 1; j += kW) store(y + j, t.bf16 ? round_bf16(load(x + j)) : load(x + j));
+    for (; j < t.T; ++j) y[j] = t.rd(x[j]);  // the diagonal's vector, then zeros
+  }
+}
+
+// a row of the triangle tile rounded to bf16 in place, whole vectors up to the diagonal
+void round_row(float* r, int64_t len) {
+  for (int64_t j = 0; j < len; j += kW) store(r + j, round_bf16(load(r + j)));
 }
 
 // a probability row of T floats out to P, and into the triangle tile as products read it
@@ -186,6 +187,7 @@ PT_NO_MEMCPY_CALLS void copy_row(const Tiles& t, const float* r, float* P, float
 void HostBackend::attention_forward(const AttentionGeom& g, const float* qkv, float* P, float* o) {
   const int64_t T = g.T, D = g.H * g.dh, TT = T * T;
   Tiles t(T, g.dh, precision() == Precision::bf16);
+  t.out_packed = g.packed_out, t.out_base = o;
   for (int64_t s = 0; s < g.n; ++s)
     for (int64_t h = 0; h < g.H; ++h) {
       const float* x = qkv + s * T * 3 * D + h * g.dh;  // q of (s, h); k at +D, v at +2D
@@ -207,6 +209,7 @@ void HostBackend::attention_backward(const AttentionGeom& g, const float* qkv, c
                                      float* dqkv) {
   const int64_t T = g.T, D = g.H * g.dh, TT = T * T;
   Tiles t(T, g.dh, precision() == Precision::bf16);
+  t.out_packed = g.packed_out, t.out_base = dqkv;
   for (int64_t s = 0; s < g.n; ++s)
     for (int64_t h = 0; h < g.H; ++h) {
       const float* x = qkv + s * T * 3 * D + h * g.dh;
@@ -222,8 +225,7 @@ void HostBackend::attention_backward(const AttentionGeom& g, const float* qkv, c
       for (int64_t i = 0; i < T; ++i) {
         float* r = t.s + i * t.Tp;
         causal_softmax_grad_row(Ph + i * T, r, r, i + 1, T);  // dS, zeros after the diagonal
-        if (t.bf16)
-          for (int64_t j = 0; j <= i; ++j) r[j] = bf16_round(r[j]);
+        if (t.bf16) round_row(r, i + 1);  // reads up to pad16(i + 1) <= Tp: zeros past T
       }
       product<false>(t, t.s, t.b, g.scale, dx, 3 * D);     // dq = scale dS k
       product<true>(t, t.s, t.a, g.scale, dx + D, 3 * D);  // dk = scale dS^T q

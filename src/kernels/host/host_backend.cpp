@@ -128,13 +128,32 @@ void HostBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
 // One oneDNN matmul with the bias where the rule gives the product to oneDNN; else the
 // default composition (OpenBLAS GEMM, then the bias pass).
 void HostBackend::linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w,
-                                 const float* b, float* y) {
+                                 const float* b, float* y, bool x_packed) {
   if (rows == 0 || out == 0) return;
-  if (in == 0 || !onednn_gemm(false, true, rows, out, in, 1)) return Backend::linear_forward(rows, in, out, x, w, b, y);
+  if (in == 0 || !onednn_gemm(false, true, rows, out, in, 1))
+    return Backend::linear_forward(rows, in, out, x, w, b, y, x_packed);
   GemmArgs a;
   a.tb = true, a.M = rows, a.N = out, a.K = in;
-  a.A = x, a.lda = in, a.B = w, a.ldb = in, a.C = y, a.ldc = out, a.bias = b;
+  a.A = x, a.lda = in, a.B = w, a.ldb = in, a.C = y, a.ldc = out, a.bias = b, a.a_packed = x_packed;
   onednn().gemm(precision(), a);
+}
+
+// bf16 always runs on oneDNN, which reads packed operands as they are.
+void HostBackend::gemm_packed(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                              bool a_packed, const float* B, bool b_packed, float beta, float* C) {
+  if (precision() != Precision::bf16 || M == 0 || N == 0 || K == 0)
+    return Backend::gemm_packed(ta, tb, M, N, K, alpha, A, a_packed, B, b_packed, beta, C);
+  GemmArgs a;
+  a.ta = ta, a.tb = tb, a.M = M, a.N = N, a.K = K, a.alpha = alpha, a.beta = beta;
+  a.A = A, a.lda = ta ? M : K, a.B = B, a.ldb = tb ? K : N, a.C = C, a.ldc = N;
+  a.a_packed = a_packed, a.b_packed = b_packed;
+  onednn().gemm(precision(), a);
+}
+
+// In place or not (vec_math.hpp's pack_bf16_span).
+void HostBackend::pack_bf16(size_t n, const float* x, float* packed) {
+  pack_bf16_span(n, x, packed);
+  if (n % 2) std::memset(reinterpret_cast<unsigned char*>(packed) + 2 * n, 0, 2);  // the last word's upper half
 }
 
 void HostBackend::round_bf16(size_t n, const float* x, float* y) {
@@ -168,6 +187,18 @@ void HostBackend::bias_grad_rows(const float* dy, float* db, int64_t rows, int64
   });
 }
 
+void HostBackend::bias_grad_rows_packed(const float* dy, float* db, int64_t rows, int64_t cols) {
+  const auto* h = reinterpret_cast<const unsigned char*>(dy);
+  Kokkos::parallel_for("pt::bias_grad_rows_packed", Range(0, 1), [=](int) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        uint16_t b;
+        std::memcpy(&b, h + 2 * (r * cols + c), sizeof b);
+        db[c] += bf16_to_float(b);
+      }
+  });
+}
+
 void HostBackend::relu_forward(size_t n, const float* x, float* y) {
   Kokkos::parallel_for("pt::relu_forward", Range(0, n), [=](size_t i) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; });
 }
@@ -182,6 +213,35 @@ void HostBackend::gelu_backward(size_t n, const float* x, const float* dy, float
     const float v = x[i];
     const NormalCdfPdf g = normal_cdf_pdf(v);
     dx[i] = dy[i] * (g.cdf + v * g.pdf);
+  });
+}
+
+namespace {
+// f(i) for i in [0, n), written packed (pack_bf16) to out: blocks of 256 values computed into
+// a stack buffer by a plain loop (which GCC vectorises as it does the unpacked op), then
+// rounded and stored as 16-bit values; the upper half of the last word zeroed
+template <class F>
+void packed_map(size_t n, float* out, F f) {
+  constexpr size_t kBlock = 256;
+  auto* o = reinterpret_cast<unsigned char*>(out);
+  Kokkos::parallel_for("pt::packed_map", Range(0, (n + kBlock - 1) / kBlock), [=](size_t b) {
+    const size_t i0 = b * kBlock, m = n - i0 < kBlock ? n - i0 : kBlock;
+    float v[kBlock];
+    for (size_t k = 0; k < m; ++k) v[k] = f(i0 + k);
+    pack_bf16_span(m, v, o + 2 * i0);
+  });
+  if (n % 2) std::memset(o + 2 * n, 0, 2);
+}
+}  // namespace
+
+void HostBackend::gelu_forward_packed(size_t n, const float* x, float* y) {
+  packed_map(n, y, [=](size_t i) { return x[i] * normal_cdf_pdf(x[i]).cdf; });
+}
+void HostBackend::gelu_backward_packed(size_t n, const float* x, const float* dy, float* dx) {
+  packed_map(n, dx, [=](size_t i) {
+    const float v = x[i];
+    const NormalCdfPdf g = normal_cdf_pdf(v);
+    return dy[i] * (g.cdf + v * g.pdf);
   });
 }
 

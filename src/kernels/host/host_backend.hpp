@@ -33,10 +33,16 @@ class HostBackend final : public Backend {
   void axpy(size_t n, float a, const float* x, float* y) override;
   void round_bf16(size_t n, const float* x, float* y) override;
   void scale(size_t n, float a, float* x) override;
+  void gemm_packed(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, bool a_packed,
+                   const float* B, bool b_packed, float beta, float* C) override;
+  void pack_bf16(size_t n, const float* x, float* packed) override;
   void linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
-                      float* y) override;
+                      float* y, bool x_packed = false) override;
   void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) override;
   void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) override;
+  void bias_grad_rows_packed(const float* dy, float* db, int64_t rows, int64_t cols) override;
+  void gelu_forward_packed(size_t n, const float* x, float* y) override;
+  void gelu_backward_packed(size_t n, const float* x, const float* dy, float* dx) override;
 
   void conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
                       float* y) override;

@@ -40,6 +40,9 @@ struct GemmArgs {
   int64_t ldc = 0, stride_c = 0;
   int64_t batch = 1;
   const float* bias = nullptr;  // [N] added to every row of C (fp32; batch 1 only)
+  // bf16 only: the operand is already a dense bf16 array (Backend::pack_bf16 of it as
+  // stored, lda/ldb dense, batch 1), read as is instead of being converted
+  bool a_packed = false, b_packed = false;
 };
 
 class OneDnn {

@@ -15,6 +15,7 @@
 
 #include "onednn_impl.hpp"
 #include "pipetrain/parallel.hpp"  // now_s
+#include "vec_math.hpp"
 
 namespace pt::host {
 
@@ -29,15 +30,7 @@ void onednn_fail(const std::string& what, const dnnl::error& e) {
   fail(Exit::internal, "oneDNN: " + what + ": " + e.what() + " (status " + std::to_string(static_cast<int>(e.status)) + ")");
 }
 
-void to_bf16(size_t n, const float* x, uint16_t* y) {
-  // the integer form of bf16_bits, written so the compiler vectorises it
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, x + i, sizeof u);
-    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    y[i] = (u & 0x7fffffffu) > 0x7f800000u ? uint16_t{0x7fc0} : static_cast<uint16_t>(r);
-  }
-}
+void to_bf16(size_t n, const float* x, uint16_t* y) { pack_bf16_span(n, x, y); }
 
 void onednn_threads_default() {
   static const bool once = [] {
@@ -169,16 +162,23 @@ MatmulPlan& OneDnn::Impl::matmul_plan(Precision p, const GemmArgs& a) {
 void OneDnn::gemm(Precision p, const GemmArgs& a) {
   PT_CHECK(a.M > 0 && a.N > 0 && a.K > 0 && a.batch > 0, "oneDNN gemm wants a non-empty product: " << shape_str(p, a));
   PT_CHECK(!a.bias || a.batch == 1, "oneDNN gemm: a bias only without a batch: " << shape_str(p, a));
+  PT_CHECK(!(a.a_packed || a.b_packed) || (p == Precision::bf16 && a.batch == 1 && a.lda == (a.ta ? a.M : a.K) &&
+                                           a.ldb == (a.tb ? a.K : a.N)),
+           "oneDNN gemm: packed operands are dense bf16 without a batch: " << shape_str(p, a));
   Impl& d = *impl_;
   MatmulPlan& plan = d.matmul_plan(p, a);
   Lap lap;
   const void* A = a.A;
   const void* B = a.B;
   if (p == Precision::bf16) {
-    pack_bf16(a.batch, a.ta ? a.K : a.M, a.ta ? a.M : a.K, a.A, a.lda, a.stride_a, d.bf_a);
-    pack_bf16(a.batch, a.tb ? a.N : a.K, a.tb ? a.K : a.N, a.B, a.ldb, a.stride_b, d.bf_b);
-    A = d.bf_a.data();
-    B = d.bf_b.data();
+    if (!a.a_packed) {
+      pack_bf16(a.batch, a.ta ? a.K : a.M, a.ta ? a.M : a.K, a.A, a.lda, a.stride_a, d.bf_a);
+      A = d.bf_a.data();
+    }
+    if (!a.b_packed) {
+      pack_bf16(a.batch, a.tb ? a.N : a.K, a.tb ? a.K : a.N, a.B, a.ldb, a.stride_b, d.bf_b);
+      B = d.bf_b.data();
+    }
   }
   clock_.prepare_s += lap();
   try {

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "pipetrain/backend.hpp"  // bf16_bits
+
 namespace pt::host {
 
 inline float bits_to_float(uint32_t u) {
@@ -74,6 +76,47 @@ inline NormalCdfPdf normal_cdf_pdf(float x) {
 }
 
 constexpr int kLanes = 16;
+
+// 16-float vectors (GCC vector extensions: one AVX-512 register, two AVX2 ones elsewhere) for
+// the kernels written with explicit vectors (attention_kernel.cpp, the bf16 packing below).
+typedef float vec16 __attribute__((vector_size(64)));               // aligned to 64 bytes
+typedef float vec16u __attribute__((vector_size(64), aligned(4)));  // the same at any float address
+typedef uint32_t vec16i __attribute__((vector_size(64)));
+typedef uint16_t vec16h __attribute__((vector_size(32)));
+constexpr int64_t kW = 16;
+
+inline vec16 load(const float* p) { return *reinterpret_cast<const vec16u*>(p); }
+inline void store(float* p, vec16 v) { *reinterpret_cast<vec16u*>(p) = v; }
+inline int64_t pad16(int64_t x) { return (x + kW - 1) / kW * kW; }
+
+// bf16_bits (backend.hpp) of 16 floats, in the low halves: round to nearest even, NaN -> 0x7FC0
+inline vec16i bf16_bits16(vec16 x) {
+  vec16i u;
+  std::memcpy(&u, &x, sizeof u);
+  const vec16i r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (u & 0x7fffffffu) > 0x7f800000u ? vec16i{} + 0x7fc0u : r;
+}
+// bf16_round on 16 floats: the same bits
+inline vec16 round_bf16(vec16 x) {
+  const vec16i b = bf16_bits16(x) << 16;
+  vec16 y;
+  std::memcpy(&y, &b, sizeof y);
+  return y;
+}
+// x[0, n) -> the dense bf16 array at out (2 n bytes), front to back: out may equal x, since
+// the 16 floats of a step are read before their 32 bytes are written, below any unread float.
+inline void pack_bf16_span(size_t n, const float* x, void* out) {
+  auto* o = static_cast<unsigned char*>(out);
+  size_t i = 0;
+  for (; i + kW <= n; i += kW) {
+    const vec16h h = __builtin_convertvector(bf16_bits16(load(x + i)), vec16h);
+    std::memcpy(o + 2 * i, &h, sizeof h);
+  }
+  for (; i < n; ++i) {
+    const uint16_t b = bf16_bits(x[i]);
+    std::memcpy(o + 2 * i, &b, sizeof b);
+  }
+}
 
 // sum of f(k) for k in [0, n) in double, element k on lane k % kLanes (vectorises)
 template <class F>
