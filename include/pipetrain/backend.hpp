@@ -101,9 +101,11 @@ class Backend {
   // A linear layer's forward: y[rows, out] = x[rows, in] W[out, in]^T + b (b may be null).
   // Default: gemm then bias_add_rows; the host runs oneDNN's matmul with the bias fused
   // (one pass over y instead of two, the same fp32 sum acc + b). x_packed: x holds
-  // pack_bf16 of the input (bf16 precision only; see gemm_packed).
+  // pack_bf16 of the input (bf16 precision only; see gemm_packed). y_packed: y is written as
+  // pack_bf16 of the result (default: then packed in place; the host's oneDNN writes bf16
+  // directly, rounding to nearest even, subnormal results to 0).
   virtual void linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
-                              float* y, bool x_packed = false);
+                              float* y, bool x_packed = false, bool y_packed = false);
   // gemm in bf16 precision on contiguous operands (lda = ta ? M : K, ldb = tb ? K : N, ldc = N),
   // where A and/or B may already be packed by their producer (a_packed / b_packed: the operand
   // as stored, through pack_bf16, so the bf16 values the gemm would round it to, two per float
@@ -198,6 +200,7 @@ class Backend {
     int64_t n = 0, T = 0, H = 0, dh = 0;
     float scale = 1.0f;
     bool packed_out = false;  // bf16: o and dqkv written as pack_bf16 of their values
+    bool packed_in = false;   // bf16: qkv holds pack_bf16 of its values
   };
   virtual bool fused_attention() const { return false; }
   virtual void attention_forward(const AttentionGeom& g, const float* qkv, float* P, float* o);

@@ -6,10 +6,11 @@
 namespace pt {
 
 void Backend::linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
-                             float* y, bool x_packed) {
+                             float* y, bool x_packed, bool y_packed) {
   if (x_packed) gemm_packed(false, true, rows, out, in, 1.0f, x, true, w, false, 0.0f, y);
   else gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
   if (b) bias_add_rows(y, b, rows, out);
+  if (y_packed) pack_bf16(static_cast<size_t>(rows * out), y, y);
 }
 
 void Backend::bias_grad_rows_packed(const float* dy, float* db, int64_t rows, int64_t cols) {

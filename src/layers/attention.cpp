@@ -43,9 +43,9 @@ const float* AttentionCore::dropped(const LayerCtx& c, const float* P, float* bu
   return buf;
 }
 
-Backend::AttentionGeom AttentionCore::geom(int64_t n, bool packed_out) const {
+Backend::AttentionGeom AttentionCore::geom(int64_t n, bool packed) const {
   Backend::AttentionGeom g;
-  g.n = n, g.T = T_, g.H = H_, g.dh = dh_, g.scale = scale_, g.packed_out = packed_out;
+  g.n = n, g.T = T_, g.H = H_, g.dh = dh_, g.scale = scale_, g.packed_out = packed, g.packed_in = packed;
   return g;
 }
 
@@ -61,8 +61,8 @@ void AttentionCore::forward(const LayerCtx& c, const float* w, const float* x, f
   float* qkv = s.take(3 * TD);
   float* P = s.take(H_ * T_ * T_);
   float* O = s.take(TD);
-  if (fused(be)) {
-    qkv_.forward(be, w, x, qkv, n * T_, x_packed);
+  if (fused(be)) {  // in bf16 q, k, v are products' operands only: saved packed
+    qkv_.forward(be, w, x, qkv, n * T_, x_packed, pk);
     be.attention_forward(geom(n, pk), qkv, P, O);
     return proj_.forward(be, w + qkv_.size(), O, y, n * T_, pk);
   }

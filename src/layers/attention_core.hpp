@@ -2,7 +2,7 @@
 // the attention layer and transformer_block. Parameters (PyTorch nn.MultiheadAttention
 // layout): in_proj weight [3D, D] and bias [3D] (q, k, v stacked), out_proj weight [D, D]
 // and bias [D]. Per sample it saves q, k, v (3 T D; token-major on the backend's fused
-// path, head-major on the composed one), the attention
+// path, packed in bf16 there; head-major on the composed one), the attention
 // probabilities before dropout (H T T) and the merged head outputs (T D); the input half of
 // backward leaves the in_proj output gradient (3 T D) in `keep` for the weight half.
 // Probability dropout is keyed by (seed, layer, stream slot 3, sample, head/query/key
@@ -47,7 +47,8 @@ class AttentionCore {
   // the backend's fused kernel (Backend::attention_forward) where it has one and the
   // probabilities have no dropout; else the composition of batched GEMMs and softmax
   bool fused(const Backend& be) const { return be.fused_attention() && p_ == 0.0f; }
-  Backend::AttentionGeom geom(int64_t n, bool packed_out) const;
+  // the fused kernel's geometry; packed: bf16 operands in and out (saved q, k, v; o, dqkv)
+  Backend::AttentionGeom geom(int64_t n, bool packed) const;
   int64_t T_, D_, H_, dh_;
   float p_, scale_;
   int layer_;

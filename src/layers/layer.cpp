@@ -77,8 +77,9 @@ void key_error(const LayerSpec& s, const char* key, const std::string& msg) {
                             std::to_string(s.index) + "]." + key + "': " + msg, true);
 }
 
-void RowLinear::forward(Backend& be, const float* w, const float* x, float* y, int64_t rows, bool x_packed) const {
-  be.linear_forward(rows, in, out, x, w, bias ? w + out * in : nullptr, y, x_packed);
+void RowLinear::forward(Backend& be, const float* w, const float* x, float* y, int64_t rows, bool x_packed,
+                        bool y_packed) const {
+  be.linear_forward(rows, in, out, x, w, bias ? w + out * in : nullptr, y, x_packed, y_packed);
 }
 void RowLinear::backward_input(Backend& be, const float* w, const float* dy, float* dx, int64_t rows,
                                bool dy_packed) const {

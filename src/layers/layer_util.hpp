@@ -74,7 +74,8 @@ struct RowLinear {
   bool bias = true;
   int64_t size() const { return in * out + (bias ? out : 0); }
   // x_packed: x holds Backend::pack_bf16 of the input (bf16 precision; packed_operands below)
-  void forward(Backend& be, const float* w, const float* x, float* y, int64_t rows, bool x_packed = false) const;
+  void forward(Backend& be, const float* w, const float* x, float* y, int64_t rows, bool x_packed = false,
+               bool y_packed = false) const;
   void backward_input(Backend& be, const float* w, const float* dy, float* dx, int64_t rows,
                       bool dy_packed = false) const;  // dx = dy W
   void backward_weight(Backend& be, const float* x, const float* dy, float* dw, int64_t rows, bool x_packed = false,

@@ -12,7 +12,8 @@
 //    A kernel that skipped a rounding misses the 2e-6 bars by orders of magnitude, which the
 //    test asserts too.
 // Plus: both precisions are deterministic (bitwise equal on a repeat), packed outputs
-// (AttentionGeom::packed_out) are exactly the rounded fp32 ones, and the composed path
+// (AttentionGeom::packed_out) are exactly the rounded fp32 ones, packed inputs (packed_in)
+// give the same bits as fp32 ones, and the composed path
 // (heads_split, batched oneDNN/OpenBLAS GEMMs, causal softmax, heads_merge) agrees with the
 // fused one within the same bars.
 #include <gtest/gtest.h>
@@ -54,13 +55,13 @@ Backend::AttentionGeom geom(const Case& c) {
 }
 
 Grads run_fused(Backend& be, const Case& c, const std::vector<float>& qkv, const std::vector<float>& dout,
-                bool packed_out = false) {
+                bool packed_out = false, bool packed_in = false) {
   Backend::AttentionGeom g = geom(c);
-  g.packed_out = packed_out;
+  g.packed_out = packed_out, g.packed_in = packed_in;
   Grads r;
   r.P.assign(c.n * c.H * c.T * c.T, -1.0f);
   r.o.assign(c.n * c.T * c.H * c.dh, -1.0f);
-  r.dqkv.assign(qkv.size(), -1.0f);
+  r.dqkv.assign(c.n * c.T * 3 * c.H * c.dh, -1.0f);
   be.attention_forward(g, qkv.data(), r.P.data(), r.o.data());
   be.attention_backward(g, qkv.data(), r.P.data(), dout.data(), r.dqkv.data());
   return r;
@@ -198,6 +199,12 @@ void check(Precision prec) {
       be->unpack_bf16(d.size(), packed.dqkv.data(), d.data());
       for (size_t i = 0; i < o.size(); ++i) ASSERT_EQ(o[i], bf16_round(k.o[i])) << "o " << i;
       for (size_t i = 0; i < d.size(); ++i) ASSERT_EQ(d[i], bf16_round(k.dqkv[i])) << "dqkv " << i;
+      std::vector<float> qkv_packed((qkv.size() + 1) / 2);  // packed q, k, v in: the same bits out
+      be->pack_bf16(qkv.size(), qkv.data(), qkv_packed.data());
+      const Grads from_packed = run_fused(*be, c, qkv_packed, dout, false, true);
+      EXPECT_EQ(from_packed.P, k.P);
+      EXPECT_EQ(from_packed.o, k.o);
+      EXPECT_EQ(from_packed.dqkv, k.dqkv);
     }
     const Grads comp = run_composed(*be, c, qkv, dout);
     EXPECT_LT(rel_err(k.o, comp.o), bf16 ? 2e-3 : 2e-6);

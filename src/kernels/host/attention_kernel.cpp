@@ -27,6 +27,12 @@ namespace {
 // floats, which measured slower than the copies themselves (20% of the kernel's time).
 #define PT_NO_MEMCPY_CALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
 
+// A token-major input: fp32, or packed bf16 (pack_bf16; AttentionGeom::packed_in)
+struct Src {
+  const float* base;
+  bool packed;
+};
+
 // Zero-padded tiles of one (sample, head): rows [Tp, dp] (a row per position) and [Tp, Tp]
 // triangles; padding is zeroed once per call and never written.
 struct Tiles {
@@ -44,19 +50,30 @@ struct Tiles {
     a = mem.data(), b = a + row, c = b + row, d = c + row, kt = d + row, s = kt + row, p = s + tri;
   }
   float rd(float x) const { return bf16 ? bf16_round(x) : x; }
-  // rows t < T of a [T, dh] slice with row stride ld -> tile [Tp, dp]
-  PT_NO_MEMCPY_CALLS void gather(const float* src, int64_t ld, float* tile) const {
+  // rows t < T of the [T, dh] slice at element `off` of src (row stride ld) -> tile [Tp, dp]
+  PT_NO_MEMCPY_CALLS void gather(Src src, int64_t off, int64_t ld, float* tile) const {
+    if (src.packed) return gather_packed(reinterpret_cast<const unsigned char*>(src.base) + 2 * off, ld, tile);
     for (int64_t t = 0; t < T; ++t) {
-      const float* x = src + t * ld;
+      const float* x = src.base + off + t * ld;
       float* y = tile + t * dp;
       int64_t e = 0;
       for (; e + kW <= dh; e += kW) store(y + e, bf16 ? round_bf16(load(x + e)) : load(x + e));
       for (; e < dh; ++e) y[e] = rd(x[e]);
     }
   }
+  // the same from bf16 values (exact: nothing to round)
+  PT_NO_MEMCPY_CALLS void gather_packed(const unsigned char* src, int64_t ld, float* tile) const {
+    for (int64_t t = 0; t < T; ++t) {
+      const unsigned char* x = src + 2 * t * ld;
+      float* y = tile + t * dp;
+      int64_t e = 0;
+      for (; e + kW <= dh; e += kW) store(y + e, load_bf16(x + 2 * e));
+      for (; e < dh; ++e) y[e] = load_bf16_one(x + 2 * e);
+    }
+  }
   // the same, transposed into kt [dp, Tp], through the row tile `rows` (contiguous reads)
-  void gather_transposed(const float* src, int64_t ld, float* rows, float* tile) const {
-    gather(src, ld, rows);
+  void gather_transposed(Src src, int64_t off, int64_t ld, float* rows, float* tile) const {
+    gather(src, off, ld, rows);
     for (int64_t e = 0; e < dh; ++e)  // contiguous writes; the strided reads hit L1
       for (int64_t t = 0; t < T; ++t) tile[e * Tp + t] = rows[t * dp + e];
   }
@@ -190,11 +207,12 @@ void HostBackend::attention_forward(const AttentionGeom& g, const float* qkv, fl
   t.out_packed = g.packed_out, t.out_base = o;
   for (int64_t s = 0; s < g.n; ++s)
     for (int64_t h = 0; h < g.H; ++h) {
-      const float* x = qkv + s * T * 3 * D + h * g.dh;  // q of (s, h); k at +D, v at +2D
+      const Src x{qkv, g.packed_in};
+      const int64_t q = s * T * 3 * D + h * g.dh;  // q of (s, h); k at +D, v at +2D
       float* Ph = P + (s * g.H + h) * TT;
-      t.gather(x, 3 * D, t.a);
-      t.gather_transposed(x + D, 3 * D, t.b, t.kt);
-      t.gather(x + 2 * D, 3 * D, t.c);
+      t.gather(x, q, 3 * D, t.a);
+      t.gather_transposed(x, q + D, 3 * D, t.b, t.kt);
+      t.gather(x, q + 2 * D, 3 * D, t.c);
       scores(t, t.a, g.scale, t.s);
       for (int64_t i = 0; i < T; ++i) {  // softmax in the tile (cache), then out to P
         float* r = t.s + i * t.Tp;
@@ -212,13 +230,14 @@ void HostBackend::attention_backward(const AttentionGeom& g, const float* qkv, c
   t.out_packed = g.packed_out, t.out_base = dqkv;
   for (int64_t s = 0; s < g.n; ++s)
     for (int64_t h = 0; h < g.H; ++h) {
-      const float* x = qkv + s * T * 3 * D + h * g.dh;
-      float* dx = dqkv + s * T * 3 * D + h * g.dh;
+      const Src x{qkv, g.packed_in};
+      const int64_t q = s * T * 3 * D + h * g.dh;
+      float* dx = dqkv + q;
       const float* Ph = P + (s * g.H + h) * TT;
-      t.gather(x, 3 * D, t.a);                       // q
-      t.gather(x + D, 3 * D, t.b);                   // k
-      t.gather_transposed(x + 2 * D, 3 * D, t.c, t.kt);  // v^T
-      t.gather(dout + s * T * D + h * g.dh, D, t.d);  // do
+      t.gather(x, q, 3 * D, t.a);                                 // q
+      t.gather(x, q + D, 3 * D, t.b);                             // k
+      t.gather_transposed(x, q + 2 * D, 3 * D, t.c, t.kt);        // v^T
+      t.gather(Src{dout, false}, s * T * D + h * g.dh, D, t.d);  // do
       scores(t, t.d, 1.0f, t.s);                     // dP = do v^T (the triangle)
       load_triangle(t, Ph, t.p);
       product<true>(t, t.p, t.d, 1.0f, dx + 2 * D, 3 * D);  // dv = P^T do

@@ -128,13 +128,14 @@ void HostBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
 // One oneDNN matmul with the bias where the rule gives the product to oneDNN; else the
 // default composition (OpenBLAS GEMM, then the bias pass).
 void HostBackend::linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w,
-                                 const float* b, float* y, bool x_packed) {
+                                 const float* b, float* y, bool x_packed, bool y_packed) {
   if (rows == 0 || out == 0) return;
   if (in == 0 || !onednn_gemm(false, true, rows, out, in, 1))
-    return Backend::linear_forward(rows, in, out, x, w, b, y, x_packed);
+    return Backend::linear_forward(rows, in, out, x, w, b, y, x_packed, y_packed);
   GemmArgs a;
   a.tb = true, a.M = rows, a.N = out, a.K = in;
   a.A = x, a.lda = in, a.B = w, a.ldb = in, a.C = y, a.ldc = out, a.bias = b, a.a_packed = x_packed;
+  a.c_packed = y_packed;
   onednn().gemm(precision(), a);
 }
 

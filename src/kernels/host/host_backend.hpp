@@ -37,7 +37,7 @@ class HostBackend final : public Backend {
                    const float* B, bool b_packed, float beta, float* C) override;
   void pack_bf16(size_t n, const float* x, float* packed) override;
   void linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
-                      float* y, bool x_packed = false) override;
+                      float* y, bool x_packed = false, bool y_packed = false) override;
   void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) override;
   void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) override;
   void bias_grad_rows_packed(const float* dy, float* db, int64_t rows, int64_t cols) override;

@@ -43,6 +43,9 @@ struct GemmArgs {
   // bf16 only: the operand is already a dense bf16 array (Backend::pack_bf16 of it as
   // stored, lda/ldb dense, batch 1), read as is instead of being converted
   bool a_packed = false, b_packed = false;
+  // bf16 only: C is written as a dense bf16 array (oneDNN rounds the fp32 result, bias
+  // included, to nearest even; beta = 0)
+  bool c_packed = false;
 };
 
 class OneDnn {

@@ -52,7 +52,7 @@ struct ConvPlan {
   ConvOp weights[2];  // backward weights [with diff bias]
 };
 
-using MatmulKey = std::array<int64_t, 16>;
+using MatmulKey = std::array<int64_t, 17>;
 using ConvKey = std::array<int64_t, 11>;
 
 struct OneDnn::Impl {

@@ -103,6 +103,20 @@ inline vec16 round_bf16(vec16 x) {
   std::memcpy(&y, &b, sizeof y);
   return y;
 }
+// 16 bf16 values (32 bytes at p, any alignment) as floats, exactly
+inline vec16 load_bf16(const unsigned char* p) {
+  vec16h h;
+  std::memcpy(&h, p, sizeof h);
+  const vec16i u = __builtin_convertvector(h, vec16i) << 16;
+  vec16 y;
+  std::memcpy(&y, &u, sizeof y);
+  return y;
+}
+inline float load_bf16_one(const unsigned char* p) {
+  uint16_t b;
+  std::memcpy(&b, p, sizeof b);
+  return bf16_to_float(b);
+}
 // x[0, n) -> the dense bf16 array at out (2 n bytes), front to back: out may equal x, since
 // the 16 floats of a step are read before their 32 bytes are written, below any unread float.
 inline void pack_bf16_span(size_t n, const float* x, void* out) {
