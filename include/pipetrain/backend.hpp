@@ -93,6 +93,8 @@ class Backend {
   virtual void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) = 0;
   virtual void axpy(size_t n, float a, const float* x, float* y) = 0;  // y += a x
+  // y = a + b (a residual sum); y may alias a or b. Default: copy, then axpy (the same bits).
+  virtual void add(size_t n, const float* a, const float* b, float* y);
   // y[i] = bf16_round(x[i]) (fp32 storage, bf16 values: compute copies of weights, bf16
   // messages); y may alias x. Independent of precision().
   virtual void round_bf16(size_t n, const float* x, float* y) = 0;
@@ -142,10 +144,16 @@ class Backend {
   virtual void relu_backward(size_t n, const float* y, const float* dy, float* dx) = 0;
   virtual void gelu_forward(size_t n, const float* x, float* y) = 0;  // exact (erf) GELU
   virtual void gelu_backward(size_t n, const float* x, const float* dy, float* dx) = 0;
-  // the same with the output written packed (pack_bf16 of y, of dx): for bf16 operands that
-  // only GEMMs read. Defaults: the op, then pack_bf16 in place.
-  virtual void gelu_forward_packed(size_t n, const float* x, float* y);
-  virtual void gelu_backward_packed(size_t n, const float* x, const float* dy, float* dx);
+  // GELU forward that keeps what its backward needs: y = gelu(x), and x replaced by
+  // gelu'(x) = Phi(x) + x phi(x) (the factor gelu_backward applies), so the backward is
+  // mul(dy, x): one multiply instead of the normal CDF again. Bitwise what gelu_forward and
+  // gelu_backward give. Default: gelu_forward, then gelu_backward of ones in place.
+  virtual void gelu_forward_deriv(size_t n, float* x, float* y);
+  virtual void mul(size_t n, const float* a, const float* b, float* y) = 0;  // y = a * b elementwise
+  // the same two with y written packed (pack_bf16 of y): for bf16 operands only GEMMs read.
+  // Defaults: the op, then pack_bf16 in place.
+  virtual void gelu_forward_deriv_packed(size_t n, float* x, float* y);
+  virtual void mul_packed(size_t n, const float* a, const float* b, float* y);
 
   // Layer norm over `cols` features of each of `rows` samples; stats holds (mean, rstd) per row.
   virtual void layernorm_forward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,

@@ -20,13 +20,26 @@ void Backend::bias_grad_rows_packed(const float* dy, float* db, int64_t rows, in
   release(d);
 }
 
-void Backend::gelu_forward_packed(size_t n, const float* x, float* y) {
+void Backend::add(size_t n, const float* a, const float* b, float* y) {
+  if (y == b) return axpy(n, 1.0f, a, y);
+  copy(y, a, n);
+  axpy(n, 1.0f, b, y);
+}
+
+void Backend::gelu_forward_deriv(size_t n, float* x, float* y) {
   gelu_forward(n, x, y);
+  float* ones = alloc(n);
+  fill(ones, 1.0f, n);
+  gelu_backward(n, x, ones, x);  // 1 * gelu'(x), elementwise in place
+  release(ones);
+}
+void Backend::gelu_forward_deriv_packed(size_t n, float* x, float* y) {
+  gelu_forward_deriv(n, x, y);
   pack_bf16(n, y, y);
 }
-void Backend::gelu_backward_packed(size_t n, const float* x, const float* dy, float* dx) {
-  gelu_backward(n, x, dy, dx);
-  pack_bf16(n, dx, dx);
+void Backend::mul_packed(size_t n, const float* a, const float* b, float* y) {
+  mul(n, a, b, y);
+  pack_bf16(n, y, y);
 }
 
 void Backend::gemm_packed(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

@@ -22,7 +22,7 @@ class TransformerBlock final : public Layer {
 
   std::vector<ParamTensor> params() const override;
   void init_params(float* host, uint64_t seed) const override;
-  // ln1 out, ln1 stats, h, ln2 out, ln2 stats, fc1 out, gelu out, then the attention's
+  // ln1 out, ln1 stats, h, ln2 out, ln2 stats, gelu'(fc1 out), gelu out, then the attention's
   int64_t aux_per_sample() const override { return 3 * T_ * D_ + 4 * T_ + 2 * T_ * F_ + attn_.saved_per_sample(); }
   // output gradients of fc2, fc1, ln2, the attention, its in_proj, ln1
   int64_t split_aux_per_sample() const override { return 4 * T_ * D_ + T_ * F_ + attn_.keep_per_sample(); }
@@ -154,17 +154,15 @@ void TransformerBlock::forward(const LayerCtx& c, const float* w, const float* x
   pack_in_place(be, pk, s.a1, rows * D_);
   attn_.forward(lc, w + o.attn, s.a1, m, s.attn, n, pk);
   dropout_apply(c, index(), 1, p_, T_ * D_, m, m, n);
-  be.copy(s.h, x, nd);
-  be.axpy(nd, 1.0f, m, s.h);
+  be.add(nd, x, m, s.h);
   ln_.forward(be, w + o.ln2, s.h, s.b, s.st2, rows);
   pack_in_place(be, pk, s.b, rows * D_);
   fc1_.forward(be, w + o.fc1, s.b, s.f, rows, pk);
-  if (pk) be.gelu_forward_packed(static_cast<size_t>(rows * F_), s.f, s.g);
-  else be.gelu_forward(static_cast<size_t>(rows * F_), s.f, s.g);
+  if (pk) be.gelu_forward_deriv_packed(static_cast<size_t>(rows * F_), s.f, s.g);  // f becomes gelu'(f)
+  else be.gelu_forward_deriv(static_cast<size_t>(rows * F_), s.f, s.g);
   fc2_.forward(be, w + o.fc2, s.g, m, rows, pk);
   dropout_apply(c, index(), 2, p_, T_ * D_, m, m, n);
-  be.copy(y, s.h, nd);
-  be.axpy(nd, 1.0f, m, y);
+  be.add(nd, s.h, m, y);
 }
 
 void TransformerBlock::input_half(const LayerCtx& c, const float* w, const float* x, const float* dy, float* dx,
@@ -182,8 +180,8 @@ void TransformerBlock::input_half(const LayerCtx& c, const float* w, const float
   const bool pk = packed_operands(be);  // dm, df, da and the attention's dqkv: read by linears only
   branch_grad(c, pk, 2, dy, k.dm, n);
   fc2_.backward_input(be, w + o.fc2, k.dm, dg, rows, pk);
-  if (pk) be.gelu_backward_packed(static_cast<size_t>(rows * F_), s.f, dg, k.df);
-  else be.gelu_backward(static_cast<size_t>(rows * F_), s.f, dg, k.df);
+  if (pk) be.mul_packed(static_cast<size_t>(rows * F_), dg, s.f, k.df);  // gelu_backward: dg gelu'(f)
+  else be.mul(static_cast<size_t>(rows * F_), dg, s.f, k.df);
   fc1_.backward_input(be, w + o.fc1, k.df, k.db, rows, pk);
   ln_.backward_input(be, w + o.ln2, s.h, s.st2, k.db, dh, rows);
   be.axpy(nd, 1.0f, dy, dh);

@@ -88,6 +88,7 @@ class CudaBackend final : public Backend {
   void relu_backward(size_t n, const float* y, const float* dy, float* dx) override;
   void gelu_forward(size_t n, const float* x, float* y) override;
   void gelu_backward(size_t n, const float* x, const float* dy, float* dx) override;
+  void mul(size_t n, const float* a, const float* b, float* y) override;
   void layernorm_forward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
                          const float* beta, float* y, float* stats) override;
   void layernorm_backward(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* stats,

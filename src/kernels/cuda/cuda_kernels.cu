@@ -55,6 +55,10 @@ __global__ void k_relu_backward(size_t n, const float* y, const float* dy, float
 __global__ void k_gelu_forward(size_t n, const float* x, float* y) {
   GRID_STRIDE(i, n) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
 }
+__global__ void k_mul(size_t n, const float* a, const float* b, float* y) {
+  GRID_STRIDE(i, n) { y[i] = a[i] * b[i]; }
+}
+
 __global__ void k_gelu_backward(size_t n, const float* x, const float* dy, float* dx) {
   GRID_STRIDE(i, n) {
     const float v = x[i];
@@ -330,6 +334,11 @@ void CudaBackend::relu_backward(size_t n, const float* y, const float* dy, float
 void CudaBackend::gelu_forward(size_t n, const float* x, float* y) {
   if (n == 0) return;
   k_gelu_forward<<<blocks_for(n), kThreads, 0, compute_>>>(n, x, y);
+  PT_CU_LAUNCHED();
+}
+void CudaBackend::mul(size_t n, const float* a, const float* b, float* y) {
+  if (n == 0) return;
+  k_mul<<<blocks_for(n), kThreads, 0, compute_>>>(n, a, b, y);
   PT_CU_LAUNCHED();
 }
 void CudaBackend::gelu_backward(size_t n, const float* x, const float* dy, float* dx) {

@@ -235,15 +235,31 @@ void packed_map(size_t n, float* out, F f) {
 }
 }  // namespace
 
-void HostBackend::gelu_forward_packed(size_t n, const float* x, float* y) {
-  packed_map(n, y, [=](size_t i) { return x[i] * normal_cdf_pdf(x[i]).cdf; });
-}
-void HostBackend::gelu_backward_packed(size_t n, const float* x, const float* dy, float* dx) {
-  packed_map(n, dx, [=](size_t i) {
+// gelu and gelu' from one normal_cdf_pdf, the expressions of gelu_forward and gelu_backward
+void HostBackend::gelu_forward_deriv(size_t n, float* x, float* y) {
+  Kokkos::parallel_for("pt::gelu_forward_deriv", Range(0, n), [=](size_t i) {
     const float v = x[i];
     const NormalCdfPdf g = normal_cdf_pdf(v);
-    return dy[i] * (g.cdf + v * g.pdf);
+    y[i] = v * g.cdf;
+    x[i] = g.cdf + v * g.pdf;
   });
+}
+void HostBackend::gelu_forward_deriv_packed(size_t n, float* x, float* y) {
+  packed_map(n, y, [=](size_t i) {
+    const float v = x[i];
+    const NormalCdfPdf g = normal_cdf_pdf(v);
+    x[i] = g.cdf + v * g.pdf;
+    return v * g.cdf;
+  });
+}
+void HostBackend::add(size_t n, const float* a, const float* b, float* y) {
+  Kokkos::parallel_for("pt::add", Range(0, n), [=](size_t i) { y[i] = a[i] + b[i]; });
+}
+void HostBackend::mul(size_t n, const float* a, const float* b, float* y) {
+  Kokkos::parallel_for("pt::mul", Range(0, n), [=](size_t i) { y[i] = a[i] * b[i]; });
+}
+void HostBackend::mul_packed(size_t n, const float* a, const float* b, float* y) {
+  packed_map(n, y, [=](size_t i) { return a[i] * b[i]; });
 }
 
 // Row statistics in double over fixed lanes (vec_math.hpp), two passes.

@@ -41,8 +41,11 @@ class HostBackend final : public Backend {
   void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) override;
   void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) override;
   void bias_grad_rows_packed(const float* dy, float* db, int64_t rows, int64_t cols) override;
-  void gelu_forward_packed(size_t n, const float* x, float* y) override;
-  void gelu_backward_packed(size_t n, const float* x, const float* dy, float* dx) override;
+  void gelu_forward_deriv(size_t n, float* x, float* y) override;
+  void gelu_forward_deriv_packed(size_t n, float* x, float* y) override;
+  void mul(size_t n, const float* a, const float* b, float* y) override;
+  void add(size_t n, const float* a, const float* b, float* y) override;
+  void mul_packed(size_t n, const float* a, const float* b, float* y) override;
 
   void conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
                       float* y) override;

@@ -1,0 +1,167 @@
+// The packed-bf16 operand ops of the Backend interface (backend.hpp; docs/PRECISION.md,
+// "Where bf16 time goes: operands kept packed") on the host backend, each against the
+// unpacked op it replaces, bit for bit, and against the Backend defaults the CUDA backend runs
+// (called qualified on the host object, so both sides run here):
+//  - pack_bf16 rounds to nearest even (bf16_bits), in place or not, odd counts, NaN;
+//  - gemm_packed with A, B or both packed (and transposed) = gemm in bf16 on the fp32 values;
+//  - linear_forward with a packed input and/or a packed output = the unpacked one, rounded;
+//  - bias_grad_rows_packed = bias_grad_rows of the rounded values;
+//  - gelu_forward_deriv (+ mul) = gelu_forward and gelu_backward; the packed variants = their
+//    results packed; add = copy then axpy.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "../../src/kernels/host/host_backend.hpp"
+#include "pipetrain/backend.hpp"
+
+namespace {
+
+using pt::bf16_round;
+using pt::Precision;
+
+std::vector<float> values(size_t n, uint32_t seed, float scale) {
+  std::vector<float> v(n);
+  uint32_t s = seed;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = scale * (static_cast<float>(s >> 8) / 16777216.0f - 0.5f);
+  }
+  return v;
+}
+
+std::vector<float> packed(pt::Backend& be, const std::vector<float>& x) {
+  std::vector<float> p((x.size() + 1) / 2);
+  be.pack_bf16(x.size(), x.data(), p.data());
+  return p;
+}
+std::vector<float> unpacked(pt::Backend& be, const std::vector<float>& p, size_t n) {
+  std::vector<float> x(n);
+  be.unpack_bf16(n, p.data(), x.data());
+  return x;
+}
+std::vector<float> rounded(std::vector<float> x) {
+  for (auto& v : x) v = bf16_round(v);
+  return x;
+}
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(PackedOps, PackRoundsToNearestEvenInPlaceOrNot) {
+  pt::host::HostBackend be;
+  for (size_t n : {1u, 15u, 16u, 33u, 1000u}) {
+    auto x = values(n, 3 + n, 8.0f);
+    x[0] = std::numeric_limits<float>::quiet_NaN();
+    if (n > 2) x[1] = 1.0f + 1.0f / 256;  // a tie: rounds to the even 1.0
+    const auto p = packed(be, x);
+    EXPECT_TRUE(same_bits(p, [&] {  // the default (host copies) packs the same words
+      std::vector<float> d((n + 1) / 2);
+      be.pt::Backend::pack_bf16(n, x.data(), d.data());
+      return d;
+    }()));
+    const auto back = unpacked(be, p, n);
+    EXPECT_TRUE(std::isnan(back[0]));
+    for (size_t i = 1; i < n; ++i) ASSERT_EQ(back[i], bf16_round(x[i])) << i;
+    if (n > 2) EXPECT_EQ(back[1], 1.0f);
+    std::vector<float> inplace = x;
+    be.pack_bf16(n, inplace.data(), inplace.data());
+    inplace.resize((n + 1) / 2);
+    EXPECT_TRUE(same_bits(inplace, p)) << n;
+  }
+}
+
+TEST(PackedOps, GemmReadsPackedOperandsAsItRoundsThem) {
+  pt::host::HostBackend be;
+  be.set_precision(Precision::bf16);
+  const int64_t M = 37, N = 24, K = 53;
+  for (int ta = 0; ta < 2; ++ta) {
+    const auto A = values(M * K, 11 + ta, 2.0f), B = values(K * N, 13, 2.0f);
+    std::vector<float> want(M * N, 0.5f);
+    be.gemm(ta, false, M, N, K, 0.75f, A.data(), ta ? M : K, B.data(), N, 1.0f, want.data(), N);
+    const auto Ap = packed(be, A), Bp = packed(be, B);
+    for (int which = 1; which < 4; ++which) {
+      const bool pa = which & 1, pb = which & 2;
+      std::vector<float> got(M * N, 0.5f), dflt(M * N, 0.5f);
+      be.gemm_packed(ta, false, M, N, K, 0.75f, pa ? Ap.data() : A.data(), pa, pb ? Bp.data() : B.data(), pb, 1.0f,
+                     got.data());
+      be.pt::Backend::gemm_packed(ta, false, M, N, K, 0.75f, pa ? Ap.data() : A.data(), pa, pb ? Bp.data() : B.data(),
+                                  pb, 1.0f, dflt.data());
+      EXPECT_TRUE(same_bits(got, want)) << "ta " << ta << " packed " << which;
+      EXPECT_TRUE(same_bits(dflt, want)) << "default, ta " << ta << " packed " << which;
+    }
+  }
+}
+
+TEST(PackedOps, LinearForwardWithPackedInputAndOutput) {
+  pt::host::HostBackend be;
+  be.set_precision(Precision::bf16);
+  const int64_t rows = 40, in = 48, out = 32;
+  const auto x = values(rows * in, 21, 2.0f), w = values(out * in, 22, 0.5f), b = values(out, 23, 1.0f);
+  std::vector<float> want(rows * out);
+  be.linear_forward(rows, in, out, x.data(), w.data(), b.data(), want.data());
+  const auto xp = packed(be, x);
+  std::vector<float> y1(rows * out), y2(rows * out), y3(rows * out);
+  be.linear_forward(rows, in, out, xp.data(), w.data(), b.data(), y1.data(), true);
+  EXPECT_TRUE(same_bits(y1, want));
+  be.linear_forward(rows, in, out, xp.data(), w.data(), b.data(), y2.data(), true, true);
+  EXPECT_TRUE(same_bits(unpacked(be, y2, rows * out), rounded(want)));
+  be.pt::Backend::linear_forward(rows, in, out, xp.data(), w.data(), b.data(), y3.data(), true, true);
+  EXPECT_TRUE(same_bits(unpacked(be, y3, rows * out), rounded(want)));
+}
+
+TEST(PackedOps, BiasGradientOfThePackedGradient) {
+  pt::host::HostBackend be;
+  be.set_precision(Precision::bf16);
+  const int64_t rows = 50, cols = 37;
+  const auto dy = values(rows * cols, 31, 4.0f);
+  std::vector<float> want(cols, 0.25f), got(cols, 0.25f), dflt(cols, 0.25f);
+  const auto r = rounded(dy);
+  be.bias_grad_rows(r.data(), want.data(), rows, cols);
+  const auto p = packed(be, dy);
+  be.bias_grad_rows_packed(p.data(), got.data(), rows, cols);
+  be.pt::Backend::bias_grad_rows_packed(p.data(), dflt.data(), rows, cols);
+  EXPECT_TRUE(same_bits(got, want));
+  EXPECT_TRUE(same_bits(dflt, want));
+}
+
+TEST(PackedOps, AddIsCopyThenAxpy) {
+  pt::host::HostBackend be;
+  const size_t n = 333;
+  const auto a = values(n, 51, 3.0f), b = values(n, 52, 3.0f);
+  std::vector<float> want = a, got(n), dflt(n), alias = b;
+  be.axpy(n, 1.0f, b.data(), want.data());
+  be.add(n, a.data(), b.data(), got.data());
+  be.pt::Backend::add(n, a.data(), b.data(), dflt.data());
+  be.add(n, a.data(), alias.data(), alias.data());
+  EXPECT_TRUE(same_bits(got, want));
+  EXPECT_TRUE(same_bits(dflt, want));
+  EXPECT_TRUE(same_bits(alias, want));
+}
+
+TEST(PackedOps, GeluDerivativeKeptForBackwardIsBitwiseGeluBackward) {
+  pt::host::HostBackend be;
+  const size_t n = 1000;
+  const auto x = values(n, 41, 12.0f), dy = values(n, 42, 2.0f);
+  std::vector<float> y_want(n), dx_want(n);
+  be.gelu_forward(n, x.data(), y_want.data());
+  be.gelu_backward(n, x.data(), dy.data(), dx_want.data());
+  for (int dflt = 0; dflt < 2; ++dflt) {
+    std::vector<float> d = x, y(n), dx(n);
+    if (dflt) be.pt::Backend::gelu_forward_deriv(n, d.data(), y.data());
+    else be.gelu_forward_deriv(n, d.data(), y.data());
+    be.mul(n, dy.data(), d.data(), dx.data());
+    EXPECT_TRUE(same_bits(y, y_want)) << dflt;
+    EXPECT_TRUE(same_bits(dx, dx_want)) << dflt;
+  }
+  std::vector<float> d = x, yp(n), dxp(n);
+  be.gelu_forward_deriv_packed(n, d.data(), yp.data());
+  be.mul_packed(n, dy.data(), d.data(), dxp.data());
+  EXPECT_TRUE(same_bits(unpacked(be, yp, n), rounded(y_want)));
+  EXPECT_TRUE(same_bits(unpacked(be, dxp, n), rounded(dx_want)));
+}
+
+}  // namespace
