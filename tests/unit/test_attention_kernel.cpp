@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "pipetrain/backend.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -38,15 +39,7 @@ struct Grads {
   std::vector<float> P, o, dqkv;
 };
 
-std::vector<float> uniform(size_t count, uint32_t seed, float scale) {
-  std::vector<float> v(count);
-  uint32_t s = seed;
-  for (auto& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = scale * (static_cast<float>(s >> 8) / 16777216.0f - 0.5f);
-  }
-  return v;
-}
+using pt::test::lcg_uniform;
 
 Backend::AttentionGeom geom(const Case& c) {
   Backend::AttentionGeom g;
@@ -174,7 +167,7 @@ void check(Precision prec) {
     SCOPED_TRACE("n " + std::to_string(c.n) + " T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " dh " +
                  std::to_string(c.dh) + (bf16 ? " bf16" : " fp32"));
     const int64_t D = c.H * c.dh;
-    const auto qkv = uniform(c.n * c.T * 3 * D, 7 + c.T, 4.0f), dout = uniform(c.n * c.T * D, 11 + c.dh, 2.0f);
+    const auto qkv = lcg_uniform(c.n * c.T * 3 * D, 7 + c.T, 4.0f), dout = lcg_uniform(c.n * c.T * D, 11 + c.dh, 2.0f);
     const Grads k = run_fused(*be, c, qkv, dout);
     const Grads ref = reference(c, qkv, dout, k.P, bf16);
     EXPECT_LT(rel_err(k.P, ref.P), 2e-6);

@@ -17,21 +17,14 @@
 
 #include "../../src/kernels/host/host_backend.hpp"
 #include "pipetrain/backend.hpp"
+#include "test_support.hpp"
 
 namespace {
 
 using pt::bf16_round;
 using pt::Precision;
 
-std::vector<float> values(size_t n, uint32_t seed, float scale) {
-  std::vector<float> v(n);
-  uint32_t s = seed;
-  for (auto& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = scale * (static_cast<float>(s >> 8) / 16777216.0f - 0.5f);
-  }
-  return v;
-}
+std::vector<float> values(size_t n, uint32_t seed, float scale) { return pt::test::lcg_uniform(n, seed, scale); }
 
 std::vector<float> packed(pt::Backend& be, const std::vector<float>& x) {
   std::vector<float> p((x.size() + 1) / 2);

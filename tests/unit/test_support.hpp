@@ -53,4 +53,16 @@ inline double worst_ratio(const std::vector<float>& a, const std::vector<float>&
   return a.size() == b.size() ? worst : INFINITY;
 }
 
+// count values uniform in [-scale/2, scale/2) from a fixed linear congruential stream: test
+// data that is the same on every machine
+inline std::vector<float> lcg_uniform(size_t count, uint32_t seed, float scale) {
+  std::vector<float> v(count);
+  uint32_t s = seed;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = scale * (static_cast<float>(s >> 8) / 16777216.0f - 0.5f);
+  }
+  return v;
+}
+
 }  // namespace pt::test

@@ -71,6 +71,14 @@ struct Tiles {
       for (; e < dh; ++e) y[e] = load_bf16_one(x + 2 * e);
     }
   }
+  // start loading the rows gather(src, off, ld) will read (the next head's, while this one
+  // computes: each row is a separate cache line of a large token-major buffer)
+  void prefetch(Src src, int64_t off, int64_t ld) const {
+    const int64_t bytes = src.packed ? 2 : 4;
+    const auto* base = reinterpret_cast<const char*>(src.base) + bytes * off;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t e = 0; e < dh * bytes; e += 64) __builtin_prefetch(base + bytes * t * ld + e);
+  }
   // the same, transposed into kt [dp, Tp], through the row tile `rows` (contiguous reads)
   void gather_transposed(Src src, int64_t off, int64_t ld, float* rows, float* tile) const {
     gather(src, off, ld, rows);
@@ -171,9 +179,9 @@ PT_NO_MEMCPY_CALLS void load_triangle(const Tiles& t, const float* m, float* til
   for (int64_t i = 0; i < t.T; ++i) {
     const float* x = m + i * t.T;
     float* y = tile + i * t.Tp;
-    int64_t j = 0;
-    for (; j + kW <= i + 1; j += kW) store(y + j, t.bf16 ? round_bf16(load(x + j)) : load(x + j));
-    for (; j < t.T; ++j) y[j] = t.rd(x[j]);  // the diagonal's vector, then zeros
+    int64_t j = 0;  // zeros past the diagonal come along (rounding keeps them)
+    for (; j + kW <= t.T; j += kW) store(y + j, t.bf16 ? round_bf16(load(x + j)) : load(x + j));
+    for (; j < t.T; ++j) y[j] = t.rd(x[j]);
   }
 }
 
@@ -213,6 +221,10 @@ void HostBackend::attention_forward(const AttentionGeom& g, const float* qkv, fl
       t.gather(x, q, 3 * D, t.a);
       t.gather_transposed(x, q + D, 3 * D, t.b, t.kt);
       t.gather(x, q + 2 * D, 3 * D, t.c);
+      if (s + 1 < g.n || h + 1 < g.H) {  // the next head's q, k, v rows
+        const int64_t next = h + 1 < g.H ? q + g.dh : (s + 1) * T * 3 * D;
+        for (int part = 0; part < 3; ++part) t.prefetch(x, next + part * D, 3 * D);
+      }
       scores(t, t.a, g.scale, t.s);
       for (int64_t i = 0; i < T; ++i) {  // softmax in the tile (cache), then out to P
         float* r = t.s + i * t.Tp;
@@ -238,6 +250,12 @@ void HostBackend::attention_backward(const AttentionGeom& g, const float* qkv, c
       t.gather(x, q + D, 3 * D, t.b);                             // k
       t.gather_transposed(x, q + 2 * D, 3 * D, t.c, t.kt);        // v^T
       t.gather(Src{dout, false}, s * T * D + h * g.dh, D, t.d);  // do
+      if (s + 1 < g.n || h + 1 < g.H) {  // the next head's rows
+        const bool same = h + 1 < g.H;
+        const int64_t next = same ? q + g.dh : (s + 1) * T * 3 * D;
+        for (int part = 0; part < 3; ++part) t.prefetch(x, next + part * D, 3 * D);
+        t.prefetch(Src{dout, false}, same ? s * T * D + (h + 1) * g.dh : (s + 1) * T * D, D);
+      }
       scores(t, t.d, 1.0f, t.s);                     // dP = do v^T (the triangle)
       load_triangle(t, Ph, t.p);
       product<true>(t, t.p, t.d, 1.0f, dx + 2 * D, 3 * D);  // dv = P^T do
