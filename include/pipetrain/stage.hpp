@@ -116,8 +116,10 @@ class Stage {
   LayerCtx layer_ctx(const LayerCtx& ctx, int l) const;
   void require_state(const LayerCtx& ctx) const;
   // The buffer that receives layer l's input gradient in a backward pass: the output
-  // gradient slot of the next non-view layer below l when it splits, else scratch.
+  // gradient slot of the next non-view layer below l when it splits, else scratch; null when
+  // nothing reads it (input_grad_needed).
   float* grad_target(const Slot& s, int l, const float* cur_dy, float* dx) const;
+  bool input_grad_needed(int l, const float* dx) const;  // false: only views below and no dx
   mutable Buffer scratch_a_, scratch_b_, eval_aux_, eval_loss_, work_;
 };
 

@@ -137,7 +137,7 @@ void Stage::backward(const Slot& s, const float* params, float* grads, const flo
       continue;
     }
     float* target;
-    if (first_layer) target = dx;  // may be null: the model's first layer needs no input gradient
+    if (first_layer || !input_grad_needed(l, dx)) target = first_layer ? dx : nullptr;  // null: nobody reads it
     else target = (cur_dy == scratch_a_.data()) ? scratch_b_.data() : scratch_a_.data();
     backward_layer(l, s, params, grads, cur_dy, target, ctx, n);
     round_input_grad(l, target, n);
@@ -146,7 +146,18 @@ void Stage::backward(const Slot& s, const float* params, float* grads, const flo
   }
 }
 
+// Layer l's input gradient is read by a layer below it in the stage, or sent (dx): not when
+// only views (flatten) lie below and the stage has no dx (the model's input needs none), as
+// for the MLP's first linear after its flatten.
+bool Stage::input_grad_needed(int l, const float* dx) const {
+  if (dx) return true;
+  for (int j = first_; j < l; ++j)
+    if (!model_.layer(j).is_view()) return true;
+  return false;
+}
+
 float* Stage::grad_target(const Slot& s, int l, const float* cur_dy, float* dx) const {
+  if (!input_grad_needed(l, dx)) return nullptr;
   for (int j = l - 1; j >= first_; --j) {
     if (model_.layer(j).is_view()) continue;
     if (float* d = s.dout[static_cast<size_t>(j - first_)]) return d;
