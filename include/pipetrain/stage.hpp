@@ -105,6 +105,7 @@ class Stage {
   Backend& be_;
   const Model& model_;
   int first_, last_;
+  int first_compute_;  // the stage's first layer that is not a view (last_ if none)
   int64_t train_mb_, eval_mb_;
   bool keep_dout_;
   bool bf16_ = false;

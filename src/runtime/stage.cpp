@@ -9,7 +9,7 @@
 namespace pt {
 
 Stage::Stage(Backend& be, const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb, bool keep_output_grads)
-    : be_(be), model_(model), first_(first), last_(last), train_mb_(train_mb), eval_mb_(eval_mb), keep_dout_(keep_output_grads) {
+    : be_(be), model_(model), first_(first), last_(last), first_compute_(last), train_mb_(train_mb), eval_mb_(eval_mb), keep_dout_(keep_output_grads) {
   PT_CHECK(0 <= first && first < last && last <= model.size(), "bad stage [" << first << ", " << last << ")");
   int64_t aux_max = 0, work_max = 0;
   slot_floats_ = in_shape().numel();
@@ -23,6 +23,7 @@ Stage::Stage(Backend& be, const Model& model, int first, int last, int64_t train
     if (!layer.is_view()) slot_floats_ += layer.out_shape().numel();
     slot_floats_ += layer.aux_per_sample() + (keep_dout_ ? layer.split_aux_per_sample() : 0);
     if (keep_dout_ && layer.splits_backward() && !layer.is_loss()) slot_floats_ += layer.out_shape().numel();
+    if (!layer.is_view() && first_compute_ == last) first_compute_ = l;
     aux_max = std::max(aux_max, layer.aux_per_sample());
     work_max = std::max(work_max, layer.workspace_per_sample());
     max_numel_ = std::max({max_numel_, layer.in_shape().numel(), layer.out_shape().numel()});
@@ -137,7 +138,8 @@ void Stage::backward(const Slot& s, const float* params, float* grads, const flo
       continue;
     }
     float* target;
-    if (first_layer || !input_grad_needed(l, dx)) target = first_layer ? dx : nullptr;  // null: nobody reads it
+    if (!input_grad_needed(l, dx)) target = nullptr;  // nobody reads it
+    else if (first_layer) target = dx;
     else target = (cur_dy == scratch_a_.data()) ? scratch_b_.data() : scratch_a_.data();
     backward_layer(l, s, params, grads, cur_dy, target, ctx, n);
     round_input_grad(l, target, n);
@@ -149,12 +151,7 @@ void Stage::backward(const Slot& s, const float* params, float* grads, const flo
 // Layer l's input gradient is read by a layer below it in the stage, or sent (dx): not when
 // only views (flatten) lie below and the stage has no dx (the model's input needs none), as
 // for the MLP's first linear after its flatten.
-bool Stage::input_grad_needed(int l, const float* dx) const {
-  if (dx) return true;
-  for (int j = first_; j < l; ++j)
-    if (!model_.layer(j).is_view()) return true;
-  return false;
-}
+bool Stage::input_grad_needed(int l, const float* dx) const { return dx || l > first_compute_; }
 
 float* Stage::grad_target(const Slot& s, int l, const float* cur_dy, float* dx) const {
   if (!input_grad_needed(l, dx)) return nullptr;

@@ -50,6 +50,7 @@ struct Tiles {
     a = mem.data(), b = a + row, c = b + row, d = c + row, kt = d + row, s = kt + row, p = s + tri;
   }
   float rd(float x) const { return bf16 ? bf16_round(x) : x; }
+  vec16 rd(vec16 x) const { return bf16 ? round_bf16(x) : x; }
   // rows t < T of the [T, dh] slice at element `off` of src (row stride ld) -> tile [Tp, dp]
   PT_NO_MEMCPY_CALLS void gather(Src src, int64_t off, int64_t ld, float* tile) const {
     if (src.packed) return gather_packed(reinterpret_cast<const unsigned char*>(src.base) + 2 * off, ld, tile);
@@ -57,7 +58,7 @@ struct Tiles {
       const float* x = src.base + off + t * ld;
       float* y = tile + t * dp;
       int64_t e = 0;
-      for (; e + kW <= dh; e += kW) store(y + e, bf16 ? round_bf16(load(x + e)) : load(x + e));
+      for (; e + kW <= dh; e += kW) store(y + e, rd(load(x + e)));
       for (; e < dh; ++e) y[e] = rd(x[e]);
     }
   }
@@ -86,6 +87,13 @@ struct Tiles {
       for (int64_t t = 0; t < T; ++t) tile[e * Tp + t] = rows[t * dp + e];
   }
 };
+
+// The element offset of (sample s, head h)'s first value in a token-major buffer with rows of
+// `width` floats; head_offset(g, s, h + 1, width) is the next head's, -1 after the last.
+int64_t head_offset(const Backend::AttentionGeom& g, int64_t s, int64_t h, int64_t width) {
+  if (h == g.H) ++s, h = 0;
+  return s < g.n ? s * g.T * width + h * g.dh : -1;
+}
 
 // s[i, 16 jb ..] = scale * a[i, :] . kt[:, 16 jb ..] for the query rows i of a group of 8
 // (8 accumulators in flight) and every key vector jb that holds a key j <= i: the group's
@@ -180,7 +188,7 @@ PT_NO_MEMCPY_CALLS void load_triangle(const Tiles& t, const float* m, float* til
     const float* x = m + i * t.T;
     float* y = tile + i * t.Tp;
     int64_t j = 0;  // zeros past the diagonal come along (rounding keeps them)
-    for (; j + kW <= t.T; j += kW) store(y + j, t.bf16 ? round_bf16(load(x + j)) : load(x + j));
+    for (; j + kW <= t.T; j += kW) store(y + j, t.rd(load(x + j)));
     for (; j < t.T; ++j) y[j] = t.rd(x[j]);
   }
 }
@@ -202,7 +210,7 @@ PT_NO_MEMCPY_CALLS void copy_row(const Tiles& t, const float* r, float* P, float
 #else
     store(P + j, v);
 #endif
-    store(tile + j, t.bf16 ? round_bf16(v) : v);
+    store(tile + j, t.rd(v));
   }
   for (; j < t.T; ++j) P[j] = r[j], tile[j] = t.rd(r[j]);
 }
@@ -216,22 +224,20 @@ void HostBackend::attention_forward(const AttentionGeom& g, const float* qkv, fl
   for (int64_t s = 0; s < g.n; ++s)
     for (int64_t h = 0; h < g.H; ++h) {
       const Src x{qkv, g.packed_in};
-      const int64_t q = s * T * 3 * D + h * g.dh;  // q of (s, h); k at +D, v at +2D
+      const int64_t q = head_offset(g, s, h, 3 * D), next = head_offset(g, s, h + 1, 3 * D);  // k at +D, v at +2D
       float* Ph = P + (s * g.H + h) * TT;
       t.gather(x, q, 3 * D, t.a);
       t.gather_transposed(x, q + D, 3 * D, t.b, t.kt);
       t.gather(x, q + 2 * D, 3 * D, t.c);
-      if (s + 1 < g.n || h + 1 < g.H) {  // the next head's q, k, v rows
-        const int64_t next = h + 1 < g.H ? q + g.dh : (s + 1) * T * 3 * D;
+      if (next >= 0)  // the next head's q, k, v rows
         for (int part = 0; part < 3; ++part) t.prefetch(x, next + part * D, 3 * D);
-      }
       scores(t, t.a, g.scale, t.s);
       for (int64_t i = 0; i < T; ++i) {  // softmax in the tile (cache), then out to P
         float* r = t.s + i * t.Tp;
         causal_softmax_row(r, r, i + 1, T);
         copy_row(t, r, Ph + i * T, t.p + i * t.Tp);
       }
-      product<false>(t, t.p, t.c, 1.0f, o + s * T * D + h * g.dh, D);
+      product<false>(t, t.p, t.c, 1.0f, o + head_offset(g, s, h, D), D);
     }
 }
 
@@ -242,19 +248,17 @@ void HostBackend::attention_backward(const AttentionGeom& g, const float* qkv, c
   t.out_packed = g.packed_out, t.out_base = dqkv;
   for (int64_t s = 0; s < g.n; ++s)
     for (int64_t h = 0; h < g.H; ++h) {
-      const Src x{qkv, g.packed_in};
-      const int64_t q = s * T * 3 * D + h * g.dh;
+      const Src x{qkv, g.packed_in}, dy{dout, false};
+      const int64_t q = head_offset(g, s, h, 3 * D), next = head_offset(g, s, h + 1, 3 * D);
       float* dx = dqkv + q;
       const float* Ph = P + (s * g.H + h) * TT;
-      t.gather(x, q, 3 * D, t.a);                                 // q
-      t.gather(x, q + D, 3 * D, t.b);                             // k
-      t.gather_transposed(x, q + 2 * D, 3 * D, t.c, t.kt);        // v^T
-      t.gather(Src{dout, false}, s * T * D + h * g.dh, D, t.d);  // do
-      if (s + 1 < g.n || h + 1 < g.H) {  // the next head's rows
-        const bool same = h + 1 < g.H;
-        const int64_t next = same ? q + g.dh : (s + 1) * T * 3 * D;
+      t.gather(x, q, 3 * D, t.a);                           // q
+      t.gather(x, q + D, 3 * D, t.b);                       // k
+      t.gather_transposed(x, q + 2 * D, 3 * D, t.c, t.kt);  // v^T
+      t.gather(dy, head_offset(g, s, h, D), D, t.d);        // do
+      if (next >= 0) {  // the next head's rows
         for (int part = 0; part < 3; ++part) t.prefetch(x, next + part * D, 3 * D);
-        t.prefetch(Src{dout, false}, same ? s * T * D + (h + 1) * g.dh : (s + 1) * T * D, D);
+        t.prefetch(dy, head_offset(g, s, h + 1, D), D);
       }
       scores(t, t.d, 1.0f, t.s);                     // dP = do v^T (the triangle)
       load_triangle(t, Ph, t.p);
