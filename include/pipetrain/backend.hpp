@@ -98,6 +98,9 @@ class Backend {
   // y[i] = bf16_round(x[i]) (fp32 storage, bf16 values: compute copies of weights, bf16
   // messages); y may alias x. Independent of precision().
   virtual void round_bf16(size_t n, const float* x, float* y) = 0;
+  // Both of round_bf16(x -> y) and pack_bf16(x -> packed) (a weight copy and its packed twin:
+  // set_packed_twin), in one pass where the backend can. Default: the two calls.
+  virtual void round_pack_bf16(size_t n, const float* x, float* y, float* packed);
   virtual void scale(size_t n, float a, float* x) = 0;
 
   // A linear layer's forward: y[rows, out] = x[rows, in] W[out, in]^T + b (b may be null).
@@ -264,6 +267,12 @@ class Backend {
   // (src/kernels/precision.cpp).
   virtual void pack_bf16(size_t n, const float* x, float* packed);
   virtual void unpack_bf16(size_t n, const float* packed, float* x);
+  // bf16 twins of read-mostly operands (a weight version's bf16 copy: WeightStore): packed
+  // holds pack_bf16 of the n floats at values, and the caller re-registers (or forgets, with
+  // packed = nullptr) before it changes either buffer. A backend may then read a GEMM operand
+  // lying inside values from its twin instead of converting it: the same bf16 values, so the
+  // same result bit for bit. Default: ignored (every operand is converted where it is used).
+  virtual void set_packed_twin(const float* values, size_t n, const float* packed) {}
 
   // Integer label buffers live in the backend too (copied from the data loader).
   virtual int32_t* alloc_int(size_t n) = 0;

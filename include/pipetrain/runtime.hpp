@@ -35,10 +35,16 @@ namespace pt {
 // per-stage compute buffer holding the bf16 copy of the version asked for: made from the
 // master once per update (on the first read after it) or unpacked from a stash, and kept
 // while consecutive reads ask for the same version. A stash is packed from that copy
-// when an update must keep the old latest for its readers. In fp32 nothing of this exists.
+// when an update must keep the old latest for its readers. The compute buffer's packed twin
+// (the stash it came from, or a packed copy made with the master's rounding) is registered
+// with the backend (Backend::set_packed_twin), so GEMMs read the weights without converting
+// them. In fp32 nothing of this exists.
 class WeightStore {
  public:
   WeightStore(Backend& be, size_t n, bool bf16 = false);
+  ~WeightStore();
+  WeightStore(const WeightStore&) = delete;
+  WeightStore& operator=(const WeightStore&) = delete;
   // Prepare for an IR whose relative version 0 is the current latest version.
   void prepare(const Schedule& ir, int rank, int stage, size_t from = 0);
   // Replace the held versions (resume): absolute ids, the latest, and the IR's base id.
@@ -85,6 +91,7 @@ class WeightStore {
   std::vector<Buffer> packed_;
   std::vector<int64_t> packed_id_;
   Buffer compute_;
+  Buffer compute_packed_;  // pack_bf16 of the compute buffer when it holds the latest
   int64_t compute_id_ = -1;
 };
 

@@ -114,8 +114,8 @@ CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConf
 // The bytes of a stage's weight versions in units of its fp32 parameter bytes, with
 // `versions` held (the runtime's WeightStore): fp32 (a profile measured in fp32), one fp32
 // copy each; bf16 (Profile::precision "bf16"), the fp32 master of the latest, the compute
-// buffer of bf16 values in fp32 storage, and versions - 1 stashes packed at 2 bytes per
-// parameter: 2 + (versions - 1) / 2.
+// buffer of bf16 values in fp32 storage, its packed twin at 2 bytes per parameter, and
+// versions - 1 stashes packed the same way: 2.5 + (versions - 1) / 2.
 double weight_copies(int versions, bool bf16);
 // Peak memory of rank `rank` under a built schedule (real max_in_flight/max_versions_held).
 MemoryBreakdown worker_memory(const Profile& p, const Schedule& s, int rank, double samples_per_unit);

@@ -24,6 +24,7 @@ class MemoryDataset final : public Dataset {
   }
 
  private:
+  void scale_bytes(const uint8_t* in, int64_t f, float* out) const;
   std::string desc_;
   Shape shape_;
   int64_t classes_;

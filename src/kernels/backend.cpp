@@ -20,6 +20,11 @@ void Backend::bias_grad_rows_packed(const float* dy, float* db, int64_t rows, in
   release(d);
 }
 
+void Backend::round_pack_bf16(size_t n, const float* x, float* y, float* packed) {
+  round_bf16(n, x, y);
+  pack_bf16(n, y, packed);  // exact: y holds bf16 values
+}
+
 void Backend::add(size_t n, const float* a, const float* b, float* y) {
   if (y == b) return axpy(n, 1.0f, a, y);
   copy(y, a, n);

@@ -11,7 +11,11 @@ namespace pt {
 WeightStore::WeightStore(Backend& be, size_t n, bool bf16) : be_(be), n_(n), bf16_(bf16) {
   pool_.emplace_back(be, n);
   id_.push_back(0);
-  if (bf16_) compute_ = Buffer(be, n);
+  if (bf16_) compute_ = Buffer(be, n), compute_packed_ = Buffer(be, (n + 1) / 2);
+}
+
+WeightStore::~WeightStore() {
+  if (bf16_) be_.set_packed_twin(compute_.data(), n_, nullptr);
 }
 
 void WeightStore::prepare(const Schedule& ir, int rank, int stage, size_t from) {
@@ -51,6 +55,7 @@ void WeightStore::restore(const std::vector<std::pair<int64_t, std::vector<float
   for (auto& v : id_) v = -1;
   for (auto& v : packed_id_) v = -1;
   compute_id_ = -1;
+  if (bf16_) be_.set_packed_twin(compute_.data(), n_, nullptr);  // both are overwritten below
   bool have_latest = false;
   size_t next_fp32 = 0, next_packed = 0;
   for (const auto& [id, values] : versions) {
@@ -87,16 +92,21 @@ int WeightStore::packed_slot_of(int64_t abs) const {
 }
 
 // The bf16 copy of version abs in the compute buffer: kept if it is there already, else
-// rounded from the master (the latest) or unpacked from its stash.
+// rounded from the master (the latest; its packed twin made beside it) or unpacked from its
+// stash (which is then the twin: a stash is only rewritten after the compute buffer moves
+// on to the latest, stash_latest, or by restore, which forgets the twin first).
 const float* WeightStore::compute_copy(int64_t abs) {
   if (compute_id_ != abs) {
+    const float* twin = compute_packed_.data();
     if (abs == latest_id_) {
-      be_.round_bf16(n_, latest(), compute_.data());
+      be_.round_pack_bf16(n_, latest(), compute_.data(), compute_packed_.data());
     } else {
       const int p = packed_slot_of(abs);
       PT_CHECK(p >= 0, "weight version " << abs << " is not held (latest " << latest_id_ << ")");
-      be_.unpack_bf16(n_, packed_[static_cast<size_t>(p)].data(), compute_.data());
+      twin = packed_[static_cast<size_t>(p)].data();
+      be_.unpack_bf16(n_, twin, compute_.data());
     }
+    be_.set_packed_twin(compute_.data(), n_, twin);
     compute_id_ = abs;
   }
   return compute_.data();
@@ -124,7 +134,8 @@ void WeightStore::done_reading(int32_t rel) {
 void WeightStore::stash_latest() {
   const int free = packed_slot_of(-1);
   PT_CHECK(free >= 0, "weight pool of " << packed_.size() << " stashes exhausted stashing version " << latest_id_);
-  be_.pack_bf16(n_, compute_copy(latest_id_), packed_[static_cast<size_t>(free)].data());
+  compute_copy(latest_id_);
+  be_.copy(packed_[static_cast<size_t>(free)].data(), compute_packed_.data(), (n_ + 1) / 2);
   packed_id_[static_cast<size_t>(free)] = latest_id_;
 }
 
@@ -160,7 +171,7 @@ int WeightStore::held() const {
 }
 
 int64_t WeightStore::bytes() const {
-  int64_t b = static_cast<int64_t>(compute_.bytes());
+  int64_t b = static_cast<int64_t>(compute_.bytes() + compute_packed_.bytes());
   for (const Buffer& x : pool_) b += static_cast<int64_t>(x.bytes());
   for (const Buffer& x : packed_) b += static_cast<int64_t>(x.bytes());
   return b;

@@ -56,7 +56,7 @@ std::vector<StageSums> all_sums(const Profile& p, const Layout& l) {
 
 }  // namespace
 
-double weight_copies(int versions, bool bf16) { return bf16 ? 2.0 + 0.5 * (versions - 1) : versions; }
+double weight_copies(int versions, bool bf16) { return bf16 ? 2.5 + 0.5 * (versions - 1) : versions; }
 
 double unit_samples(const SimConfig& cfg, const Profile& p) {
   const double B = cfg.batch_size > 0 ? static_cast<double>(cfg.batch_size) : profile_mb(p);

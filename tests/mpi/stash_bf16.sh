@@ -33,17 +33,18 @@ expect "the bf16 emulator differs from the fp32 one (bf16 is not a no-op)" bash 
   "'$PT_BIN' emulate $deck --ranks 2 ${common[*]} ${pd[*]} --set run.name=emu_pd_fp32 >/dev/null 2>&1 &&
    ! '$PT_BIN' compare '$out/emu_pd_fp32' '$out/emu_pd_bf16' --rtol 1e-5 --quiet >/dev/null 2>&1"
 
-# (b) stage-0 weight bytes: fp32 v x 4n; bf16 4n (master) + 4n (compute copy) + (v - 1) x 4 ceil(n/2) (stashes)
+# (b) stage-0 weight bytes: fp32 v x 4n; bf16 4n (master) + 4n (compute copy) + 4 ceil(n/2) (its packed twin)
+#     + (v - 1) x 4 ceil(n/2) (stashes)
 train "$out" pd_fp32 2 $deck "${common[@]}" "${pd[@]}"
 w32=$(rank0 "$out/pd_fp32" weight_bytes); w16=$(rank0 "$out/pd_bf16" weight_bytes)
 v32=$(rank0 "$out/pd_fp32" weight_versions); v16=$(rank0 "$out/pd_bf16" weight_versions)
 echo "  stage 0 weight_bytes: fp32 $w32 ($v32 versions), bf16 $w16 ($v16 versions)"
 expect "both hold 2 versions on stage 0 (a stash)" test "$v32" = 2 -a "$v16" = 2
-expect "bf16 weight_bytes = master + compute copy + stashes at 2 bytes per parameter" \
+expect "bf16 weight_bytes = master + compute copy + its twin + stashes at 2 bytes per parameter" \
   awk -v w32="$w32" -v w16="$w16" -v v="$v32" 'BEGIN { n = w32 / (4 * v); half = 4 * int((n + 1) / 2)
-    exit !(n == int(n) && n > 0 && w16 == 8 * n + (v - 1) * half) }'
-expect "the stash part halves: (bf16 - master - copy) x 2 = fp32 - master" \
-  awk -v w32="$w32" -v w16="$w16" -v v="$v32" 'BEGIN { m = w32 / v; exit !(2 * (w16 - 2 * m) == w32 - m) }'
+    exit !(n == int(n) && n > 0 && w16 == 8 * n + v * half) }'
+expect "the stash part halves: (bf16 - master - copy - twin) x 2 = fp32 - master" \
+  awk -v w32="$w32" -v w16="$w16" -v v="$v32" 'BEGIN { m = w32 / v; exit !(2 * (w16 - 2.5 * m) == w32 - m) }'
 
 # (c) 1f1b bf16: 2 ranks bitwise equal to one process
 train "$out" ref_bf16 1 $deck "${common[@]}" "${bf[@]}" --set 'parallel.split=[]' --set parallel.schedule=1f1b

@@ -7,7 +7,12 @@
 //  - linear_forward with a packed input and/or a packed output = the unpacked one, rounded;
 //  - bias_grad_rows_packed = bias_grad_rows of the rounded values;
 //  - gelu_forward_deriv (+ mul) = gelu_forward and gelu_backward; the packed variants = their
-//    results packed; add = copy then axpy.
+//    results packed; add = copy then axpy;
+//  - round_pack_bf16 = round_bf16 and pack_bf16 (host and default), odd counts, NaN, infinities;
+//  - packed twins (set_packed_twin): a bf16 GEMM operand inside a registered region is read
+//    from its twin (a twin of other values shows in the result), one reaching outside it, a
+//    strided one, an fp32 product or a forgotten twin is not;
+//  - all_finite finds a NaN or an infinity at any position, and passes the largest float.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -155,6 +160,102 @@ TEST(PackedOps, GeluDerivativeKeptForBackwardIsBitwiseGeluBackward) {
   be.mul_packed(n, dy.data(), d.data(), dxp.data());
   EXPECT_TRUE(same_bits(unpacked(be, yp, n), rounded(y_want)));
   EXPECT_TRUE(same_bits(unpacked(be, dxp, n), rounded(dx_want)));
+}
+
+TEST(PackedOps, RoundPackIsRoundThenPack) {
+  pt::host::HostBackend be;
+  for (size_t n : {1u, 7u, 16u, 35u, 1001u}) {
+    auto x = values(n, 61 + n, 100.0f);
+    x[0] = std::numeric_limits<float>::quiet_NaN();
+    if (n > 3) x[1] = std::numeric_limits<float>::infinity(), x[2] = -1e-40f, x[3] = 1.0f + 1.0f / 256;
+    const std::vector<float> want_y = [&] {
+      std::vector<float> y(n);
+      be.round_bf16(n, x.data(), y.data());
+      return y;
+    }();
+    const auto want_p = packed(be, want_y);
+    for (int dflt = 0; dflt < 2; ++dflt) {
+      std::vector<float> y(n), p((n + 1) / 2, 1.0f);
+      if (dflt) be.pt::Backend::round_pack_bf16(n, x.data(), y.data(), p.data());
+      else be.round_pack_bf16(n, x.data(), y.data(), p.data());
+      EXPECT_TRUE(same_bits(y, want_y)) << n << " default " << dflt;
+      EXPECT_TRUE(same_bits(p, want_p)) << n << " default " << dflt;
+    }
+    for (size_t i = 1; i < n; ++i) ASSERT_EQ(want_y[i], bf16_round(x[i])) << i;  // the vector rounding
+    std::vector<float> inplace = x;
+    be.round_bf16(n, inplace.data(), inplace.data());
+    EXPECT_TRUE(same_bits(inplace, want_y));
+  }
+}
+
+// x [M x K] times w [K x 1] in bf16, reading w at `at` (inside or beside a twin's region)
+std::vector<float> product(pt::Backend& be, const std::vector<float>& x, const float* w, int64_t K, int64_t ldb = 1) {
+  const int64_t M = static_cast<int64_t>(x.size()) / K;
+  std::vector<float> y(M);
+  be.gemm(false, false, M, 1, K, 1.0f, x.data(), K, w, ldb, 0.0f, y.data(), 1);
+  return y;
+}
+
+TEST(PackedOps, GemmReadsRegisteredTwins) {
+  pt::host::HostBackend be;
+  be.set_precision(Precision::bf16);
+  const int64_t K = 64;
+  const auto x = values(5 * K, 71, 1.0f);
+  const size_t n = 3 * K;  // the registered region: the first 3K of w's 4K values
+  const auto w = values(4 * K, 72, 1.0f), other = values(n, 73, 1.0f);
+  const auto other_p = packed(be, other);  // a twin that lies: other values, so its use shows
+  const auto want = product(be, x, w.data() + K, K), lie = product(be, x, other.data() + K, K);
+  ASSERT_FALSE(same_bits(want, lie));
+  be.set_packed_twin(w.data(), n, other_p.data());
+  EXPECT_TRUE(same_bits(product(be, x, w.data() + K, K), lie)) << "an operand inside the region reads the twin";
+  EXPECT_TRUE(same_bits(product(be, x, w.data() + 2 * K, K), product(be, x, other.data() + 2 * K, K)));
+  const std::vector<float> tail(w.begin() + 2 * K, w.end());
+  const auto x2 = values(5 * 2 * K, 74, 1.0f);
+  EXPECT_TRUE(same_bits(product(be, x2, w.data() + 2 * K, 2 * K), product(be, x2, tail.data(), 2 * K)))
+      << "an operand reaching past the region is converted where it is";
+  const auto xs = values(5 * (K / 2), 75, 1.0f);
+  std::vector<float> every_other(K / 2);
+  for (int64_t k = 0; k < K / 2; ++k) every_other[k] = w[2 * k];
+  EXPECT_TRUE(same_bits(product(be, xs, w.data(), K / 2, 2), product(be, xs, every_other.data(), K / 2)))
+      << "a strided operand is converted";
+  be.set_precision(Precision::fp32);
+  const auto f32 = product(be, x, w.data() + K, K);
+  std::vector<float> copy(w.begin() + K, w.begin() + 2 * K);
+  EXPECT_TRUE(same_bits(f32, product(be, x, copy.data(), K))) << "fp32 reads the values";
+  be.set_precision(Precision::bf16);
+  be.set_packed_twin(w.data(), n, nullptr);
+  EXPECT_TRUE(same_bits(product(be, x, w.data() + K, K), want)) << "a forgotten twin is not read";
+  const auto w_p = packed(be, w);  // an honest twin changes nothing
+  be.set_packed_twin(w.data(), n, w_p.data());
+  EXPECT_TRUE(same_bits(product(be, x, w.data() + K, K), want));
+  std::vector<float> y(5 * 3), y_twin(5 * 3);
+  be.set_packed_twin(w.data(), n, nullptr);
+  be.linear_forward(5, K, 3, x.data(), w.data(), nullptr, y.data());
+  be.set_packed_twin(w.data(), n, other_p.data());
+  be.linear_forward(5, K, 3, x.data(), w.data(), nullptr, y_twin.data());
+  std::vector<float> y_other(5 * 3);
+  be.set_packed_twin(w.data(), n, nullptr);
+  be.linear_forward(5, K, 3, x.data(), other.data(), nullptr, y_other.data());
+  EXPECT_TRUE(same_bits(y_twin, y_other)) << "linear_forward reads the twin too";
+  EXPECT_FALSE(same_bits(y, y_other));
+}
+
+TEST(PackedOps, AllFiniteFindsEveryNonFinite) {
+  pt::host::HostBackend be;
+  const size_t n = 531;
+  auto x = values(n, 81, 1e30f);
+  x[7] = std::numeric_limits<float>::max(), x[8] = -std::numeric_limits<float>::max(), x[9] = -0.0f;
+  x[10] = std::numeric_limits<float>::denorm_min();
+  EXPECT_TRUE(be.all_finite(n, x.data()));
+  EXPECT_TRUE(be.all_finite(0, x.data()));
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()})
+    for (size_t at : {size_t{0}, size_t{15}, size_t{16}, n - 1}) {
+      auto y = x;
+      y[at] = bad;
+      EXPECT_FALSE(be.all_finite(n, y.data())) << bad << " at " << at;
+      EXPECT_TRUE(be.all_finite(at, y.data())) << "the prefix before " << at;
+    }
 }
 
 }  // namespace

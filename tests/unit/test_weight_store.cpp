@@ -2,8 +2,9 @@
 // through the stage-0 actions of stashing schedules in lockstep with an fp32 store, every
 // read of the bf16 store is round_bf16 of the fp32 store's version bitwise, the master equals
 // the fp32 latest, held versions agree, checkpoint copies are the master and the stashes' bf16
-// values, a store restored from them mid-IR reads the same, and the bytes are master +
-// compute copy + packed stashes.
+// values, a store restored from them mid-IR reads the same, the packed twin registered with
+// the backend always holds the compute copy's values (a bf16 GEMM reading it equals one reading
+// a copy), and the bytes are master + compute copy + its twin + packed stashes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,9 +28,22 @@ std::vector<float> rounded(Backend& be, const float* x, size_t n) {
 
 bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
+// A bf16 product reading w (the compute buffer, whose packed twin the store registered with
+// the backend) equals one reading a copy of the same values, converted where it is used: a
+// twin of another version would differ.
+void expect_twin_holds(Backend& be, const float* w, size_t n) {
+  const int64_t K = static_cast<int64_t>(n), M = 3;
+  std::vector<float> x(static_cast<size_t>(M * K)), copy(w, w + n), y(M), y_copy(M);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(1.3f * static_cast<float>(i));
+  be.gemm(false, false, M, 1, K, 1.0f, x.data(), K, w, 1, 0.0f, y.data(), 1);
+  be.gemm(false, false, M, 1, K, 1.0f, x.data(), K, copy.data(), 1, 0.0f, y_copy.data(), 1);
+  ASSERT_TRUE(same_bits(y.data(), y_copy.data(), static_cast<size_t>(M))) << "the packed twin is not the compute copy";
+}
+
 void drive(const std::string& sched, int K, int64_t steps, int M, size_t n) {
   SCOPED_TRACE(sched + " n=" + std::to_string(n));
   auto be = make_host_backend();
+  be->set_precision(Precision::bf16);  // the twin checks' products; the store itself ignores it
   std::vector<int> first;
   for (int s = 0; s < K; ++s) first.push_back(s);
   const Schedule ir = make_schedule(sched, Layout::make(first, K, std::vector<int>(static_cast<size_t>(K), 1)), steps, M);
@@ -45,8 +59,10 @@ void drive(const std::string& sched, int K, int64_t steps, int M, size_t n) {
     if (is_compute(a.op)) {
       const std::vector<float> want = rounded(*be, f32.read(a.version), n);
       ASSERT_TRUE(same_bits(b16.read(a.version), want.data(), n)) << "action " << i;
+      expect_twin_holds(*be, b16.read(a.version), n);
       if (restored) {
         ASSERT_TRUE(same_bits(restored->read(a.version), want.data(), n)) << "restored, action " << i;
+        expect_twin_holds(*be, restored->read(a.version), n);
       }
       ASSERT_TRUE(same_bits(b16.read(a.version), want.data(), n)) << "a second read of the same version";
       f32.done_reading(a.version), b16.done_reading(a.version);
@@ -84,7 +100,7 @@ void drive(const std::string& sched, int K, int64_t steps, int M, size_t n) {
   ASSERT_TRUE(restored);
   const int64_t pool = max_versions_held(ir, 0, 0), n4 = static_cast<int64_t>(n) * 4;
   EXPECT_EQ(f32.bytes(), pool * n4);
-  EXPECT_EQ(b16.bytes(), 2 * n4 + (pool - 1) * 4 * static_cast<int64_t>((n + 1) / 2));
+  EXPECT_EQ(b16.bytes(), 2 * n4 + pool * 4 * static_cast<int64_t>((n + 1) / 2));  // + twin + stashes
 }
 
 TEST(WeightStoreBf16, PipedreamStashesPackedCopies) {
@@ -104,7 +120,7 @@ TEST(WeightStoreBf16, Fp32StoreHasNoCopies) {
   EXPECT_EQ(w.bytes(), 40);
   EXPECT_EQ(w.read_latest(), w.latest());
   WeightStore b(*be, 10, true);
-  EXPECT_EQ(b.bytes(), 80);  // master + compute copy
+  EXPECT_EQ(b.bytes(), 100);  // master + compute copy + its packed twin
   for (int i = 0; i < 10; ++i) b.latest()[i] = 1.0f + std::ldexp(1.0f, -12) * i;
   const std::vector<float> want = rounded(*be, b.latest(), 10);
   EXPECT_TRUE(same_bits(b.read_latest(), want.data(), 10));

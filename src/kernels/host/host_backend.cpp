@@ -5,6 +5,7 @@
 
 #include <KokkosBlas3_gemm.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -119,6 +120,7 @@ void HostBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
     GemmArgs a;
     a.ta = ta, a.tb = tb, a.M = M, a.N = N, a.K = K, a.alpha = alpha, a.beta = beta;
     a.A = A, a.lda = lda, a.B = B, a.ldb = ldb, a.C = C, a.ldc = ldc;
+    use_twins(a);
     onednn().gemm(precision(), a);
     return;
   }
@@ -136,6 +138,7 @@ void HostBackend::linear_forward(int64_t rows, int64_t in, int64_t out, const fl
   a.tb = true, a.M = rows, a.N = out, a.K = in;
   a.A = x, a.lda = in, a.B = w, a.ldb = in, a.C = y, a.ldc = out, a.bias = b, a.a_packed = x_packed;
   a.c_packed = y_packed;
+  use_twins(a);
   onednn().gemm(precision(), a);
 }
 
@@ -148,7 +151,30 @@ void HostBackend::gemm_packed(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
   a.ta = ta, a.tb = tb, a.M = M, a.N = N, a.K = K, a.alpha = alpha, a.beta = beta;
   a.A = A, a.lda = ta ? M : K, a.B = B, a.ldb = tb ? K : N, a.C = C, a.ldc = N;
   a.a_packed = a_packed, a.b_packed = b_packed;
+  use_twins(a);
   onednn().gemm(precision(), a);
+}
+
+void HostBackend::set_packed_twin(const float* values, size_t n, const float* packed) {
+  auto it = std::find_if(twins_.begin(), twins_.end(), [&](const Twin& t) { return t.values == values; });
+  if (it != twins_.end()) twins_.erase(it);
+  if (packed && n) twins_.push_back({values, n, packed});
+}
+
+const float* HostBackend::twin_of(const float* p, size_t count) const {
+  for (const Twin& t : twins_)
+    if (p >= t.values && p + count <= t.values + t.n)
+      return reinterpret_cast<const float*>(reinterpret_cast<const unsigned char*>(t.packed) + 2 * (p - t.values));
+  return nullptr;
+}
+
+// Only bf16 operands oneDNN would convert as one dense block (lda/ldb dense, no batch).
+void HostBackend::use_twins(GemmArgs& a) const {
+  if (precision() != Precision::bf16 || twins_.empty() || a.batch != 1) return;
+  if (!a.a_packed && a.lda == (a.ta ? a.M : a.K))
+    if (const float* t = twin_of(a.A, static_cast<size_t>(a.M * a.K))) a.A = t, a.a_packed = true;
+  if (!a.b_packed && a.ldb == (a.tb ? a.K : a.N))
+    if (const float* t = twin_of(a.B, static_cast<size_t>(a.K * a.N))) a.B = t, a.b_packed = true;
 }
 
 // In place or not (vec_math.hpp's pack_bf16_span).
@@ -158,7 +184,15 @@ void HostBackend::pack_bf16(size_t n, const float* x, float* packed) {
 }
 
 void HostBackend::round_bf16(size_t n, const float* x, float* y) {
-  Kokkos::parallel_for("pt::round_bf16", Range(0, n), [=](size_t i) { y[i] = bf16_round(x[i]); });
+  const size_t w = static_cast<size_t>(kW);
+  size_t i = 0;
+  for (; i + w <= n; i += w) store(y + i, pt::host::round_bf16(load(x + i)));
+  for (; i < n; ++i) y[i] = bf16_round(x[i]);
+}
+
+void HostBackend::round_pack_bf16(size_t n, const float* x, float* y, float* packed) {
+  round_pack_bf16_span(n, x, y, packed);
+  if (n % 2) std::memset(reinterpret_cast<unsigned char*>(packed) + 2 * n, 0, 2);  // as pack_bf16
 }
 
 void HostBackend::axpy(size_t n, float a, const float* x, float* y) {
@@ -370,11 +404,16 @@ double HostBackend::sum(size_t n, const float* x) {
   Kokkos::parallel_reduce("pt::sum", Range(0, n), [=](size_t i, double& acc) { acc += x[i]; }, s);
   return s;
 }
+// The largest |x| bit pattern: above the largest finite float's is an infinity or a NaN
+// (an integer max vectorises; isfinite in a reduction does not).
 bool HostBackend::all_finite(size_t n, const float* x) {
-  int64_t bad = 0;
-  Kokkos::parallel_reduce(
-      "pt::all_finite", Range(0, n), [=](size_t i, int64_t& acc) { acc += std::isfinite(x[i]) ? 0 : 1; }, bad);
-  return bad == 0;
+  uint32_t worst = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, sizeof u);
+    worst = std::max(worst, u & 0x7fffffffu);
+  }
+  return worst < 0x7f800000u;
 }
 
 void HostBackend::sgd_update(size_t n, float* w, const float* g, float* buf, float lr, float momentum,

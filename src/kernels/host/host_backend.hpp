@@ -36,6 +36,8 @@ class HostBackend final : public Backend {
   void gemm_packed(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, bool a_packed,
                    const float* B, bool b_packed, float beta, float* C) override;
   void pack_bf16(size_t n, const float* x, float* packed) override;
+  void round_pack_bf16(size_t n, const float* x, float* y, float* packed) override;
+  void set_packed_twin(const float* values, size_t n, const float* packed) override;
   void linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
                       float* y, bool x_packed = false, bool y_packed = false) override;
   void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) override;
@@ -124,6 +126,16 @@ class HostBackend final : public Backend {
                             float* dx, float* dw, float* db);
   bool onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch) const;
   bool onednn_conv(const WindowGeom& g, int64_t n, ConvPass pass) const;
+  // bf16: a dense, unpacked operand of a that lies inside a registered twin is read from it
+  void use_twins(GemmArgs& a) const;
+  const float* twin_of(const float* p, size_t count) const;  // its packed twin, or null
+
+  struct Twin {
+    const float* values;
+    size_t n;
+    const float* packed;
+  };
+  std::vector<Twin> twins_;
 
   std::vector<float> ws_;
   std::unique_ptr<OneDnn> dnn_;

@@ -163,8 +163,8 @@ void OneDnn::gemm(Precision p, const GemmArgs& a) {
   PT_CHECK(a.M > 0 && a.N > 0 && a.K > 0 && a.batch > 0, "oneDNN gemm wants a non-empty product: " << shape_str(p, a));
   PT_CHECK(!a.bias || a.batch == 1, "oneDNN gemm: a bias only without a batch: " << shape_str(p, a));
   PT_CHECK(!(a.a_packed || a.b_packed || a.c_packed) ||
-               (p == Precision::bf16 && a.batch == 1 && a.lda == (a.ta ? a.M : a.K) && a.ldb == (a.tb ? a.K : a.N) &&
-                a.ldc == a.N && (!a.c_packed || a.beta == 0.0f)),
+               (p == Precision::bf16 && a.batch == 1 && (!a.a_packed || a.lda == (a.ta ? a.M : a.K)) &&
+                (!a.b_packed || a.ldb == (a.tb ? a.K : a.N)) && (!a.c_packed || (a.ldc == a.N && a.beta == 0.0f))),
            "oneDNN gemm: packed operands are dense bf16 without a batch (and a packed C is not summed into): "
                << shape_str(p, a));
   Impl& d = *impl_;

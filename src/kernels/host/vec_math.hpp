@@ -132,6 +132,24 @@ inline void pack_bf16_span(size_t n, const float* x, void* out) {
   }
 }
 
+// round_bf16 of x[0, n) into y and pack_bf16 of it into out, from one read of x (y may be x)
+inline void round_pack_bf16_span(size_t n, const float* x, float* y, void* out) {
+  auto* o = static_cast<unsigned char*>(out);
+  size_t i = 0;
+  for (; i + static_cast<size_t>(kW) <= n; i += static_cast<size_t>(kW)) {
+    const vec16i b = bf16_bits16(load(x + i));
+    const vec16h h = __builtin_convertvector(b, vec16h);
+    std::memcpy(o + 2 * i, &h, sizeof h);
+    const vec16i r = b << 16;
+    std::memcpy(y + i, &r, sizeof r);
+  }
+  for (; i < n; ++i) {
+    const uint16_t b = bf16_bits(x[i]);
+    std::memcpy(o + 2 * i, &b, sizeof b);
+    y[i] = bf16_to_float(b);
+  }
+}
+
 // sum of f(k) for k in [0, n) in double, element k on lane k % kLanes (vectorises)
 template <class F>
 inline void lane_add(double (&acc)[kLanes], int64_t n, F f) {
