@@ -95,24 +95,35 @@ int64_t head_offset(const Backend::AttentionGeom& g, int64_t s, int64_t h, int64
   return s < g.n ? s * g.T * width + h * g.dh : -1;
 }
 
-// s[i, 16 jb ..] = scale * a[i, :] . kt[:, 16 jb ..] for the query rows i of a group of 8
-// (8 accumulators in flight) and every key vector jb that holds a key j <= i: the group's
-// rows share one 16-key block.
-void scores(const Tiles& t, const float* a, float scale, float* s) {
+// s[i, 16 jb ..] = scale * a[i, :] . kt[:, 16 jb ..] for the 8 query rows i from i0 and NV
+// key vectors from jb (8 NV accumulators in flight)
+template <int NV>
+void scores_block(const Tiles& t, const float* a, float scale, int64_t i0, int64_t jb, float* s) {
   constexpr int R = 8;
   const int64_t Tp = t.Tp, dp = t.dp;
-  for (int64_t i0 = 0; i0 < t.T; i0 += R) {
-    const int64_t nvec = i0 / kW + 1;
-    const float* q = a + i0 * dp;
-    for (int64_t jb = 0; jb < nvec; ++jb) {
-      vec16 acc[R] = {};
-      const float* kv = t.kt + jb * kW;
-      for (int64_t e = 0; e < t.dh; ++e) {
-        const vec16 k = load(kv + e * Tp);
-        for (int r = 0; r < R; ++r) acc[r] += q[r * dp + e] * k;
-      }
-      for (int r = 0; r < R && i0 + r < t.T; ++r) store(s + (i0 + r) * Tp + jb * kW, acc[r] * scale);
+  const float* q = a + i0 * dp;
+  vec16 acc[R][NV] = {};
+  const float* kv = t.kt + jb * kW;
+  for (int64_t e = 0; e < t.dh; ++e) {
+    vec16 k[NV];
+    for (int v = 0; v < NV; ++v) k[v] = load(kv + e * Tp + v * kW);
+    for (int r = 0; r < R; ++r) {
+      const float qr = q[r * dp + e];
+      for (int v = 0; v < NV; ++v) acc[r][v] += qr * k[v];
     }
+  }
+  for (int r = 0; r < R && i0 + r < t.T; ++r)
+    for (int v = 0; v < NV; ++v) store(s + (i0 + r) * Tp + (jb + v) * kW, acc[r][v] * scale);
+}
+
+// s = scale * a kt over every key vector that holds a key j <= i for some row i of a group of
+// 8 query rows (the group's rows share their 16-key blocks), two key vectors at a time
+void scores(const Tiles& t, const float* a, float scale, float* s) {
+  for (int64_t i0 = 0; i0 < t.T; i0 += 8) {
+    const int64_t nvec = i0 / kW + 1;
+    int64_t jb = 0;
+    for (; jb + 2 <= nvec; jb += 2) scores_block<2>(t, a, scale, i0, jb, s);
+    if (jb < nvec) scores_block<1>(t, a, scale, i0, jb, s);
   }
 }
 
@@ -135,41 +146,44 @@ PT_NO_MEMCPY_CALLS inline void store_row(const Tiles& t, const vec16 (&acc)[NV],
   for (int64_t e = 0; e < m; ++e) out[c0 + e] = row[e];
 }
 
+constexpr int kRows = 8;  // rows per block of the two products below (Tp is a multiple of 16)
+
 // out[i, :dh] = scale * sum_{j <= i} w[i, j] x[j, :], for rows i < T, out row stride ld.
-// w is a [Tp, Tp] triangle (zeros above the diagonal), x a [Tp, dp] row tile.
-template <int NV>
+// w is a [Tp, Tp] triangle (zeros above the diagonal), x a [Tp, dp] row tile. R rows at a
+// time (R x NV accumulators in flight; the zeros above the diagonal inside a block add +0).
+template <int NV, int R = kRows>
 void rows_block(const Tiles& t, const float* w, const float* x, int64_t c0, float scale, float* out, int64_t ld) {
   const int64_t Tp = t.Tp, dp = t.dp;
-  for (int64_t i0 = 0; i0 < t.T; i0 += 4) {
-    vec16 acc[4][NV] = {};
-    const int64_t jend = std::min(i0 + 4, t.T);
+  for (int64_t i0 = 0; i0 < t.T; i0 += R) {
+    vec16 acc[R][NV] = {};
+    const int64_t jend = std::min(i0 + R, t.T);
     for (int64_t j = 0; j < jend; ++j) {
       vec16 xv[NV];
       for (int v = 0; v < NV; ++v) xv[v] = load(x + j * dp + c0 + v * kW);
-      for (int r = 0; r < 4; ++r) {
+      for (int r = 0; r < R; ++r) {
         const float wr = w[(i0 + r) * Tp + j];
         for (int v = 0; v < NV; ++v) acc[r][v] += wr * xv[v];
       }
     }
-    for (int r = 0; r < 4 && i0 + r < t.T; ++r) store_row<NV>(t, acc[r], scale, c0, out + (i0 + r) * ld);
+    for (int r = 0; r < R && i0 + r < t.T; ++r) store_row<NV>(t, acc[r], scale, c0, out + (i0 + r) * ld);
   }
 }
 
 // out[j, :dh] = scale * sum_{i >= j} w[i, j] x[i, :] (the transposed triangle times x).
-template <int NV>
+template <int NV, int R = kRows>
 void cols_block(const Tiles& t, const float* w, const float* x, int64_t c0, float scale, float* out, int64_t ld) {
   const int64_t Tp = t.Tp, dp = t.dp;
-  for (int64_t j0 = 0; j0 < t.T; j0 += 4) {
-    vec16 acc[4][NV] = {};
+  for (int64_t j0 = 0; j0 < t.T; j0 += R) {
+    vec16 acc[R][NV] = {};
     for (int64_t i = j0; i < t.T; ++i) {
       vec16 xv[NV];
       for (int v = 0; v < NV; ++v) xv[v] = load(x + i * dp + c0 + v * kW);
-      for (int r = 0; r < 4; ++r) {
+      for (int r = 0; r < R; ++r) {
         const float wr = w[i * Tp + j0 + r];
         for (int v = 0; v < NV; ++v) acc[r][v] += wr * xv[v];
       }
     }
-    for (int r = 0; r < 4 && j0 + r < t.T; ++r) store_row<NV>(t, acc[r], scale, c0, out + (j0 + r) * ld);
+    for (int r = 0; r < R && j0 + r < t.T; ++r) store_row<NV>(t, acc[r], scale, c0, out + (j0 + r) * ld);
   }
 }
 

@@ -5,8 +5,11 @@
 
 #include <KokkosBlas3_gemm.hpp>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "pipetrain/error.hpp"
@@ -24,6 +27,8 @@ namespace host {
 
 HostBackend::HostBackend() {
   PT_CHECK(Kokkos::is_initialized(), "Kokkos must be initialised before the host backend");
+  const char* huge = std::getenv("PT_HUGE_PAGES");
+  huge_pages_ = !(huge && std::string(huge) == "0");
   onednn_threads_default();
 }
 
@@ -33,12 +38,30 @@ std::string HostBackend::describe() const {
          onednn_version() + ")";
 }
 
+// Buffers of 2 MiB and more sit on 2 MiB pages where the kernel allows it (transparent huge
+// pages, often "madvise" only): a token-major activation is read a head's columns at a time,
+// one row per 4 KiB page otherwise, and the TLB misses showed in the attention kernel.
+// PT_HUGE_PAGES=0 in the environment turns this off (docs/PROFILE.md).
 float* HostBackend::alloc(size_t n) {
-  auto* p = static_cast<float*>(Kokkos::kokkos_malloc<Kokkos::HostSpace>("pt::buffer", n * sizeof(float)));
-  std::memset(p, 0, n * sizeof(float));
+  const size_t bytes = n * sizeof(float);
+  float* p = nullptr;
+  if (huge_pages_ && bytes >= kHugePage) {
+    const size_t span = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    void* v = nullptr;
+    PT_CHECK(posix_memalign(&v, kHugePage, span) == 0, "host backend: cannot allocate " << span << " bytes");
+    madvise(v, span, MADV_HUGEPAGE);  // advice only: without huge pages the buffer works the same
+    p = static_cast<float*>(v);
+    huge_.insert(p);
+  } else {
+    p = static_cast<float*>(Kokkos::kokkos_malloc<Kokkos::HostSpace>("pt::buffer", bytes));
+  }
+  std::memset(p, 0, bytes);
   return p;
 }
-void HostBackend::release(float* p) { Kokkos::kokkos_free<Kokkos::HostSpace>(p); }
+void HostBackend::release(float* p) {
+  if (huge_.erase(p)) return std::free(p);
+  Kokkos::kokkos_free<Kokkos::HostSpace>(p);
+}
 void HostBackend::copy(float* dst, const float* src, size_t n) {
   if (dst != src) std::memcpy(dst, src, n * sizeof(float));
 }

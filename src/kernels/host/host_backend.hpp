@@ -1,6 +1,7 @@
 // The host backend's class declaration, shared by its kernel files.
 #pragma once
 #include <memory>
+#include <unordered_set>
 #include <vector>
 
 #include "onednn.hpp"
@@ -137,6 +138,9 @@ class HostBackend final : public Backend {
   };
   std::vector<Twin> twins_;
 
+  static constexpr size_t kHugePage = size_t{2} << 20;
+  bool huge_pages_ = true;            // large buffers on 2 MiB pages (PT_HUGE_PAGES=0: off)
+  std::unordered_set<float*> huge_;  // buffers from alloc on 2 MiB pages (posix_memalign)
   std::vector<float> ws_;
   std::unique_ptr<OneDnn> dnn_;
   double blas_s_ = 0;  // seconds in blas_gemm
