@@ -269,7 +269,8 @@ class Backend {
   virtual void unpack_bf16(size_t n, const float* packed, float* x);
   // bf16 twins of read-mostly operands (a weight version's bf16 copy: WeightStore): packed
   // holds pack_bf16 of the n floats at values, and the caller re-registers (or forgets, with
-  // packed = nullptr) before it changes either buffer. A backend may then read a GEMM operand
+  // packed = nullptr) after it changes either buffer and before a product reads them again (and
+  // forgets before it frees them). A backend may then read a GEMM operand
   // lying inside values from its twin instead of converting it: the same bf16 values, so the
   // same result bit for bit. Default: ignored (every operand is converted where it is used).
   virtual void set_packed_twin(const float* values, size_t n, const float* packed) {}

@@ -83,7 +83,7 @@ int rule_versions(const ChainCosts& c, int depth);
 //   objective = the largest T_s and cut term (the slowest pipeline stage, PipeDream's
 //   objective); memory of stage s with n in flight and v versions (rules above):
 //     n (in_bytes(i) + sum stash + (j < L ? out[j-1] : 0) + (i > 0 ? in_bytes(i) : 0)) + (1 + w(v)) P + opt_state
-//   with w(v) = weight_copies(v, bf16) (sim.hpp): v in fp32, 2 + (v - 1)/2 in bf16
+//   with w(v) = weight_copies(v, bf16) (sim.hpp): v in fp32, 2.5 + (v - 1)/2 in bf16
 //   must not exceed the cap (0 = no cap) on every stage.
 double stage_memory(const ChainCosts& c, int i, int j, int r, int depth);
 

@@ -67,7 +67,8 @@ class WeightStore {
   int max_held() const { return max_held_; }
   size_t size() const { return n_; }
   bool bf16() const { return bf16_; }
-  // Device bytes of the store: fp32 pool, and in bf16 the compute buffer and packed stashes.
+  // Device bytes of the store: fp32 pool, and in bf16 the compute buffer, its packed twin and
+  // the packed stashes.
   int64_t bytes() const;
   // Live versions (absolute id, fp32 host values; a packed stash unpacked exactly), for
   // checkpoints.

@@ -61,6 +61,30 @@ std::vector<LayerProfile> summarise(const Model& model, const Timings& t, int64_
   return out;
 }
 
+// bf16: the parameters rounded in place to the values compute reads in a run (a WeightStore's
+// compute copy) and their packed twin registered with the backend while the guard lives, so the
+// layers' GEMMs read weights as a run's do (Backend::set_packed_twin); fp32: nothing. The
+// optimizer timing after the layers writes the parameters, but no product reads them then.
+class TwinGuard {
+ public:
+  TwinGuard(Backend& be, Buffer& params, bool bf16) : be_(be), params_(params) {
+    if (!bf16 || params.size() == 0) return;
+    twin_ = Buffer(be, (params.size() + 1) / 2);
+    be.round_pack_bf16(params.size(), params.data(), params.data(), twin_.data());
+    be.set_packed_twin(params.data(), params.size(), twin_.data());
+  }
+  ~TwinGuard() {
+    if (twin_.data()) be_.set_packed_twin(params_.data(), params_.size(), nullptr);
+  }
+  TwinGuard(const TwinGuard&) = delete;
+  TwinGuard& operator=(const TwinGuard&) = delete;
+
+ private:
+  Backend& be_;
+  Buffer& params_;
+  Buffer twin_;
+};
+
 }  // namespace
 
 std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_t mb, int reps, uint64_t seed,
@@ -89,6 +113,7 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
     for (size_t i = 0; i < lab.size(); ++i) lab[i] = static_cast<int32_t>(static_cast<int64_t>(i) % model.classes());
     be.labels_from_host(labels, lab.data(), lab.size());
   }
+  const TwinGuard twin(be, params, bf16);
   const size_t scratch = static_cast<size_t>(mb * st.max_numel());
   Buffer dy(be, scratch), dx(be, scratch);
   be.fill(dy.data(), 1e-3f, scratch);

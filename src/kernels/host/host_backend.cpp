@@ -41,7 +41,7 @@ std::string HostBackend::describe() const {
 // Buffers of 2 MiB and more sit on 2 MiB pages where the kernel allows it (transparent huge
 // pages, often "madvise" only): a token-major activation is read a head's columns at a time,
 // one row per 4 KiB page otherwise, and the TLB misses showed in the attention kernel.
-// PT_HUGE_PAGES=0 in the environment turns this off (docs/PROFILE.md).
+// PT_HUGE_PAGES=0 in the environment turns this off (docs/JOBS.md, "Memory pages").
 float* HostBackend::alloc(size_t n) {
   const size_t bytes = n * sizeof(float);
   float* p = nullptr;
