@@ -14,6 +14,7 @@
 #include "pipetrain/stage.hpp"
 #include "pipetrain/rng.hpp"
 #include "pipetrain/optim.hpp"
+#include "pipetrain/runtime.hpp"
 
 namespace pt {
 namespace {
@@ -61,30 +62,6 @@ std::vector<LayerProfile> summarise(const Model& model, const Timings& t, int64_
   return out;
 }
 
-// bf16: the parameters rounded in place to the values compute reads in a run (a WeightStore's
-// compute copy) and their packed twin registered with the backend while the guard lives, so the
-// layers' GEMMs read weights as a run's do (Backend::set_packed_twin); fp32: nothing. The
-// optimizer timing after the layers writes the parameters, but no product reads them then.
-class TwinGuard {
- public:
-  TwinGuard(Backend& be, Buffer& params, bool bf16) : be_(be), params_(params) {
-    if (!bf16 || params.size() == 0) return;
-    twin_ = Buffer(be, (params.size() + 1) / 2);
-    be.round_pack_bf16(params.size(), params.data(), params.data(), twin_.data());
-    be.set_packed_twin(params.data(), params.size(), twin_.data());
-  }
-  ~TwinGuard() {
-    if (twin_.data()) be_.set_packed_twin(params_.data(), params_.size(), nullptr);
-  }
-  TwinGuard(const TwinGuard&) = delete;
-  TwinGuard& operator=(const TwinGuard&) = delete;
-
- private:
-  Backend& be_;
-  Buffer& params_;
-  Buffer twin_;
-};
-
 }  // namespace
 
 std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_t mb, int reps, uint64_t seed,
@@ -93,7 +70,9 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
   Stage st(be, model, 0, L, mb, 1, true);  // with the split backward's regions: W is timed alone too
   const bool bf16 = be.precision() == Precision::bf16;
   st.set_activation_bf16(bf16);  // activations rounded as in training
-  Buffer params(be, static_cast<size_t>(st.num_params()));
+  // the parameters as a run holds them (in bf16 the layers read the compute copy, whose packed
+  // twin the store registers, so GEMMs read weights as a run's do)
+  WeightStore weights(be, static_cast<size_t>(st.num_params()), bf16);
   Buffer grads(be, static_cast<size_t>(st.num_params()));
   Buffer slot_mem(be, static_cast<size_t>(st.slot_floats()));
   const int64_t per_sample = model.layer(L - 1).labels_per_sample();  // T for a language model's head
@@ -102,7 +81,7 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
   {
     std::vector<float> host(static_cast<size_t>(st.num_params()));
     st.init_params(host.data(), seed);
-    be.from_host(params.data(), host.data(), host.size());
+    be.from_host(weights.latest(), host.data(), host.size());
     std::vector<float> x(static_cast<size_t>(mb * st.in_shape().numel()));
     const uint64_t key = rng_key(seed, Stream::synthetic, 12345);
     const bool tokens = st.in_shape().is_tokens;  // token ids must be valid rows of the embedding
@@ -113,7 +92,7 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
     for (size_t i = 0; i < lab.size(); ++i) lab[i] = static_cast<int32_t>(static_cast<int64_t>(i) % model.classes());
     be.labels_from_host(labels, lab.data(), lab.size());
   }
-  const TwinGuard twin(be, params, bf16);
+  const float* params = weights.read_latest();
   const size_t scratch = static_cast<size_t>(mb * st.max_numel());
   Buffer dy(be, scratch), dx(be, scratch);
   be.fill(dy.data(), 1e-3f, scratch);
@@ -135,14 +114,14 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
     kc[static_cast<size_t>(l)].convert_s += k1.convert_s - k0.convert_s;
   };
   for (int rep = 0; rep < warmup + reps; ++rep) {
-    for (int l = 0; l < L; ++l) timed(l, rep, tf, [&] { st.forward_layer(l, slot, params.data(), ctx, mb); });
+    for (int l = 0; l < L; ++l) timed(l, rep, tf, [&] { st.forward_layer(l, slot, params, ctx, mb); });
     for (int l = L - 1; l >= 0; --l) {
       timed(l, rep, tb, [&] {
-        st.backward_layer(l, slot, params.data(), grads.data(), dy.data(), l == 0 ? nullptr : dx.data(), ctx, mb);
+        st.backward_layer(l, slot, params, grads.data(), dy.data(), l == 0 ? nullptr : dx.data(), ctx, mb);
       });
       if (!model.layer(l).splits_backward()) continue;
       be.timer_start();  // the weight-gradient half alone (W of the zero-bubble schedules)
-      st.backward_weight_layer(l, slot, params.data(), grads.data(), dy.data(), ctx, mb);
+      st.backward_weight_layer(l, slot, params, grads.data(), dy.data(), ctx, mb);
       const double w = be.timer_stop();
       if (rep >= warmup) tw[static_cast<size_t>(l)].push_back(w);
     }
@@ -160,7 +139,7 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
     for (int rep = 0; rep < warmup + reps; ++rep) {
       be.synchronize();
       const double t0 = now_s();
-      opt.step(params.data(), grads.data(), 0.0f);
+      opt.step(weights.latest(), grads.data(), 0.0f);  // the master, as a run updates it
       be.synchronize();
       if (rep >= warmup) ts.push_back(now_s() - t0);
     }

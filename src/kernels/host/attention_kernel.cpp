@@ -88,6 +88,8 @@ struct Tiles {
   }
 };
 
+constexpr int kRows = 8;  // rows per block of the products below (Tp is a multiple of 16)
+
 // The element offset of (sample s, head h)'s first value in a token-major buffer with rows of
 // `width` floats; head_offset(g, s, h + 1, width) is the next head's, -1 after the last.
 int64_t head_offset(const Backend::AttentionGeom& g, int64_t s, int64_t h, int64_t width) {
@@ -99,7 +101,7 @@ int64_t head_offset(const Backend::AttentionGeom& g, int64_t s, int64_t h, int64
 // key vectors from jb (8 NV accumulators in flight)
 template <int NV>
 void scores_block(const Tiles& t, const float* a, float scale, int64_t i0, int64_t jb, float* s) {
-  constexpr int R = 8;
+  constexpr int R = kRows;
   const int64_t Tp = t.Tp, dp = t.dp;
   const float* q = a + i0 * dp;
   vec16 acc[R][NV] = {};
@@ -119,7 +121,7 @@ void scores_block(const Tiles& t, const float* a, float scale, int64_t i0, int64
 // s = scale * a kt over every key vector that holds a key j <= i for some row i of a group of
 // 8 query rows (the group's rows share their 16-key blocks), two key vectors at a time
 void scores(const Tiles& t, const float* a, float scale, float* s) {
-  for (int64_t i0 = 0; i0 < t.T; i0 += 8) {
+  for (int64_t i0 = 0; i0 < t.T; i0 += kRows) {
     const int64_t nvec = i0 / kW + 1;
     int64_t jb = 0;
     for (; jb + 2 <= nvec; jb += 2) scores_block<2>(t, a, scale, i0, jb, s);
@@ -146,13 +148,12 @@ PT_NO_MEMCPY_CALLS inline void store_row(const Tiles& t, const vec16 (&acc)[NV],
   for (int64_t e = 0; e < m; ++e) out[c0 + e] = row[e];
 }
 
-constexpr int kRows = 8;  // rows per block of the two products below (Tp is a multiple of 16)
-
 // out[i, :dh] = scale * sum_{j <= i} w[i, j] x[j, :], for rows i < T, out row stride ld.
 // w is a [Tp, Tp] triangle (zeros above the diagonal), x a [Tp, dp] row tile. R rows at a
 // time (R x NV accumulators in flight; the zeros above the diagonal inside a block add +0).
-template <int NV, int R = kRows>
+template <int NV>
 void rows_block(const Tiles& t, const float* w, const float* x, int64_t c0, float scale, float* out, int64_t ld) {
+  constexpr int R = kRows;
   const int64_t Tp = t.Tp, dp = t.dp;
   for (int64_t i0 = 0; i0 < t.T; i0 += R) {
     vec16 acc[R][NV] = {};
@@ -170,8 +171,9 @@ void rows_block(const Tiles& t, const float* w, const float* x, int64_t c0, floa
 }
 
 // out[j, :dh] = scale * sum_{i >= j} w[i, j] x[i, :] (the transposed triangle times x).
-template <int NV, int R = kRows>
+template <int NV>
 void cols_block(const Tiles& t, const float* w, const float* x, int64_t c0, float scale, float* out, int64_t ld) {
+  constexpr int R = kRows;
   const int64_t Tp = t.Tp, dp = t.dp;
   for (int64_t j0 = 0; j0 < t.T; j0 += R) {
     vec16 acc[R][NV] = {};

@@ -207,14 +207,11 @@ void HostBackend::pack_bf16(size_t n, const float* x, float* packed) {
 }
 
 void HostBackend::round_bf16(size_t n, const float* x, float* y) {
-  const size_t w = static_cast<size_t>(kW);
-  size_t i = 0;
-  for (; i + w <= n; i += w) store(y + i, pt::host::round_bf16(load(x + i)));
-  for (; i < n; ++i) y[i] = bf16_round(x[i]);
+  bf16_span<true, false>(n, x, y, nullptr);
 }
 
 void HostBackend::round_pack_bf16(size_t n, const float* x, float* y, float* packed) {
-  round_pack_bf16_span(n, x, y, packed);
+  bf16_span<true, true>(n, x, y, packed);
   if (n % 2) std::memset(reinterpret_cast<unsigned char*>(packed) + 2 * n, 0, 2);  // as pack_bf16
 }
 

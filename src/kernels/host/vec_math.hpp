@@ -117,38 +117,32 @@ inline float load_bf16_one(const unsigned char* p) {
   std::memcpy(&b, p, sizeof b);
   return bf16_to_float(b);
 }
-// x[0, n) -> the dense bf16 array at out (2 n bytes), front to back: out may equal x, since
-// the 16 floats of a step are read before their 32 bytes are written, below any unread float.
-inline void pack_bf16_span(size_t n, const float* x, void* out) {
-  auto* o = static_cast<unsigned char*>(out);
-  size_t i = 0;
-  for (; i + kW <= n; i += kW) {
-    const vec16h h = __builtin_convertvector(bf16_bits16(load(x + i)), vec16h);
-    std::memcpy(o + 2 * i, &h, sizeof h);
-  }
-  for (; i < n; ++i) {
-    const uint16_t b = bf16_bits(x[i]);
-    std::memcpy(o + 2 * i, &b, sizeof b);
-  }
-}
-
-// round_bf16 of x[0, n) into y and pack_bf16 of it into out, from one read of x (y may be x)
-inline void round_pack_bf16_span(size_t n, const float* x, float* y, void* out) {
+// bf16 of x[0, n), front to back: Round writes round_bf16 of it to y (fp32 slots), Pack
+// writes the dense bf16 array to out (2 n bytes). y may be x, and so may out: the 16 floats
+// of a step are read before their 32 bytes are written, below any unread float.
+template <bool Round, bool Pack>
+inline void bf16_span(size_t n, const float* x, float* y, void* out) {
   auto* o = static_cast<unsigned char*>(out);
   size_t i = 0;
   for (; i + static_cast<size_t>(kW) <= n; i += static_cast<size_t>(kW)) {
     const vec16i b = bf16_bits16(load(x + i));
-    const vec16h h = __builtin_convertvector(b, vec16h);
-    std::memcpy(o + 2 * i, &h, sizeof h);
-    const vec16i r = b << 16;
-    std::memcpy(y + i, &r, sizeof r);
+    if (Pack) {
+      const vec16h h = __builtin_convertvector(b, vec16h);
+      std::memcpy(o + 2 * i, &h, sizeof h);
+    }
+    if (Round) {
+      const vec16i r = b << 16;
+      std::memcpy(y + i, &r, sizeof r);
+    }
   }
   for (; i < n; ++i) {
     const uint16_t b = bf16_bits(x[i]);
-    std::memcpy(o + 2 * i, &b, sizeof b);
-    y[i] = bf16_to_float(b);
+    if (Pack) std::memcpy(o + 2 * i, &b, sizeof b);
+    if (Round) y[i] = bf16_to_float(b);
   }
 }
+// x[0, n) -> the dense bf16 array at out (out may equal x)
+inline void pack_bf16_span(size_t n, const float* x, void* out) { bf16_span<false, true>(n, x, nullptr, out); }
 
 // sum of f(k) for k in [0, n) in double, element k on lane k % kLanes (vectorises)
 template <class F>
