@@ -3,7 +3,7 @@
 #                      (kills at every commit phase, corruption, disk full, I/O errors, NaN) and
 #                      tests/mpi/checkpoint_resume.sh (golden resume, signals, re-slicing)
 # `make test` runs the same scripts (tests/run_tests.sh runs every tests/mpi/*.sh); this target
-# runs them alone, e.g. after a change to src/checkpoint or src/runtime/resume.cpp.
+# runs them alone, e.g. after a change to src/checkpoint or src/train/resume.cpp.
 .PHONY: test-faults
 
 test-faults: all $(BUILD)/pt_tests

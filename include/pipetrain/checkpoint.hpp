@@ -8,7 +8,7 @@
 
 #include "pipetrain/deck.hpp"
 #include "pipetrain/parallel.hpp"
-#include "pipetrain/runtime.hpp"
+#include "pipetrain/engine.hpp"
 
 namespace pt {
 

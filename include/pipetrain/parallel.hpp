@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/schedule.hpp"
+#include "pipetrain/schedule_ir.hpp"
 
 namespace pt {
 

@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "pipetrain/profile.hpp"
-#include "pipetrain/schedule.hpp"
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/schedule_ir.hpp"
+#include "pipetrain/schedule_registry.hpp"
 #include "pipetrain/sim.hpp"
 
 namespace pt {
@@ -44,7 +44,7 @@ namespace pt {
 //   gpipe:      in flight ceil(U/r), 1 version
 //   pipedream:  in flight d, d versions (weight stashing)
 //   2bw:        in flight <= d (d used: an upper bound), 2 versions
-// (MemoryRule is the registry's, schedules.hpp.)
+// (MemoryRule is the registry's, schedule_registry.hpp.)
 
 // A layer chain for one schedule kind, microbatch count and minibatch size.
 struct ChainCosts {
@@ -129,7 +129,7 @@ DpResult plan_dp(const ChainCosts& c, const ClusterModel& net, int ranks, const 
 // ---- choosing a plan: DP per candidate schedule, then the simulator ---------------------
 
 struct PlanOptions {
-  // candidate schedules: every registry entry marked as a planner candidate (schedules.hpp)
+  // candidate schedules: every registry entry marked as a planner candidate (schedule_registry.hpp)
   std::vector<std::string> schedules = planner_schedule_names();
   std::vector<int> microbatches;  // candidates for flush kinds and 2bw; empty = divisors of the batch (up to 4N, <= 8 of them)
   double memory_cap = 0;          // bytes per rank; 0 = none

@@ -1,5 +1,5 @@
 // A registry of named entries filled at static initialisation (one entry per variant, as
-// LAMMPS's style factories): the schedule registry (schedules.hpp) and the layer registry
+// LAMMPS's style factories): the schedule registry (schedule_registry.hpp) and the layer registry
 // (layers.hpp) are both this. Entries are kept sorted by name; a name registered twice is
 // an internal error at start-up.
 #pragma once

@@ -7,7 +7,7 @@
 
 #include "pipetrain/data.hpp"
 #include "pipetrain/model.hpp"
-#include "pipetrain/schedule.hpp"
+#include "pipetrain/schedule_ir.hpp"
 
 namespace pt {
 

@@ -9,7 +9,7 @@
 
 #include "pipetrain/deck.hpp"
 #include "pipetrain/profile.hpp"
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
 

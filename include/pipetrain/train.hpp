@@ -5,7 +5,7 @@
 
 #include "pipetrain/deck.hpp"
 #include "pipetrain/model.hpp"
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
 
@@ -46,7 +46,7 @@ struct TrainSetup {
   // least common multiple: update boundaries every stage shares (checkpoints happen there).
   int64_t version_stride(int stage) const;
   int64_t boundary_stride() const;
-  // summary.json's formulas, from the entry's memory rule (schedules.hpp): weight versions
+  // summary.json's formulas, from the entry's memory rule (schedule_registry.hpp): weight versions
   // held and units in flight per stage; -1 where the rule is the generator's replay.
   int versions_formula(int stage) const;
   // The schedule runs in segments that drain at their end: an epoch, or the steps up to

@@ -19,7 +19,7 @@
 #include "pipetrain/data.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/layers.hpp"
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
 

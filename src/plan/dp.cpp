@@ -100,7 +100,7 @@ ChainCosts ChainCosts::from_profile(const Profile& p, const ScheduleDef& kind, i
   return c;
 }
 
-// The registry's rules (schedules.hpp); the DP does not know stage 0's replicas yet, so
+// The registry's rules (schedule_registry.hpp); the DP does not know stage 0's replicas yet, so
 // the zero-bubble rules take d0 as the deepest possible depth, the whole job.
 int rule_in_flight(const ChainCosts& c, int depth, int replicas) {
   const int n = memory_in_flight(c.rule, depth, std::max(depth, c.ranks), replicas, c.units);

@@ -8,7 +8,7 @@
 
 #include "pipetrain/error.hpp"
 #include "pipetrain/plan.hpp"
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
 namespace {

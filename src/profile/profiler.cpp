@@ -14,7 +14,7 @@
 #include "pipetrain/stage.hpp"
 #include "pipetrain/rng.hpp"
 #include "pipetrain/optim.hpp"
-#include "pipetrain/runtime.hpp"
+#include "pipetrain/engine.hpp"
 
 namespace pt {
 namespace {

@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "pipetrain/error.hpp"
-#include "pipetrain/schedule.hpp"
+#include "pipetrain/schedule_ir.hpp"
 
 namespace pt {
 

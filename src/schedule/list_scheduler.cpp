@@ -1,4 +1,4 @@
-// The list scheduler (schedules.hpp): a unit-cost simulation of every worker at once. An
+// The list scheduler (schedule_registry.hpp): a unit-cost simulation of every worker at once. An
 // idle worker starts, among the actions whose inputs have arrived, the one that can start
 // first, breaking ties by priority: I (or B) first, shallowest stage first; then F while the
 // rank holds fewer than cap(rank) chunk activations, deepest stage first; then the oldest W.
@@ -9,7 +9,7 @@
 #include <map>
 
 #include "pipetrain/error.hpp"
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
 namespace {

@@ -4,7 +4,7 @@
 #pragma once
 #include <tuple>
 
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
 

@@ -1,11 +1,11 @@
-// The schedule registry (schedules.hpp): entries by name, lookup with a located "did you
+// The schedule registry (schedule_registry.hpp): entries by name, lookup with a located "did you
 // mean", the memory rules behind summary.json's formulas and the planner's cap, and the
 // small helpers generators share.
 #include <algorithm>
 
 #include "pipetrain/error.hpp"
 #include "pipetrain/registry.hpp"
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
 namespace {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
 

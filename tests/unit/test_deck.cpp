@@ -9,7 +9,7 @@
 #include "pipetrain/deck.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/model.hpp"
-#include "pipetrain/schedule.hpp"
+#include "pipetrain/schedule_ir.hpp"
 #include "pipetrain/train.hpp"
 
 namespace pt {

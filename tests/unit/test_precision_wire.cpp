@@ -15,8 +15,8 @@
 #include "pipetrain/deck.hpp"
 #include "pipetrain/model.hpp"
 #include "pipetrain/profile.hpp"
-#include "pipetrain/runtime.hpp"
-#include "pipetrain/schedule.hpp"
+#include "pipetrain/engine.hpp"
+#include "pipetrain/schedule_ir.hpp"
 
 namespace pt {
 namespace {

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "pipetrain/error.hpp"
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
 namespace {

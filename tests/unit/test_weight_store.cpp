@@ -1,4 +1,4 @@
-// WeightStore in bf16 against fp32 (runtime.hpp, docs/PRECISION.md "Weights in bf16"): driven
+// WeightStore in bf16 against fp32 (engine.hpp, docs/PRECISION.md "Weights in bf16"): driven
 // through the stage-0 actions of stashing schedules in lockstep with an fp32 store, every
 // read of the bf16 store is round_bf16 of the fp32 store's version bitwise, the master equals
 // the fp32 latest, held versions agree, checkpoint copies are the master and the stashes' bf16
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "pipetrain/backend.hpp"
-#include "pipetrain/runtime.hpp"
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/engine.hpp"
+#include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
 namespace {

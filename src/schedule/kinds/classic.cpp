@@ -3,7 +3,7 @@
 // backward), model-parallel (one unit in flight) and bsp (data parallelism: one stage).
 #include <climits>
 
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
 namespace {

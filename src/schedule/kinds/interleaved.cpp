@@ -2,7 +2,7 @@
 // g+p, ..., g+(v-1)p; each worker runs its units in blocks of p through chunk 0, then chunk
 // 1, ..., with (p-g-1)*2 + (v-1)*p warm-up forwards, then one forward one backward, then the
 // cool-down backwards (chunks in reverse). Bubble (p-1)/(v m) of the ideal at unit costs.
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
 namespace {

@@ -2,7 +2,7 @@
 // is a whole minibatch and stages update without a flush. pipedream stashes the version a
 // forward read for its backward; vsync makes every stage read stage 0's version; nostash
 // (an ablation) reads the latest in backward; 2bw reads W(t-1) for minibatch t.
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
 namespace {

@@ -13,7 +13,7 @@
 // minibatch after the first: 75 against 81 for 3 minibatches, p = 4, m = 8). With fewer
 // microbatches than the H2 warm-up needs (m < 2p - 1) its order can lose to H1's; zb-h2
 // then keeps H1's order, so it is never slower than zb-h1 at unit costs.
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
 namespace {

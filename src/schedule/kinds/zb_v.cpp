@@ -2,7 +2,7 @@
 // a V (rank r holds stages r and 2p-1-r), backward split into I and W, ordered by the list
 // scheduler: I first (shallow stage first), then F (deep stage first) while the rank holds
 // fewer than 2 ceil(ranks / r0) chunk activations (1F1B's peak), W in the remaining gaps.
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
 namespace {

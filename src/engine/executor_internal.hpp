@@ -2,7 +2,7 @@
 #pragma once
 #include <map>
 
-#include "pipetrain/runtime.hpp"
+#include "pipetrain/engine.hpp"
 
 namespace pt {
 

@@ -12,7 +12,7 @@
 #include "pipetrain/commands.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/report.hpp"
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/schedule_registry.hpp"
 #include "pipetrain/train.hpp"
 
 namespace pt {

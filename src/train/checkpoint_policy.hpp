@@ -13,7 +13,7 @@
 
 #include "pipetrain/checkpoint.hpp"
 #include "pipetrain/commands.hpp"
-#include "pipetrain/runtime.hpp"
+#include "pipetrain/engine.hpp"
 
 namespace pt {
 

@@ -1,6 +1,6 @@
 // The schedule IR: for every rank, the ordered list of actions it runs. Every action names
 // the stage it works on; a rank hosts one stage (contiguous placement) or several (looped,
-// V). Schedules are registered once (schedules.hpp): a generator emits compute actions
+// V). Schedules are registered once (schedule_registry.hpp): a generator emits compute actions
 // (F, B, I, W), and common passes add the updates, the weight versions and the messages.
 // The replay engine walks the IR with a cost model, matching messages and collectives (the
 // validator proves it deadlock-free this way, the simulator predicts timings, the grid and

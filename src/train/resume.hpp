@@ -3,7 +3,7 @@
 #include <string>
 
 #include "pipetrain/checkpoint.hpp"
-#include "pipetrain/runtime.hpp"
+#include "pipetrain/engine.hpp"
 #include "pipetrain/train.hpp"
 
 namespace pt {

@@ -16,7 +16,7 @@
 #include "pipetrain/data.hpp"
 #include "pipetrain/optim.hpp"
 #include "pipetrain/parallel.hpp"
-#include "pipetrain/schedule.hpp"
+#include "pipetrain/schedule_ir.hpp"
 #include "pipetrain/stage.hpp"
 #include "pipetrain/transport.hpp"
 

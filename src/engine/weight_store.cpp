@@ -1,10 +1,10 @@
 // WeightStore: versions of a stage's flat parameters in a pool sized from the IR. fp32: every
-// held version is an fp32 buffer of the pool. bf16 (runtime.hpp): the pool is the one fp32
+// held version is an fp32 buffer of the pool. bf16 (engine.hpp): the pool is the one fp32
 // master of the latest version, the other held versions are packed bf16 stashes, and compute
 // reads the bf16 copy of a version from one compute buffer that remembers which version it
 // holds. Both modes count held versions, readers and ids the same way.
 #include "pipetrain/error.hpp"
-#include "pipetrain/runtime.hpp"
+#include "pipetrain/engine.hpp"
 
 namespace pt {
 

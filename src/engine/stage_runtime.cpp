@@ -1,9 +1,9 @@
-// StageRuntime: everything one held stage needs at run time (runtime.hpp), its pools sized
+// StageRuntime: everything one held stage needs at run time (engine.hpp), its pools sized
 // from the IR before the IR runs, and the boundaries (what crosses between stages).
 #include <algorithm>
 
 #include "pipetrain/error.hpp"
-#include "pipetrain/runtime.hpp"
+#include "pipetrain/engine.hpp"
 
 namespace pt {
 

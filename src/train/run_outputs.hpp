@@ -4,7 +4,7 @@
 #include <string>
 
 #include "pipetrain/data.hpp"
-#include "pipetrain/runtime.hpp"
+#include "pipetrain/engine.hpp"
 #include "pipetrain/train.hpp"
 
 namespace pt {

@@ -5,7 +5,7 @@
 
 #include "pipetrain/data.hpp"
 #include "pipetrain/error.hpp"
-#include "pipetrain/schedules.hpp"
+#include "pipetrain/schedule_registry.hpp"
 #include "pipetrain/train.hpp"
 
 namespace pt {

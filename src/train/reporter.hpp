@@ -9,7 +9,7 @@
 
 #include "pipetrain/deck.hpp"
 #include "pipetrain/report.hpp"
-#include "pipetrain/runtime.hpp"
+#include "pipetrain/engine.hpp"
 
 namespace pt {
 
