@@ -1,12 +1,9 @@
 // The runtime: the weight store (versions with integer ids, a pool sized from the IR), the
 // stage runtimes a rank holds (one per stage: slice, weights, optimizer, pools), the
 // timeline of executed actions, and the executor that runs a rank's action list with real
-// kernels and nonblocking MPI, one small handler per op.
+// kernels and nonblocking messages through a Transport, one small handler per op.
 #pragma once
-#include <mpi.h>
-
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -18,6 +15,7 @@
 #include "pipetrain/parallel.hpp"
 #include "pipetrain/schedule_ir.hpp"
 #include "pipetrain/stage.hpp"
+#include "pipetrain/stage_pools.hpp"
 #include "pipetrain/transport.hpp"
 
 namespace pt {
@@ -178,82 +176,62 @@ struct ExecutorStats {
   int max_versions = 1, max_in_flight = 0;
 };
 
-// What crosses the boundary between stage b and b+1, computed once from the model and
-// asked for by name: the activation (and its gradient) shape, and the floats of a unit.
-struct Boundary {
-  int below = -1;  // stage b; -1 for the model input
-  Shape shape;
-  // train.precision = "bf16": a message across the boundary carries bf16 values packed two
-  // per 32-bit word where the value is known to be bf16: every gradient, and an activation
-  // some layer computed. The model input passed on through views only (a stage of just
-  // `flatten`) crosses as fp32: data and token ids must arrive unchanged.
-  bool act_bf16 = false, grad_bf16 = false;
-  int64_t floats(int64_t samples) const { return samples * shape.numel(); }
-  // 32-bit words a message of `samples` puts on the wire (activation or gradient)
-  int64_t words(int64_t samples, bool grad) const {
-    const int64_t n = floats(samples);
-    return (grad ? grad_bf16 : act_bf16) ? (n + 1) / 2 : n;
-  }
-};
 // The input of `stage` and its output; bf16 = train.precision is "bf16".
 Boundary boundary_below(const Model& model, const Layout& layout, int stage, bool bf16 = false);
 Boundary boundary_above(const Model& model, const Layout& layout, int stage, bool bf16 = false);
 
 // One stage held by this rank: its slice, weight versions, optimizer, accumulated
-// gradients, its replicas' communicator, and the per-unit pools (activation slots, incoming
-// and outgoing gradient buffers) sized from the IR. Built by the trainer; run by the executor.
-struct StageRuntime {
+// gradients, running state, boundaries (`in` below it, `out` above it), the update group in
+// progress, evaluation buffers, and its per-unit pools (StagePools: activation slots,
+// incoming and outgoing gradient buffers, sized from the IR; nothing else touches them).
+// Built by the trainer; run by the executor.
+class StageRuntime {
+ public:
   StageRuntime(Backend& be, const Model& model, const Layout& layout, int stage, int64_t train_mb, int64_t eval_mb,
                bool split_backward, const Deck::Train& train, int64_t total_updates);
-  int id;  // the stage index
+  ~StageRuntime();
+  StageRuntime(const StageRuntime&) = delete;
+  StageRuntime& operator=(const StageRuntime&) = delete;
+
+  const int id;  // the stage index
   std::unique_ptr<Stage> stage;
   std::unique_ptr<WeightStore> weights;
   std::unique_ptr<Optimizer> opt;
   Buffer grads;  // accumulated gradients + 1 float: the loss sum riding along the allreduce
   Buffer state;  // running state of this replica (batch-norm statistics), Stage::num_state() floats
-  Boundary in, out;
-  bool first = false, last = false;  // holds the model's first / last layer
+  const Boundary in, out;
+  const bool first, last;  // holds the model's first / last layer
+  int64_t labels_per_sample = 1;  // of the training data (the trainer sets it before the first IR)
+  StagePools pools;
 
-  struct SlotState {
-    int64_t mb = -1;
-    bool forwarded = false;  // its FORWARD ran (a slot can also be held by a receive posted ahead)
-    MPI_Request recv = MPI_REQUEST_NULL, send = MPI_REQUEST_NULL;
+  // The update group in progress: the summed loss of its finished units, whether one of its
+  // gradients was not finite (train.nonfinite = "skip"), and its replica allreduce.
+  struct Group {
     double loss = 0;
-  };
-  std::vector<Buffer> slot_mem;
-  std::vector<int32_t*> slot_labels;
-  std::vector<Stage::Slot> slots;
-  std::vector<SlotState> slot_state;
-  std::deque<int> free_slots;
-  std::vector<Buffer> grad_in;
-  std::vector<MPI_Request> grad_in_req;
-  std::deque<int> free_grad_in;
-  std::vector<Buffer> grad_out;
-  std::vector<MPI_Request> grad_out_req;
-  // bf16 messages: packed copies on the wire, one per slot (activations in and out) and per
-  // gradient buffer (in and out); empty where the boundary's message is fp32 (Boundary)
-  std::vector<Buffer> wire_act_in, wire_act_out, wire_grad_in, wire_grad_out;
-  std::vector<int64_t> grad_out_mb;  // unit whose gradient each outgoing buffer holds
-  int grad_out_next = 0, pending_grad_out = -1;
-  std::map<int64_t, int> slot_of_mb, grad_of_mb;
-  std::map<int64_t, int64_t> fwd_version_of;  // debug_versions and checkpoints
-  MPI_Request allreduce_req = MPI_REQUEST_NULL;
-  double group_loss = 0;
-  bool group_nonfinite = false;
-  Buffer eval_in[2], eval_out[2];
-  int32_t* eval_labels = nullptr;
-  int64_t labels_per_sample = 1;
+    bool nonfinite = false;
+    Request allreduce;
+  } group;
 
-  ~StageRuntime();
-  // Grow the pools to this IR's needs (never shrinks; allocated before the IR runs).
-  void ensure_pools(const Schedule& ir, int rank, int64_t mb_size);
-  int64_t pool_bytes() const;
+  // Evaluation: two input and two output buffers of eval_mb samples and the last stage's
+  // labels, allocated on the first evaluation and kept.
+  struct EvalBuffers {
+    Buffer in[2], out[2];
+    int32_t* labels = nullptr;
+  };
+  EvalBuffers& eval_buffers(int64_t eval_mb);
+
+  // Device bytes of the gradients and the pools' gradient and wire buffers (summary.json).
+  int64_t pool_bytes() const { return static_cast<int64_t>(grads.bytes()) + pools.buffer_bytes(); }
+
+ private:
+  EvalBuffers eval_;
 };
 
 class Executor {
  public:
+  // Messages go through `transport`; null: make_transport(be, cfg.nccl_allreduce) (MPI).
   Executor(ParallelContext& ctx, std::vector<StageRuntime*> stages, Backend& be, const Dataset& train,
-           const Dataset& test, const ExecutorConfig& cfg);
+           const Dataset& test, const ExecutorConfig& cfg, std::unique_ptr<Transport> transport = nullptr);
   ~Executor();
 
   // Run this rank's actions of a training IR. Unit m holds samples perm[m*mb .. (m+1)*mb)
@@ -291,13 +269,16 @@ class Executor {
   int tag(int kind, int boundary, int64_t mb) const;
   void post_receives();
   void post_receive(const Action& a);
-  int64_t isend_wire(const float* src, Buffer* wire, int64_t n, int peer, int tag, MPI_Request* req);
-  void finish_wire_recv(Buffer* wire, float* dst, int64_t n);
+  int64_t isend_message(const MessageBuffer& m, int64_t n, int peer, int tag);
+  void finish_message(const MessageBuffer& m, int64_t n);
+  // Wait for a request through the transport, with run.comm_timeout_s's deadline.
+  void wait(Request* q, const std::function<std::string()>& what) { tr_->wait(q, ctx_.timeout(), what); }
   void progress();  // between layers: post receives, reap finished sends and reductions
   static void poll_thunk(void* self);
   LayerCtx layer_ctx(StageRuntime& r, const Stage::Slot& slot, int64_t mb, bool training) const;
   void load_inputs(StageRuntime& r, Stage::Slot& slot, int64_t mb);
   float* claim_grad_out(StageRuntime& r, const Action& a);
+  void run_backward(const Action& a, StagePools::Half half, Step& st);  // B or I
   void finish_unit(StageRuntime& r, const Action& a, Step& st);
   void check_finite_grads(StageRuntime& r, int64_t mb, const char* when);
   void cut_at(const Action& a, int64_t version, Step& st);

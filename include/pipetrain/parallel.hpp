@@ -1,7 +1,8 @@
 // ParallelContext: this rank's place in the layout (its rank group, the stages it holds,
 // its replica), the communicators built from it with MPI_Comm_split (one per stage among
 // that stage's replicas), and deadline-bounded waits on MPI requests so that a silent peer
-// becomes a located error instead of a hang.
+// becomes a located error instead of a hang. A test can build one rank's context without
+// MPI (no communicators) to run an Executor over its own Transport.
 #pragma once
 #include <mpi.h>
 
@@ -16,6 +17,10 @@ namespace pt {
 class ParallelContext {
  public:
   ParallelContext(MPI_Comm world, const Layout& layout, double timeout_s);
+  // Rank `rank` of `layout` without MPI (tests): every communicator is MPI_COMM_NULL and the
+  // collectives below must not be called; the executor then talks only through the
+  // Transport it is given.
+  ParallelContext(const Layout& layout, int rank, double timeout_s);
   ~ParallelContext();
   ParallelContext(const ParallelContext&) = delete;
   ParallelContext& operator=(const ParallelContext&) = delete;
@@ -53,6 +58,8 @@ class ParallelContext {
   std::string describe() const;
 
  private:
+  void place(int rank);  // group, replica and stages of `rank`
+  void require_comms(const char* what) const;
   Layout layout_;
   MPI_Comm world_ = MPI_COMM_NULL, p2p_ = MPI_COMM_NULL;
   std::vector<MPI_Comm> stage_comms_;  // by stage; MPI_COMM_NULL for stages held elsewhere
@@ -63,5 +70,10 @@ class ParallelContext {
 
 // Seconds on a monotonic clock.
 double now_s();
+
+// Spin until done() returns true (yielding the core after 64 tries); past timeout_s seconds
+// without, throw Exit::timeout naming what(). Every deadline wait (ParallelContext::wait,
+// Transport::wait) is this loop, so all give the same deadline and message.
+void wait_until(const std::function<bool()>& done, double timeout_s, const std::function<std::string()>& what);
 
 }  // namespace pt

@@ -14,7 +14,7 @@ namespace {
 // Per held stage: receives posted, waited and consumed (by the forward reading them), sends made.
 struct EvalRing {
   int posted = 0, waited = 0, consumed = 0, sent = 0;
-  MPI_Request in_req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL}, out_req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  Request in_req[2], out_req[2];
   const float* input = nullptr;
   const float* output = nullptr;
 };
@@ -25,13 +25,7 @@ Executor::EvalResult Executor::evaluate(const Schedule& ir) {
   const auto& acts = ir.workers[static_cast<size_t>(ctx_.rank())];
   const int64_t N = test_.size(), emb = cfg_.eval_mb;
   auto count_of = [&](int64_t m) { return std::min(emb, N - m * emb); };
-  for (StageRuntime* r : stages_)
-    if (!r->eval_in[0].data())  // allocated on the first evaluation and kept
-      for (int b = 0; b < 2; ++b) {
-        r->eval_in[b] = Buffer(be_, static_cast<size_t>(r->in.floats(emb)));
-        r->eval_out[b] = Buffer(be_, static_cast<size_t>(r->out.floats(emb)));
-        if (r->last && !r->eval_labels) r->eval_labels = be_.alloc_int(static_cast<size_t>(emb * r->labels_per_sample));
-      }
+  for (StageRuntime* r : stages_) r->eval_buffers(emb);
   std::map<int, EvalRing> rings;
   std::vector<size_t> recvs;
   for (size_t i = 0; i < acts.size(); ++i)
@@ -43,7 +37,7 @@ Executor::EvalResult Executor::evaluate(const Schedule& ir) {
       EvalRing& g = rings[a.stage];
       if (g.posted >= g.consumed + 2) return;
       StageRuntime& r = rt(a.stage);
-      tr_->irecv(r.eval_in[g.posted % 2].data(), static_cast<size_t>(r.in.floats(count_of(a.mb))), a.peer,
+      tr_->irecv(r.eval_buffers(emb).in[g.posted % 2].data(), static_cast<size_t>(r.in.floats(count_of(a.mb))), a.peer,
                  tag(kTagEval, a.stage - 1, a.mb), ctx_.p2p(), &g.in_req[g.posted % 2]);
       ++g.posted, ++next;
     }
@@ -53,12 +47,13 @@ Executor::EvalResult Executor::evaluate(const Schedule& ir) {
     post();
     EvalRing& g = rings[a.stage];
     StageRuntime& r = rt(a.stage);
+    StageRuntime::EvalBuffers& eb = r.eval_buffers(emb);
     const int64_t n = count_of(a.mb);
     if (a.op == Op::recv_act) {
       const int b = g.waited++ % 2;
-      ctx_.wait(&g.in_req[b], [&] { return "evaluation " + waiting_for(a); });
-      tr_->finish_recv(r.eval_in[b].data());
-      g.input = r.eval_in[b].data();
+      wait(&g.in_req[b], [&] { return "evaluation " + waiting_for(a); });
+      tr_->finish_recv(eb.in[b].data());
+      g.input = eb.in[b].data();
     } else if (a.op == Op::forward) {
       std::vector<const float*> io = {g.input, nullptr};
       eval_forward(a, n, io, res);
@@ -66,14 +61,14 @@ Executor::EvalResult Executor::evaluate(const Schedule& ir) {
       if (!r.first) ++g.consumed;
     } else if (a.op == Op::send_act) {
       const int b = g.sent++ % 2;
-      ctx_.wait(&g.out_req[b], [&] { return std::string("evaluation send buffer reuse"); });
-      be_.copy(r.eval_out[b].data(), g.output, static_cast<size_t>(r.out.floats(n)));
-      tr_->isend(r.eval_out[b].data(), static_cast<size_t>(r.out.floats(n)), a.peer, tag(kTagEval, a.stage, a.mb), ctx_.p2p(),
+      wait(&g.out_req[b], [&] { return std::string("evaluation send buffer reuse"); });
+      be_.copy(eb.out[b].data(), g.output, static_cast<size_t>(r.out.floats(n)));
+      tr_->isend(eb.out[b].data(), static_cast<size_t>(r.out.floats(n)), a.peer, tag(kTagEval, a.stage, a.mb), ctx_.p2p(),
                  &g.out_req[b]);
     }
   }
   for (auto& [s, g] : rings)
-    for (auto& q : g.out_req) ctx_.wait(&q, [&] { return std::string("evaluation send completion"); });
+    for (auto& q : g.out_req) wait(&q, [&] { return std::string("evaluation send completion"); });
   if (ctx_.holds_last_stage() && ctx_.replicas() > 1) {  // sum over the last stage's replicas onto replica 0
     double v[4] = {res.loss_sum, static_cast<double>(res.correct), static_cast<double>(res.samples), static_cast<double>(res.labels)};
     ctx_.allreduce_sum(v, 4, ctx_.stage_comm(ctx_.layout().stages() - 1), "evaluation totals");
@@ -89,19 +84,20 @@ Executor::EvalResult Executor::evaluate(const Schedule& ir) {
 void Executor::eval_forward(const Action& a, int64_t n, std::vector<const float*>& io, EvalResult& res) {
   StageRuntime& r = rt(a.stage);
   const int64_t emb = cfg_.eval_mb;
+  StageRuntime::EvalBuffers& eb = r.eval_buffers(emb);
   for (int64_t j = 0; j < n; ++j) idx_[static_cast<size_t>(j)] = a.mb * emb + j;
   if (r.first) {
     test_.get(idx_.data(), n, host_x_.data(), nullptr);
-    be_.from_host(r.eval_in[0].data(), host_x_.data(), static_cast<size_t>(r.in.floats(n)));
-    io[0] = r.eval_in[0].data();
+    be_.from_host(eb.in[0].data(), host_x_.data(), static_cast<size_t>(r.in.floats(n)));
+    io[0] = eb.in[0].data();
   }
-  LayerCtx lc{be_, cfg_.seed, 0, false, r.eval_labels, 1.0f};
+  LayerCtx lc{be_, cfg_.seed, 0, false, eb.labels, 1.0f};
   lc.state = r.state.data();
   const float* params = r.weights->read_latest();  // bf16: its bf16 copy, as training reads
   io[1] = r.stage->infer(io[0], params, lc, n, PollHook{});
   if (!r.last) return;
   test_.get_labels(idx_.data(), n, host_labels_.data());
-  be_.labels_from_host(r.eval_labels, host_labels_.data(), static_cast<size_t>(n * r.labels_per_sample));
+  be_.labels_from_host(eb.labels, host_labels_.data(), static_cast<size_t>(n * r.labels_per_sample));
   double l = 0;
   int64_t c = 0, scored = 0;
   r.stage->eval_loss(io[1], params, lc, n, &l, &c, &scored);

@@ -1,8 +1,10 @@
-// The executor: runs a rank's action list with real kernels and nonblocking MPI, one small
-// handler per op (kHandlers), each on the StageRuntime of the action's stage. Receives are
-// posted ahead of need into pooled buffers (executor_comm.cpp), sends never block compute,
-// MPI is polled between layers, replica allreduces overlap the remaining work, and every
-// action is timed. Checkpoint cuts are in executor_cut.cpp, evaluation in evaluate.cpp.
+// The executor: runs a rank's action list with real kernels and nonblocking messages (its
+// Transport: MPI, or a test's), one small handler per op (kHandlers), each on the
+// StageRuntime of the action's stage and the buffers its pools hand out (StagePools).
+// Receives are posted ahead of need into pooled buffers (executor_comm.cpp), sends never
+// block compute, requests are tested between layers, replica allreduces overlap the
+// remaining work, and every action is timed. Checkpoint cuts are in executor_cut.cpp,
+// evaluation in evaluate.cpp.
 #include <algorithm>
 #include <cmath>
 
@@ -19,9 +21,9 @@ const Executor::Handler Executor::kHandlers[kOpCount] = {
     &Executor::on_allreduce, &Executor::on_optimizer_step};
 
 Executor::Executor(ParallelContext& ctx, std::vector<StageRuntime*> stages, Backend& be, const Dataset& train,
-                   const Dataset& test, const ExecutorConfig& cfg)
+                   const Dataset& test, const ExecutorConfig& cfg, std::unique_ptr<Transport> transport)
     : ctx_(ctx), stages_(std::move(stages)), be_(be), train_(train), test_(test), cfg_(cfg),
-      tr_(make_transport(be, cfg.nccl_allreduce)) {
+      tr_(transport ? std::move(transport) : make_transport(be, cfg.nccl_allreduce)) {
   find_ties();
   int64_t mb = cfg.eval_mb, in = 1;
   for (StageRuntime* r : stages_) mb = std::max(mb, r->stage->train_mb()), in = std::max(in, r->in.shape.numel());
@@ -49,9 +51,8 @@ bool Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
   const size_t from = resume && !resume->empty() ? static_cast<size_t>(resume->front().position) : 0;
   for (StageRuntime* r : stages_) {
     PT_CHECK(mb_size_ == r->stage->train_mb(), "IR microbatch " << mb_size_ << " != stage slot size " << r->stage->train_mb());
-    r->ensure_pools(ir, ctx_.rank(), mb_size_);
+    r->pools.prepare(ir, ctx_.rank(), r->id, mb_size_, r->labels_per_sample);
     r->weights->prepare(ir, ctx_.rank(), r->id, from);
-    r->slot_of_mb.clear(), r->grad_of_mb.clear(), r->fwd_version_of.clear();
   }
   recv_positions_.clear();
   for (size_t i = from; i < acts.size(); ++i)
@@ -75,9 +76,9 @@ bool Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
   stats_.weight_bytes = stats_.activation_bytes = stats_.buffer_bytes = 0;
   for (StageRuntime* r : stages_) {
     stats_.max_versions = std::max(stats_.max_versions, r->weights->max_held());
-    stats_.max_in_flight = std::max(stats_.max_in_flight, static_cast<int>(r->slots.size()));
+    stats_.max_in_flight = std::max(stats_.max_in_flight, r->pools.size());
     stats_.weight_bytes += r->weights->bytes();
-    stats_.activation_bytes += static_cast<int64_t>(r->slot_mem.size()) * r->stage->slot_floats() * 4;
+    stats_.activation_bytes += r->pools.activation_bytes();
     stats_.buffer_bytes += r->pool_bytes();
   }
   ir_ = nullptr;
@@ -109,84 +110,56 @@ void Executor::load_inputs(StageRuntime& r, Stage::Slot& slot, int64_t mb) {
 /// stage keeps the unit's summed loss in the slot state.
 void Executor::on_forward(const Action& a, Step& st) {
   StageRuntime& r = rt(a.stage);
-  int s;
-  if (r.first) {
-    PT_CHECK(!r.free_slots.empty(), "no free activation slot for mb " << a.mb);
-    s = r.free_slots.front();
-    r.free_slots.pop_front();
-    r.slot_state[static_cast<size_t>(s)].mb = a.mb;
-    r.slot_of_mb[a.mb] = s;
-  } else {
-    s = r.slot_of_mb.at(a.mb);
-  }
-  Stage::Slot& slot = r.slots[static_cast<size_t>(s)];
+  if (r.first) r.pools.claim(a.mb);
+  Stage::Slot& slot = r.pools.forward_slot(a.mb);
   load_inputs(r, slot, a.mb);
   r.stage->forward(slot, r.weights->read(a.version), layer_ctx(r, slot, a.mb, true), mb_size_, st.poll);
-  StageRuntime::SlotState& ss = r.slot_state[static_cast<size_t>(s)];
-  ss.forwarded = true;
-  if (r.last) ss.loss = be_.sum(static_cast<size_t>(mb_size_), r.stage->output(slot));
-  r.fwd_version_of[a.mb] = r.weights->base() + a.version;
+  const double loss = r.last ? be_.sum(static_cast<size_t>(mb_size_), r.stage->output(slot)) : 0.0;
+  r.pools.forwarded(a.mb, r.weights->base() + a.version, loss);
   r.weights->done_reading(a.version);
 }
 
 // The outgoing-gradient buffer of a backward: buffers rotate, reuse waits for that buffer's
 // earlier send.
 float* Executor::claim_grad_out(StageRuntime& r, const Action& a) {
-  const int b = r.grad_out_next;
-  ctx_.wait(&r.grad_out_req[static_cast<size_t>(b)], [&] { return "SEND_GRAD buffer reuse before " + waiting_for(a); });
-  r.pending_grad_out = b;
-  r.grad_out_mb[static_cast<size_t>(b)] = a.mb;
-  r.grad_out_next = (b + 1) % static_cast<int>(r.grad_out.size());
-  return r.grad_out[static_cast<size_t>(b)].data();
+  wait(&r.pools.next_grad_out_req(), [&] { return "SEND_GRAD buffer reuse before " + waiting_for(a); });
+  return r.pools.claim_grad_out(a.mb);
 }
 
-namespace {
-
-enum class Half { fused, input };
-
-// B and I share everything but the stage call; B also finishes the unit.
-void run_backward(StageRuntime& r, const Action& a, Half half, const Stage::Slot& slot, const LayerCtx& lc, const float* dy,
-                  float* dx, int64_t n, PollHook poll) {
+// B and I share everything but the stage call: the unit's slot, its incoming gradient (the
+// RECV_GRAD buffer, free again after; none on the last stage) and an outgoing buffer for the
+// input gradient (none on stage 0). After I the pools keep the slot for its W.
+void Executor::run_backward(const Action& a, StagePools::Half half, Step& st) {
+  StageRuntime& r = rt(a.stage);
+  Stage::Slot& slot = r.pools.backward_slot(a.mb, half);
+  const float* dy = r.last ? nullptr : r.pools.grad_in(a.mb).data;
+  float* dx = r.first ? nullptr : claim_grad_out(r, a);
   const float* w = r.weights->read(a.version);
-  if (half == Half::fused) r.stage->backward(slot, w, r.grads.data(), dy, dx, lc, n, poll);
-  else r.stage->backward_input(slot, w, r.grads.data(), dy, dx, lc, n, poll);
+  const LayerCtx lc = layer_ctx(r, slot, a.mb, true);
+  if (half == StagePools::Half::fused) r.stage->backward(slot, w, r.grads.data(), dy, dx, lc, mb_size_, st.poll);
+  else r.stage->backward_input(slot, w, r.grads.data(), dy, dx, lc, mb_size_, st.poll);
   r.weights->done_reading(a.version);
+  if (!r.last) r.pools.release_grad_in(a.mb);
 }
-
-}  // namespace
 
 /// BACKWARD (fused): gradient of the unit's output (the RECV_GRAD buffer; none on the last
 /// stage) through the stage into the accumulated gradients and the input gradient (an
 /// outgoing buffer; none on stage 0); frees the unit's slot.
 void Executor::on_backward(const Action& a, Step& st) {
-  StageRuntime& r = rt(a.stage);
-  Stage::Slot& slot = r.slots[static_cast<size_t>(r.slot_of_mb.at(a.mb))];
-  const int g = r.last ? -1 : r.grad_of_mb.at(a.mb);
-  float* dx = r.first ? nullptr : claim_grad_out(r, a);
-  run_backward(r, a, Half::fused, slot, layer_ctx(r, slot, a.mb, true), g >= 0 ? r.grad_in[static_cast<size_t>(g)].data() : nullptr,
-               dx, mb_size_, st.poll);
-  if (g >= 0) r.grad_of_mb.erase(a.mb), r.free_grad_in.push_back(g);
-  finish_unit(r, a, st);
+  run_backward(a, StagePools::Half::fused, st);
+  finish_unit(rt(a.stage), a, st);
 }
 
 /// BACKWARD_INPUT (I): the input gradient only, as B; every splitting layer's output
 /// gradient stays in the unit's slot for its W, so the slot is kept; the incoming gradient
 /// buffer is free again.
-void Executor::on_backward_input(const Action& a, Step& st) {
-  StageRuntime& r = rt(a.stage);
-  Stage::Slot& slot = r.slots[static_cast<size_t>(r.slot_of_mb.at(a.mb))];
-  const int g = r.last ? -1 : r.grad_of_mb.at(a.mb);
-  float* dx = r.first ? nullptr : claim_grad_out(r, a);
-  run_backward(r, a, Half::input, slot, layer_ctx(r, slot, a.mb, true), g >= 0 ? r.grad_in[static_cast<size_t>(g)].data() : nullptr,
-               dx, mb_size_, st.poll);
-  if (g >= 0) r.grad_of_mb.erase(a.mb), r.free_grad_in.push_back(g);
-}
+void Executor::on_backward_input(const Action& a, Step& st) { run_backward(a, StagePools::Half::input, st); }
 
 /// BACKWARD_WEIGHT (W): the splitting layers' parameter gradients from the slot's kept
 /// activations and output gradients, into the accumulated gradients; frees the slot.
 void Executor::on_backward_weight(const Action& a, Step& st) {
   StageRuntime& r = rt(a.stage);
-  Stage::Slot& slot = r.slots[static_cast<size_t>(r.slot_of_mb.at(a.mb))];
+  Stage::Slot& slot = r.pools.weight_slot(a.mb);
   r.stage->backward_weight(slot, r.weights->read(a.version), r.grads.data(), layer_ctx(r, slot, a.mb, true), mb_size_, st.poll);
   r.weights->done_reading(a.version);
   finish_unit(r, a, st);
@@ -195,28 +168,23 @@ void Executor::on_backward_weight(const Action& a, Step& st) {
 // After a unit's last backward work (B or W): its loss joins the update group's, the
 // gradients are checked, and its slot is free once its activation send completed.
 void Executor::finish_unit(StageRuntime& r, const Action& a, Step& st) {
-  const int s = r.slot_of_mb.at(a.mb);
-  StageRuntime::SlotState& ss = r.slot_state[static_cast<size_t>(s)];
-  r.group_loss += ss.loss;
+  const StagePools::Unit& u = r.pools.unit(a.mb);
+  r.group.loss += u.loss;
   if (fault_matches("nan", ctx_.rank(), a.stage, r.weights->latest_id() + st.ir.version_stride(a.stage))) {
     const float nan = NAN;
     be_.from_host(r.grads.data(), &nan, 1);  // test-only: poison this update's gradient
   }
   check_finite_grads(r, a.mb, "after its backward");
-  if (cfg_.debug_versions) version_log_.push_back({a.stage, a.mb, r.fwd_version_of[a.mb], r.weights->base() + a.version});
-  ctx_.wait(&ss.send, [&] { return "SEND_ACT mb " + std::to_string(a.mb) + " completion (rank " + std::to_string(ctx_.rank()) + ")"; });
-  ss.mb = -1;
-  ss.forwarded = false;
-  r.slot_of_mb.erase(a.mb);
-  r.fwd_version_of.erase(a.mb);
-  r.free_slots.push_back(s);
+  if (cfg_.debug_versions) version_log_.push_back({a.stage, a.mb, u.fwd_version, r.weights->base() + a.version});
+  wait(&r.pools.act_send_req(a.mb), [&] { return "SEND_ACT mb " + std::to_string(a.mb) + " completion (rank " + std::to_string(ctx_.rank()) + ")"; });
+  r.pools.release(a.mb);
   stats_.samples += r.first ? mb_size_ : 0;
 }
 
 void Executor::check_finite_grads(StageRuntime& r, int64_t mb, const char* when) {
   if (be_.all_finite(static_cast<size_t>(r.stage->num_params()), r.grads.data())) return;
   if (cfg_.skip_nonfinite) {
-    r.group_nonfinite = true;
+    r.group.nonfinite = true;
     return;
   }
   std::string layer = "?";  // the first layer whose gradient is not finite
@@ -238,10 +206,10 @@ void Executor::check_finite_grads(StageRuntime& r, int64_t mb, const char* when)
 void Executor::on_allreduce(const Action& a, Step& st) {
   StageRuntime& r = rt(a.stage);
   const size_t n = static_cast<size_t>(r.stage->num_params());
-  const float loss = static_cast<float>(r.group_loss);
+  const float loss = static_cast<float>(r.group.loss);
   be_.from_host(r.grads.data() + n, &loss, 1);
   st.bytes = static_cast<int64_t>((n + 1) * 4);
-  tr_->iallreduce(r.grads.data(), n + 1, ctx_.stage_comm(a.stage), &r.allreduce_req);
+  tr_->iallreduce(r.grads.data(), n + 1, ctx_.stage_comm(a.stage), &r.group.allreduce);
   const int reps = ir_->layout.replicas_of(a.stage);
   stats_.bytes_allreduce += st.bytes;
   // what a ring allreduce puts on the network from this rank: 2 (r-1)/r of the payload
@@ -256,15 +224,15 @@ void Executor::on_optimizer_step(const Action& a, Step& st) {
   StageRuntime& r = rt(a.stage);
   const size_t n = static_cast<size_t>(r.stage->num_params());
   const int64_t stride = ir_->version_stride(a.stage);
-  double loss_sum = r.group_loss;
+  double loss_sum = r.group.loss;
   if (ir_->layout.replicas_of(a.stage) > 1) {
-    ctx_.wait(&r.allreduce_req, [&] { return "ALLREDUCE of update " + std::to_string(a.mb) + " among the replicas of stage " + std::to_string(a.stage); });
+    wait(&r.group.allreduce, [&] { return "ALLREDUCE of update " + std::to_string(a.mb) + " among the replicas of stage " + std::to_string(a.stage); });
     tr_->finish_allreduce(r.grads.data());
     float l = 0;
     be_.to_host(&l, r.grads.data() + n, 1);
     loss_sum = l;
   }
-  const bool skip = cfg_.skip_nonfinite && (r.group_nonfinite || !be_.all_finite(n, r.grads.data()));
+  const bool skip = cfg_.skip_nonfinite && (r.group.nonfinite || !be_.all_finite(n, r.grads.data()));
   apply_ties(a);
   UpdateReport rep;
   rep.stage = a.stage;
@@ -277,8 +245,8 @@ void Executor::on_optimizer_step(const Action& a, Step& st) {
   rep.loss_sum = loss_sum;
   rep.samples = stride * cfg_.batch_size;
   rep.skipped = skip;
-  r.group_loss = 0;
-  r.group_nonfinite = false;
+  r.group.loss = 0;
+  r.group.nonfinite = false;
   control_->on_update(rep);
   fault_at_step(ctx_.rank(), a.stage, rep.minibatches);
   if (st.i == st.last_update_of(a.version)) cut_at(a, rep.minibatches, st);

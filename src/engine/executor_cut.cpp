@@ -26,15 +26,12 @@ std::vector<WorkerState> Executor::capture(const Schedule& ir, size_t position, 
     for (Buffer* b : r->opt->state()) st.optimizer.push_back(host_copy(be_, b->data(), b->size()));
     st.optimizer_updates = r->opt->updates();
     st.state = host_copy(be_, r->state.data(), r->state.size());
-    for (auto& [mb, s] : r->slot_of_mb) {
-      const StageRuntime::SlotState& ss = r->slot_state[static_cast<size_t>(s)];
-      if (!ss.forwarded) continue;  // only posted ahead: not state
+    for (const StagePools::Unit& p : r->pools.forwarded_units()) {  // a unit only posted ahead is not state
       WorkerState::Unit u;
-      u.mb = static_cast<int32_t>(mb);
-      u.loss = ss.loss;
-      auto fv = r->fwd_version_of.find(mb);
-      u.fwd_version = fv != r->fwd_version_of.end() ? fv->second : -1;
-      u.slot = host_copy(be_, r->slot_mem[static_cast<size_t>(s)].data(), static_cast<size_t>(r->stage->slot_floats()));
+      u.mb = static_cast<int32_t>(p.mb);
+      u.loss = p.loss;
+      u.fwd_version = p.fwd_version;
+      u.slot = r->pools.host_contents(p.mb);
       st.units.push_back(std::move(u));
     }
     out.push_back(std::move(st));
@@ -43,16 +40,9 @@ std::vector<WorkerState> Executor::capture(const Schedule& ir, size_t position, 
   for (size_t idx : crossing) {  // the payload is still in the sender's buffers
     const Action& a = acts[idx];
     StageRuntime& r = rt(a.stage);
-    const float* src = nullptr;
-    size_t count = 0;
-    if (a.op == Op::send_act) {
-      src = r.stage->output(r.slots[static_cast<size_t>(r.slot_of_mb.at(a.mb))]);
-      count = static_cast<size_t>(r.out.floats(mb_size_));
-    } else {
-      for (size_t b = 0; b < r.grad_out.size(); ++b)
-        if (r.grad_out_mb[b] == a.mb) src = r.grad_out[b].data();
-      count = static_cast<size_t>(r.in.floats(mb_size_));
-    }
+    const bool act = a.op == Op::send_act;
+    const float* src = act ? r.pools.output_of(a.mb) : r.pools.grad_out_of(a.mb);
+    const size_t count = static_cast<size_t>(act ? r.out.floats(mb_size_) : r.in.floats(mb_size_));
     PT_CHECK(src, "no buffer holds the crossing " << op_name(a.op) << " of mb " << a.mb);
     for (WorkerState& st : out)
       if (st.stage == a.stage) st.crossing.push_back({static_cast<int64_t>(idx), host_copy(be_, src, count)});
@@ -86,19 +76,11 @@ void Executor::restore(const Schedule& ir, const std::vector<WorkerState>& state
 // last stage reads their labels again.
 void Executor::restore_units(StageRuntime& r, const WorkerState& st) {
   for (const WorkerState::Unit& u : st.units) {
-    PT_CHECK(!r.free_slots.empty(), "no free slot to restore mb " << u.mb);
-    const int s = r.free_slots.front();
-    r.free_slots.pop_front();
-    PT_CHECK(u.slot.size() == static_cast<size_t>(r.stage->slot_floats()), "restored slot size mismatch");
-    be_.from_host(r.slot_mem[static_cast<size_t>(s)].data(), u.slot.data(), u.slot.size());
-    StageRuntime::SlotState& ss = r.slot_state[static_cast<size_t>(s)];
-    ss.mb = u.mb, ss.loss = u.loss, ss.forwarded = true;
-    r.slot_of_mb[u.mb] = s;
-    if (u.fwd_version >= 0) r.fwd_version_of[u.mb] = u.fwd_version;
+    Stage::Slot& slot = r.pools.restore({u.mb, u.fwd_version, u.loss}, u.slot);
     if (!r.last) continue;
     for (int64_t j = 0; j < mb_size_; ++j) idx_[static_cast<size_t>(j)] = (*perm_)[static_cast<size_t>(u.mb * mb_size_ + j)];
     train_.get_labels(idx_.data(), mb_size_, host_labels_.data());
-    be_.labels_from_host(r.slot_labels[static_cast<size_t>(s)], host_labels_.data(), static_cast<size_t>(mb_size_ * r.labels_per_sample));
+    be_.labels_from_host(slot.labels, host_labels_.data(), static_cast<size_t>(mb_size_ * r.labels_per_sample));
   }
 }
 
@@ -107,18 +89,12 @@ void Executor::resend_crossing(const Schedule& ir, const WorkerState::Message& m
   const Action& a = ir.workers[static_cast<size_t>(ctx_.rank())][static_cast<size_t>(m.action)];
   StageRuntime& r = rt(a.stage);
   const int64_t n = static_cast<int64_t>(m.payload.size());
-  if (a.op == Op::send_act) {
-    const size_t s = static_cast<size_t>(r.slot_of_mb.at(a.mb));
-    isend_wire(r.stage->output(r.slots[s]), r.out.act_bf16 ? &r.wire_act_out[s] : nullptr, n, a.peer, tag(kTagAct, a.stage, a.mb),
-               &r.slot_state[s].send);
+  if (a.op == Op::send_act) {  // the unit's slot came back whole
+    isend_message(r.pools.act_out(a.mb), n, a.peer, tag(kTagAct, a.stage, a.mb));
     return;
   }
-  const size_t b = static_cast<size_t>(r.grad_out_next);
-  r.grad_out_next = (r.grad_out_next + 1) % static_cast<int>(r.grad_out.size());
-  be_.from_host(r.grad_out[b].data(), m.payload.data(), m.payload.size());
-  r.grad_out_mb[b] = a.mb;
-  isend_wire(r.grad_out[b].data(), r.in.grad_bf16 ? &r.wire_grad_out[b] : nullptr, n, a.peer, tag(kTagGrad, a.stage - 1, a.mb),
-             &r.grad_out_req[b]);
+  be_.from_host(r.pools.claim_grad_out(a.mb), m.payload.data(), m.payload.size());
+  isend_message(r.pools.grad_out_to_send(a.mb), n, a.peer, tag(kTagGrad, a.stage - 1, a.mb));
 }
 
 void Executor::quiesce(const Schedule& ir, const Cut& cut) {
@@ -126,38 +102,32 @@ void Executor::quiesce(const Schedule& ir, const Cut& cut) {
   // posted for it, or a scratch buffer), so every send completes; cancel the rest.
   const int me = ctx_.rank();
   std::vector<Buffer> scratch;
-  std::vector<MPI_Request> reqs;
+  std::vector<Request> reqs;
   for (size_t w = 0; w < ir.workers.size(); ++w)
     for (size_t idx : cut.crossing[w]) {
       const Action& a = ir.workers[w][idx];
       if (a.peer != me) continue;
       const bool grad = a.op == Op::send_grad;
       StageRuntime& r = rt(grad ? a.stage - 1 : a.stage + 1);  // the receiving stage
-      auto posted = grad ? r.grad_of_mb.find(a.mb) : r.slot_of_mb.find(a.mb);
-      MPI_Request* q = nullptr;
-      if (grad && posted != r.grad_of_mb.end()) q = &r.grad_in_req[static_cast<size_t>(posted->second)];
-      if (!grad && posted != r.slot_of_mb.end() && r.slot_state[static_cast<size_t>(posted->second)].recv != MPI_REQUEST_NULL)
-        q = &r.slot_state[static_cast<size_t>(posted->second)].recv;
+      Request* q = grad ? (r.pools.holds_grad_in(a.mb) ? r.pools.grad_in(a.mb).req : nullptr) : r.pools.posted_act_recv(a.mb);
       if (q) {
-        ctx_.wait(q, [&] { return std::string("a message crossing the checkpoint cut"); });
+        wait(q, [&] { return std::string("a message crossing the checkpoint cut"); });
         continue;
       }
       const size_t n = static_cast<size_t>(grad ? r.out.words(mb_size_, true) : r.in.words(mb_size_, false));  // what is on the wire
       scratch.emplace_back(be_, n);
-      reqs.push_back(MPI_REQUEST_NULL);
+      reqs.emplace_back();
       tr_->irecv(scratch.back().data(), n, static_cast<int>(w), tag(grad ? kTagGrad : kTagAct, grad ? a.stage - 1 : a.stage, a.mb),
                  ctx_.p2p(), &reqs.back());
     }
-  for (auto& q : reqs) ctx_.wait(&q, [&] { return std::string("a message crossing the checkpoint cut"); });
+  for (auto& q : reqs) wait(&q, [&] { return std::string("a message crossing the checkpoint cut"); });
   drain_sends("at the checkpoint cut:");  // our own crossing sends complete now that every peer drained them
-  auto cancel = [](MPI_Request* q) {  // receives posted ahead for actions after the cut are never matched
-    if (*q == MPI_REQUEST_NULL) return;
-    MPI_Cancel(q);
-    MPI_Wait(q, MPI_STATUS_IGNORE);
+  auto cancel = [this](Request& q) {  // receives posted ahead for actions after the cut are never matched
+    if (q.pending()) tr_->cancel(&q);
   };
   for (StageRuntime* r : stages_) {
-    for (auto& ss : r->slot_state) cancel(&ss.recv);
-    for (auto& q : r->grad_in_req) cancel(&q);
+    r->pools.each_request(StagePools::Requests::act_recvs, cancel);
+    r->pools.each_request(StagePools::Requests::grad_recvs, cancel);
   }
 }
 

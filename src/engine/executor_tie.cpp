@@ -55,10 +55,10 @@ void Executor::apply_ties(const Action& a) {
       std::vector<float>& theirs = is_emb ? head : emb;
       be_.to_host(mine.data(), rt(a.stage).grads.data() + (is_emb ? t.emb_offset : t.head_offset), n);
       const int partner = ctx_.layout().rank_of(is_emb ? t.head_stage : t.emb_stage, ctx_.replica());
-      MPI_Request q[2];
-      MPI_Isend(mine.data(), static_cast<int>(n), MPI_FLOAT, partner, kTagTie + a.mb % 4096, ctx_.world(), &q[0]);
-      MPI_Irecv(theirs.data(), static_cast<int>(n), MPI_FLOAT, partner, kTagTie + a.mb % 4096, ctx_.world(), &q[1]);
-      for (auto& r : q) ctx_.wait(&r, [&] { return "the tied gradient of update " + std::to_string(a.mb) + " from rank " + std::to_string(partner); });
+      Request q[2];
+      tr_->isend_host(mine.data(), n, partner, kTagTie + a.mb % 4096, ctx_.world(), &q[0]);
+      tr_->irecv_host(theirs.data(), n, partner, kTagTie + a.mb % 4096, ctx_.world(), &q[1]);
+      for (auto& r : q) wait(&r, [&] { return "the tied gradient of update " + std::to_string(a.mb) + " from rank " + std::to_string(partner); });
     }
     for (size_t i = 0; i < n; ++i) emb[i] = emb[i] + head[i];  // embedding's + head's, the same on both holders
     if (ctx_.holds(t.emb_stage)) be_.from_host(rt(t.emb_stage).grads.data() + t.emb_offset, emb.data(), n);

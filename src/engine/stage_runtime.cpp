@@ -1,5 +1,6 @@
-// StageRuntime: everything one held stage needs at run time (engine.hpp), its pools sized
-// from the IR before the IR runs, and the boundaries (what crosses between stages).
+// StageRuntime: everything one held stage needs at run time (engine.hpp), its pools
+// (StagePools, stage_pools.cpp) and evaluation buffers, and the boundaries (what crosses
+// between stages).
 #include <algorithm>
 
 #include "pipetrain/error.hpp"
@@ -35,7 +36,8 @@ StageRuntime::StageRuntime(Backend& be, const Model& model, const Layout& layout
       in(boundary_below(model, layout, s, train.precision == "bf16")),
       out(boundary_above(model, layout, s, train.precision == "bf16")),
       first(s == 0),
-      last(s == layout.stages() - 1) {
+      last(s == layout.stages() - 1),
+      pools(*stage, in, out, first, last) {
   const size_t n = static_cast<size_t>(stage->num_params());
   weights = std::make_unique<WeightStore>(be, n, train.precision == "bf16");  // bf16: compute reads bf16 copies
   opt = std::make_unique<Optimizer>(train, be, n, std::max<int64_t>(1, total_updates));
@@ -45,47 +47,18 @@ StageRuntime::StageRuntime(Backend& be, const Model& model, const Layout& layout
 }
 
 StageRuntime::~StageRuntime() {
-  for (int32_t* p : slot_labels)
-    if (p) stage->backend().release_int(p);
-  if (eval_labels) stage->backend().release_int(eval_labels);
+  if (eval_.labels) stage->backend().release_int(eval_.labels);
 }
 
-void StageRuntime::ensure_pools(const Schedule& ir, int rank, int64_t mb_size) {
+StageRuntime::EvalBuffers& StageRuntime::eval_buffers(int64_t eval_mb) {
   Backend& be = stage->backend();
-  const int need = std::max(1, max_in_flight(ir, rank, id));
-  while (static_cast<int>(slot_mem.size()) < need) {
-    slot_mem.emplace_back(be, static_cast<size_t>(stage->slot_floats()));
-    slot_labels.push_back(last ? be.alloc_int(static_cast<size_t>(stage->train_mb() * labels_per_sample)) : nullptr);
-    slots.push_back(stage->carve(slot_mem.back().data(), slot_labels.back()));
-    slot_state.emplace_back();
-    free_slots.push_back(static_cast<int>(slots.size()) - 1);
-    if (!last) {
-      grad_in.emplace_back(be, static_cast<size_t>(out.floats(mb_size)));
-      grad_in_req.push_back(MPI_REQUEST_NULL);
-      free_grad_in.push_back(static_cast<int>(grad_in.size()) - 1);
+  if (!eval_.in[0].data())  // allocated on the first evaluation and kept
+    for (int b = 0; b < 2; ++b) {
+      eval_.in[b] = Buffer(be, static_cast<size_t>(in.floats(eval_mb)));
+      eval_.out[b] = Buffer(be, static_cast<size_t>(out.floats(eval_mb)));
+      if (last && !eval_.labels) eval_.labels = be.alloc_int(static_cast<size_t>(eval_mb * labels_per_sample));
     }
-    if (!first) {
-      grad_out.emplace_back(be, static_cast<size_t>(in.floats(mb_size)));
-      grad_out_req.push_back(MPI_REQUEST_NULL);
-      grad_out_mb.push_back(-1);
-    }
-    auto wire = [&](bool used, const Boundary& b, bool grad) {
-      return Buffer(be, used && (grad ? b.grad_bf16 : b.act_bf16) ? static_cast<size_t>(b.words(mb_size, grad)) : 0);
-    };
-    wire_act_in.push_back(wire(!first, in, false));
-    wire_act_out.push_back(wire(!last, out, false));
-    if (!last) wire_grad_in.push_back(wire(true, out, true));
-    if (!first) wire_grad_out.push_back(wire(true, in, true));
-  }
-}
-
-int64_t StageRuntime::pool_bytes() const {
-  int64_t b = static_cast<int64_t>(grads.bytes());
-  for (const Buffer& x : grad_in) b += static_cast<int64_t>(x.bytes());
-  for (const Buffer& x : grad_out) b += static_cast<int64_t>(x.bytes());
-  for (auto* w : {&wire_act_in, &wire_act_out, &wire_grad_in, &wire_grad_out})
-    for (const Buffer& x : *w) b += static_cast<int64_t>(x.bytes());
-  return b;
+  return eval_;
 }
 
 }  // namespace pt

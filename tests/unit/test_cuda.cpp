@@ -778,11 +778,11 @@ void self_messages(Backend& be, const char* aware) {
     Buffer src(be, n), dst(be, n);
     be.from_host(src.data(), v.data(), n);
     be.scale(n, 2.0f, src.data());  // queued work the send must wait for
-    MPI_Request rr, sr;
+    Request rr, sr;
     tr->irecv(dst.data(), n, 0, 10 + round, MPI_COMM_SELF, &rr);
     tr->isend(src.data(), n, 0, 10 + round, MPI_COMM_SELF, &sr);
-    MPI_Wait(&sr, MPI_STATUS_IGNORE);
-    MPI_Wait(&rr, MPI_STATUS_IGNORE);
+    MPI_Wait(sr.mpi(), MPI_STATUS_IGNORE);
+    MPI_Wait(rr.mpi(), MPI_STATUS_IGNORE);
     tr->finish_recv(dst.data());
     be.scale(n, 0.5f, dst.data());  // queued after the upload
     std::vector<float> back(n);
@@ -792,9 +792,9 @@ void self_messages(Backend& be, const char* aware) {
   const std::vector<float> v = r.vec(n);
   Buffer g(be, n);
   be.from_host(g.data(), v.data(), n);
-  MPI_Request req;
+  Request req;
   tr->iallreduce(g.data(), n, MPI_COMM_SELF, &req);
-  MPI_Wait(&req, MPI_STATUS_IGNORE);
+  MPI_Wait(req.mpi(), MPI_STATUS_IGNORE);
   tr->finish_allreduce(g.data());
   std::vector<float> back(n);
   be.to_host(back.data(), g.data(), n);

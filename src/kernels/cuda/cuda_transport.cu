@@ -114,23 +114,23 @@ class CudaTransport final : public Transport {
     return s;
   }
 
-  void isend(const float* buf, size_t n, int peer, int tag, MPI_Comm comm, MPI_Request* req) override {
+  void isend(const float* buf, size_t n, int peer, int tag, MPI_Comm comm, Request* req) override {
     const int count = count_of(n);
     if (aware_) {
       wait_compute();
-      MPI_Isend(buf, count, MPI_FLOAT, peer, tag, comm, req);
+      MPI_Isend(buf, count, MPI_FLOAT, peer, tag, comm, req->mpi());
       return;
     }
     Staging& s = staging(send_, buf);
     void* h = download(s, buf, n);
-    MPI_Isend(h, count, MPI_FLOAT, peer, tag, comm, req);
+    MPI_Isend(h, count, MPI_FLOAT, peer, tag, comm, req->mpi());
   }
 
-  void irecv(float* buf, size_t n, int peer, int tag, MPI_Comm comm, MPI_Request* req) override {
+  void irecv(float* buf, size_t n, int peer, int tag, MPI_Comm comm, Request* req) override {
     const int count = count_of(n);
     if (aware_) {
       wait_compute();  // queued kernels may still read the buffer MPI is about to fill
-      MPI_Irecv(buf, count, MPI_FLOAT, peer, tag, comm, req);
+      MPI_Irecv(buf, count, MPI_FLOAT, peer, tag, comm, req->mpi());
       return;
     }
     Staging& s = staging(recv_, buf);
@@ -140,7 +140,7 @@ class CudaTransport final : public Transport {
     PT_CU_CHECK(cudaEventRecord(s.free, be_.compute_stream()));  // after every queued use of buf
     s.n = n;
     s.posted = true;
-    MPI_Irecv(h, count, MPI_FLOAT, peer, tag, comm, req);
+    MPI_Irecv(h, count, MPI_FLOAT, peer, tag, comm, req->mpi());
   }
 
   void finish_recv(float* buf) override {
@@ -150,11 +150,11 @@ class CudaTransport final : public Transport {
     upload(it->second, buf);
   }
 
-  void iallreduce(float* buf, size_t n, MPI_Comm comm, MPI_Request* req) override {
+  void iallreduce(float* buf, size_t n, MPI_Comm comm, Request* req) override {
     int size = 1;
     MPI_Comm_size(comm, &size);
     if (size == 1 || n == 0) {  // the sum over one rank is the buffer itself
-      *req = MPI_REQUEST_NULL;
+      *req->mpi() = MPI_REQUEST_NULL;
       return;
     }
     const int count = count_of(n);
@@ -164,12 +164,12 @@ class CudaTransport final : public Transport {
       PT_NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, nccl_[comm].comm, nccl_stream_));
       PT_CU_CHECK(cudaEventRecord(nccl_done_, nccl_stream_));
       nccl_pending_ = buf;
-      *req = MPI_REQUEST_NULL;  // completion is stream-ordered: finish_allreduce makes compute wait
+      *req->mpi() = MPI_REQUEST_NULL;  // completion is stream-ordered: finish_allreduce makes compute wait
       return;
     }
     if (aware_) {
       wait_compute();
-      MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, comm, req);
+      MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, comm, req->mpi());
       return;
     }
     Staging& s = staging(reduce_, buf);
@@ -177,7 +177,7 @@ class CudaTransport final : public Transport {
     PT_CU_CHECK(cudaEventRecord(s.free, be_.compute_stream()));
     s.n = n;
     s.posted = true;
-    MPI_Iallreduce(MPI_IN_PLACE, h, count, MPI_FLOAT, MPI_SUM, comm, req);
+    MPI_Iallreduce(MPI_IN_PLACE, h, count, MPI_FLOAT, MPI_SUM, comm, req->mpi());
   }
 
   void finish_allreduce(float* buf) override {

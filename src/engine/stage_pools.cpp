@@ -1,0 +1,255 @@
+// StagePools: a held stage's activation slots, incoming and outgoing gradient buffers and
+// their bf16 wire copies, sized from the IR before it runs; every operation checks the
+// invariants stated in stage_pools.hpp and names the microbatch when one breaks.
+#include "pipetrain/stage_pools.hpp"
+
+#include <algorithm>
+
+#include "pipetrain/error.hpp"
+
+namespace pt {
+
+StagePools::StagePools(const Stage& stage, const Boundary& in, const Boundary& out, bool first, bool last)
+    : stage_(stage), in_(in), out_(out), first_(first), last_(last) {}
+
+StagePools::~StagePools() {
+  for (int32_t* p : slot_labels_)
+    if (p) stage_.backend().release_int(p);
+}
+
+void StagePools::prepare(const Schedule& ir, int rank, int stage, int64_t mb_size, int64_t labels_per_sample) {
+  for (const SlotState& s : slot_state_)
+    PT_CHECK(s.phase == Phase::free && !s.recv.pending() && !s.send.pending(),
+             "an IR starts while mb " << s.unit.mb << " still holds an activation slot of stage " << stage);
+  for (const GradIn& g : grad_in_)
+    PT_CHECK(g.mb < 0 && !g.recv.pending(), "an IR starts while mb " << g.mb << " still holds an incoming gradient buffer");
+  for (const Request& q : grad_out_req_) PT_CHECK(!q.pending(), "an IR starts while a gradient send is pending");
+  const int need = std::max(1, max_in_flight(ir, rank, stage));
+  while (size() < need) grow(mb_size, labels_per_sample);
+  reset();
+}
+
+// One more unit's worth of every pool (between IRs only).
+void StagePools::grow(int64_t mb_size, int64_t labels_per_sample) {
+  Backend& be = stage_.backend();
+  slot_mem_.emplace_back(be, static_cast<size_t>(stage_.slot_floats()));
+  slot_labels_.push_back(last_ ? be.alloc_int(static_cast<size_t>(stage_.train_mb() * labels_per_sample)) : nullptr);
+  slots_.push_back(stage_.carve(slot_mem_.back().data(), slot_labels_.back()));
+  slot_state_.emplace_back();
+  if (!last_) grad_in_.push_back(GradIn{Buffer(be, static_cast<size_t>(out_.floats(mb_size))), Buffer(), -1, Request()});
+  if (!first_) {
+    grad_out_.emplace_back(be, static_cast<size_t>(in_.floats(mb_size)));
+    grad_out_req_.emplace_back();
+    grad_out_mb_.push_back(-1);
+  }
+  auto wire = [&](bool used, const Boundary& b, bool grad) {
+    return Buffer(be, used && (grad ? b.grad_bf16 : b.act_bf16) ? static_cast<size_t>(b.words(mb_size, grad)) : 0);
+  };
+  wire_act_in_.push_back(wire(!first_, in_, false));
+  wire_act_out_.push_back(wire(!last_, out_, false));
+  if (!last_) grad_in_.back().wire = wire(true, out_, true);
+  if (!first_) wire_grad_out_.push_back(wire(true, in_, true));
+}
+
+// Every buffer free, in index order; the outgoing ring keeps its position but forgets its units.
+void StagePools::reset() {
+  free_slots_.clear();
+  for (int s = 0; s < size(); ++s) {
+    slot_state_[static_cast<size_t>(s)].unit = Unit{};
+    free_slots_.push_back(s);
+  }
+  free_grad_in_.clear();
+  for (size_t g = 0; g < grad_in_.size(); ++g) free_grad_in_.push_back(static_cast<int>(g));
+  std::fill(grad_out_mb_.begin(), grad_out_mb_.end(), -1);
+  pending_grad_out_ = -1;
+}
+
+int StagePools::find_slot(int64_t mb) const {
+  for (size_t s = 0; s < slot_state_.size(); ++s)
+    if (slot_state_[s].phase != Phase::free && slot_state_[s].unit.mb == mb) return static_cast<int>(s);
+  return -1;
+}
+
+int StagePools::held_slot(int64_t mb, const char* use) const {
+  const int s = find_slot(mb);
+  PT_CHECK(s >= 0, use << " of mb " << mb << ": the unit holds no activation slot");
+  return s;
+}
+
+Stage::Slot& StagePools::claim(int64_t mb) {
+  PT_CHECK(!free_slots_.empty(), "no free activation slot for mb " << mb);
+  PT_CHECK(find_slot(mb) < 0, "mb " << mb << " claims a second activation slot");
+  const int s = free_slots_.front();
+  free_slots_.pop_front();
+  SlotState& ss = slot_state_[static_cast<size_t>(s)];
+  ss.unit = Unit{mb, -1, 0.0};
+  ss.phase = Phase::claimed;
+  return slots_[static_cast<size_t>(s)];
+}
+
+MessageBuffer StagePools::act_in(int64_t mb) {
+  const size_t s = static_cast<size_t>(held_slot(mb, "RECV_ACT"));
+  PT_CHECK(slot_state_[s].phase == Phase::claimed, "RECV_ACT of mb " << mb << " into a slot already forwarded");
+  return {slots_[s].input, in_.act_bf16 ? &wire_act_in_[s] : nullptr, &slot_state_[s].recv};
+}
+
+Stage::Slot& StagePools::forward_slot(int64_t mb) {
+  const size_t s = static_cast<size_t>(held_slot(mb, "FORWARD"));
+  PT_CHECK(slot_state_[s].phase == Phase::claimed, "FORWARD of mb " << mb << " a second time");
+  PT_CHECK(!slot_state_[s].recv.pending(), "FORWARD of mb " << mb << " before its activation arrived");
+  return slots_[s];
+}
+
+void StagePools::forwarded(int64_t mb, int64_t fwd_version, double loss) {
+  SlotState& ss = slot_state_[static_cast<size_t>(held_slot(mb, "FORWARD"))];
+  PT_CHECK(ss.phase == Phase::claimed, "FORWARD of mb " << mb << " a second time");
+  ss.phase = Phase::forwarded;
+  ss.unit.fwd_version = fwd_version;
+  ss.unit.loss = loss;
+}
+
+MessageBuffer StagePools::act_out(int64_t mb) {
+  const size_t s = static_cast<size_t>(held_slot(mb, "SEND_ACT"));
+  PT_CHECK(slot_state_[s].phase == Phase::forwarded, "SEND_ACT of mb " << mb << " from a slot not (or no longer) forwarded");
+  PT_CHECK(!slot_state_[s].send.pending(), "SEND_ACT of mb " << mb << " while its previous send is pending");
+  return {stage_.output(slots_[s]), out_.act_bf16 ? &wire_act_out_[s] : nullptr, &slot_state_[s].send};
+}
+
+Stage::Slot& StagePools::backward_slot(int64_t mb, Half half) {
+  const char* op = half == Half::fused ? "BACKWARD" : "BACKWARD_INPUT";
+  SlotState& ss = slot_state_[static_cast<size_t>(held_slot(mb, op))];
+  PT_CHECK(ss.phase == Phase::forwarded, op << " of mb " << mb << " on a slot that is not forwarded (or already ran its backward)");
+  ss.phase = half == Half::fused ? Phase::finished : Phase::kept;
+  return slots_[static_cast<size_t>(&ss - slot_state_.data())];
+}
+
+Stage::Slot& StagePools::weight_slot(int64_t mb) {
+  const int s = find_slot(mb);
+  PT_CHECK(s >= 0 && slot_state_[static_cast<size_t>(s)].phase == Phase::kept,
+           "BACKWARD_WEIGHT of mb " << mb << " without its kept output gradients (no BACKWARD_INPUT kept its slot)");
+  slot_state_[static_cast<size_t>(s)].phase = Phase::finished;
+  return slots_[static_cast<size_t>(s)];
+}
+
+const StagePools::Unit& StagePools::unit(int64_t mb) const { return slot_state_[static_cast<size_t>(held_slot(mb, "unit"))].unit; }
+
+Request& StagePools::act_send_req(int64_t mb) { return slot_state_[static_cast<size_t>(held_slot(mb, "SEND_ACT"))].send; }
+
+void StagePools::release(int64_t mb) {
+  const int s = held_slot(mb, "release");
+  SlotState& ss = slot_state_[static_cast<size_t>(s)];
+  PT_CHECK(ss.phase != Phase::kept, "activation slot of mb " << mb << " released while its BACKWARD_WEIGHT still needs it");
+  PT_CHECK(ss.phase == Phase::finished, "activation slot of mb " << mb << " released before its backward ran");
+  PT_CHECK(!ss.send.pending(), "activation slot of mb " << mb << " released while its SEND_ACT is pending");
+  PT_CHECK(!ss.recv.pending(), "activation slot of mb " << mb << " released while its RECV_ACT is pending");
+  ss.phase = Phase::free;
+  ss.unit = Unit{};
+  free_slots_.push_back(s);
+}
+
+Stage::Slot& StagePools::restore(const Unit& u, const std::vector<float>& contents) {
+  PT_CHECK(!free_slots_.empty(), "no free slot to restore mb " << u.mb);
+  PT_CHECK(contents.size() == static_cast<size_t>(stage_.slot_floats()), "restored slot size mismatch");
+  Stage::Slot& slot = claim(u.mb);
+  const size_t s = static_cast<size_t>(find_slot(u.mb));
+  stage_.backend().from_host(slot_mem_[s].data(), contents.data(), contents.size());
+  slot_state_[s].unit = u;
+  slot_state_[s].phase = Phase::forwarded;
+  return slot;
+}
+
+std::vector<StagePools::Unit> StagePools::forwarded_units() const {
+  std::vector<Unit> out;
+  for (const SlotState& ss : slot_state_)
+    if (ss.phase != Phase::free && ss.phase != Phase::claimed) out.push_back(ss.unit);  // only posted ahead: not state
+  std::sort(out.begin(), out.end(), [](const Unit& a, const Unit& b) { return a.mb < b.mb; });
+  return out;
+}
+
+std::vector<float> StagePools::host_contents(int64_t mb) const {
+  std::vector<float> v(static_cast<size_t>(stage_.slot_floats()));
+  stage_.backend().to_host(v.data(), slot_mem_[static_cast<size_t>(held_slot(mb, "capture"))].data(), v.size());
+  return v;
+}
+
+const float* StagePools::output_of(int64_t mb) const { return stage_.output(slots_[static_cast<size_t>(held_slot(mb, "output"))]); }
+
+Request* StagePools::posted_act_recv(int64_t mb) {
+  const int s = find_slot(mb);
+  return s >= 0 && slot_state_[static_cast<size_t>(s)].recv.pending() ? &slot_state_[static_cast<size_t>(s)].recv : nullptr;
+}
+
+int StagePools::find_grad_in(int64_t mb) const {
+  for (size_t g = 0; g < grad_in_.size(); ++g)
+    if (grad_in_[g].mb == mb) return static_cast<int>(g);
+  return -1;
+}
+
+MessageBuffer StagePools::claim_grad_in(int64_t mb) {
+  PT_CHECK(!free_grad_in_.empty(), "no free incoming gradient buffer for mb " << mb);
+  PT_CHECK(find_grad_in(mb) < 0, "mb " << mb << " claims a second incoming gradient buffer");
+  const int g = free_grad_in_.front();
+  free_grad_in_.pop_front();
+  grad_in_[static_cast<size_t>(g)].mb = mb;
+  return grad_in(mb);
+}
+
+MessageBuffer StagePools::grad_in(int64_t mb) {
+  const int g = find_grad_in(mb);
+  PT_CHECK(g >= 0, "mb " << mb << " holds no incoming gradient buffer");
+  GradIn& x = grad_in_[static_cast<size_t>(g)];
+  return {x.buf.data(), out_.grad_bf16 ? &x.wire : nullptr, &x.recv};
+}
+
+void StagePools::release_grad_in(int64_t mb) {
+  const int g = find_grad_in(mb);
+  PT_CHECK(g >= 0, "mb " << mb << " releases an incoming gradient buffer it does not hold");
+  GradIn& x = grad_in_[static_cast<size_t>(g)];
+  PT_CHECK(!x.recv.pending(), "incoming gradient buffer of mb " << mb << " released before its RECV_GRAD completed");
+  x.mb = -1;
+  free_grad_in_.push_back(g);
+}
+
+Request& StagePools::next_grad_out_req() {
+  PT_CHECK(!grad_out_.empty(), "the first stage sends no gradients");
+  return grad_out_req_[static_cast<size_t>(grad_out_next_)];
+}
+
+float* StagePools::claim_grad_out(int64_t mb) {
+  const size_t b = static_cast<size_t>(grad_out_next_);
+  PT_CHECK(b < grad_out_.size(), "the first stage sends no gradients (mb " << mb << ")");
+  PT_CHECK(pending_grad_out_ < 0, "backward of mb " << mb << " while the input gradient of mb "
+                                      << grad_out_mb_[static_cast<size_t>(pending_grad_out_)] << " was never sent");
+  PT_CHECK(!grad_out_req_[b].pending(), "outgoing gradient buffer " << b << " reused for mb " << mb << " while its send is pending");
+  pending_grad_out_ = static_cast<int>(b);
+  grad_out_mb_[b] = mb;
+  grad_out_next_ = (grad_out_next_ + 1) % static_cast<int>(grad_out_.size());
+  return grad_out_[b].data();
+}
+
+MessageBuffer StagePools::grad_out_to_send(int64_t mb) {
+  PT_CHECK(pending_grad_out_ >= 0, "SEND_GRAD without a backward (mb " << mb << ")");
+  const size_t b = static_cast<size_t>(pending_grad_out_);
+  PT_CHECK(grad_out_mb_[b] == mb, "SEND_GRAD of mb " << mb << " but the last backward was of mb " << grad_out_mb_[b]);
+  pending_grad_out_ = -1;
+  return {grad_out_[b].data(), in_.grad_bf16 ? &wire_grad_out_[b] : nullptr, &grad_out_req_[b]};
+}
+
+const float* StagePools::grad_out_of(int64_t mb) const {
+  for (size_t b = 0; b < grad_out_.size(); ++b)
+    if (grad_out_mb_[b] == mb) return grad_out_[b].data();
+  return nullptr;
+}
+
+int64_t StagePools::activation_bytes() const { return static_cast<int64_t>(slot_mem_.size()) * stage_.slot_floats() * 4; }
+
+int64_t StagePools::buffer_bytes() const {
+  int64_t b = 0;
+  for (const GradIn& g : grad_in_) b += static_cast<int64_t>(g.buf.bytes() + g.wire.bytes());
+  for (const Buffer& x : grad_out_) b += static_cast<int64_t>(x.bytes());
+  for (auto* w : {&wire_act_in_, &wire_act_out_, &wire_grad_out_})
+    for (const Buffer& x : *w) b += static_cast<int64_t>(x.bytes());
+  return b;
+}
+
+}  // namespace pt
