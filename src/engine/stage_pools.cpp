@@ -82,6 +82,7 @@ Stage::Slot& StagePools::claim(int64_t mb) {
   const int s = free_slots_.front();
   free_slots_.pop_front();
   SlotState& ss = slot_state_[static_cast<size_t>(s)];
+  PT_CHECK(ss.phase == Phase::free, "mb " << mb << " claims activation slot " << s << ", still held by mb " << ss.unit.mb);
   ss.unit = Unit{mb, -1, 0.0};
   ss.phase = Phase::claimed;
   return slots_[static_cast<size_t>(s)];

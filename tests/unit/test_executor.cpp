@@ -40,7 +40,7 @@ const char* kMlp =
     "[[model.layers]]\ntype = \"layernorm\"\n"
     "[[model.layers]]\ntype = \"linear\"\nout = 3\n"
     "[[model.layers]]\ntype = \"softmax_cross_entropy\"\n"
-    "[train]\nbatch_size = 8\nmax_steps = 6\neval_every = 4\neval_batch_size = 10\noptimizer = \"sgd\"\nlr = 0.1\nmomentum = 0.9\n";
+    "[train]\nbatch_size = 8\nmax_steps = 6\neval_every = 4\neval_batch_size = 10\noptimizer = \"sgd\"\nlr = 0.02\nmomentum = 0.9\n";
 
 struct Options {
   std::vector<std::string> sets;  // deck overrides (schedule, split, microbatches, ...)

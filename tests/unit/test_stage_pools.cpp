@@ -115,6 +115,12 @@ TEST(StagePools, SplitBackwardUnitKeepsItsSlotFromIUntilW) {
   const MessageBuffer o = p.pools.act_out(3);
   EXPECT_EQ(o.data, p.stage.output(slot));
   EXPECT_EQ(&p.pools.backward_slot(3, StagePools::Half::input), &slot);  // I: the slot is kept
+  std::vector<int64_t> others;
+  for (int64_t mb = 10; p.pools.can_claim(); ++mb) {  // every other slot: never the kept one
+    EXPECT_NE(p.pools.claim(mb).input, slot.input) << "the slot kept for W was claimed again";
+    others.push_back(mb);
+  }
+  EXPECT_EQ(static_cast<int>(others.size()), p.pools.size() - 1);
   expect_internal([&] { p.pools.release(3); }, "activation slot of mb 3 released while its BACKWARD_WEIGHT still needs it");
   expect_internal([&] { p.pools.backward_slot(3, StagePools::Half::input); }, "BACKWARD_INPUT of mb 3 on a slot that is not forwarded");
   EXPECT_EQ(&p.pools.weight_slot(3), &slot);
