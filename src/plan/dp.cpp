@@ -82,9 +82,8 @@ ChainCosts ChainCosts::from_profile(const Profile& p, const ScheduleDef& kind, i
   ChainCosts c;
   const double pmb = p.microbatch > 0 ? static_cast<double>(p.microbatch) : 1.0;
   const double B = batch_size > 0 ? static_cast<double>(batch_size) : pmb;
-  const bool per_mb = kind.per_minibatch_units;
-  c.units = per_mb ? 1 : std::max(1, microbatches);
-  c.amortized = per_mb;
+  c.units = kind.units_per_minibatch(microbatches);
+  c.amortized = kind.per_minibatch_units;
   const double unit = B / c.units;
   for (const LayerProfile& l : p.layers) {
     c.compute.push_back((l.forward_s + l.backward_s) * B / pmb);
@@ -100,14 +99,14 @@ ChainCosts ChainCosts::from_profile(const Profile& p, const ScheduleDef& kind, i
   return c;
 }
 
-// The registry's rules (schedule_registry.hpp); the DP does not know stage 0's replicas yet, so
-// the zero-bubble rules take d0 as the deepest possible depth, the whole job.
+// The entry's rule (schedule_registry.hpp); the DP does not know stage 0's replicas yet, so
+// the zero-bubble rules take d0 as the deepest possible depth, the whole job. Without a rule
+// (only the replay knows): d in flight, one version.
 int rule_in_flight(const ChainCosts& c, int depth, int replicas) {
-  const int n = memory_in_flight(c.rule, depth, std::max(depth, c.ranks), replicas, c.units);
-  return n < 0 ? depth : n;
+  return c.rule ? c.rule->in_flight(depth, std::max(depth, c.ranks), replicas, c.units) : depth;
 }
 
-int rule_versions(const ChainCosts& c, int depth) { return std::max(1, memory_versions(c.rule, depth)); }
+int rule_versions(const ChainCosts& c, int depth) { return c.rule ? std::max(1, c.rule->versions(depth)) : 1; }
 
 double stage_memory(const ChainCosts& c, int i, int j, int r, int depth) {
   static const ClusterModel none = ClusterModel::single(1.0);
