@@ -158,7 +158,7 @@ struct PlanCandidate {
   bool fits = true;
   std::string note;         // why it was skipped, if it was
   // samples whose gradients one weight update averages: the minibatch for flush kinds, 2bw and
-  // bsp; r minibatches for a pipedream-family stage of r replicas (the largest r)
+  // bsp; r minibatches for a pipedream-family stage of r replicas (the largest version stride)
   int64_t samples_per_update() const;
 };
 

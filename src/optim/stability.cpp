@@ -24,7 +24,7 @@ std::string num(double v) {
 }
 
 // The flush schedules a run of `schedule` can switch to on its layout (the planner's flush
-// candidates on its placement), from the registry: "\"1f1b\", \"gpipe\", ... or \"zb-h2\"".
+// candidates on its placement), from the registry: each name quoted, joined by ", " and " or ".
 std::string flush_choices(const std::string& schedule) {
   const Placement placement = schedule_def(schedule).placement;
   std::vector<std::string> names;

@@ -3,7 +3,8 @@
 // cluster's bandwidth levels. Contract: prints each level's stages as PipeDream does
 // (outermost first), its predicted time per minibatch, single-machine and data-parallel
 // times; replays the layout with pipetrain's simulator (pipedream schedule) beside it; writes
-// plan.json with cost_model "pipedream". Misuse is a located pt::Error (bad_input).
+// plan.json with the cost model's name (kPipeDreamCostModel) as cost_model. Misuse is a
+// located pt::Error (bad_input).
 #include <mpi.h>
 
 #include <chrono>
@@ -21,7 +22,7 @@ namespace {
 
 [[noreturn]] void bad(const std::string& msg) { fail(Exit::bad_input, "command line: --cost-model: " + msg, true); }
 
-// "pipedream[,compression=R][,fewer-machines]" plus the other flags into PipeDream's options
+// --cost-model pipedream[,compression=R][,fewer-machines] plus the other flags into PipeDream's options
 PipeDreamOptions options_of(const PlanArgs& a, const PlannerInputs& in) {
   PipeDreamOptions o = PipeDreamOptions::from_cluster(in.cluster, a.ranks);
   const std::string model = kPipeDreamCostModel;
