@@ -38,13 +38,10 @@ namespace pt {
 
 // How a stage's in-flight units and weight versions follow from its depth
 // d = Layout::in_flight_depth (ranks from this stage to the end / its replicas), for r
-// replicas and U units per minibatch. These are the generators' values (checked against
-// max_in_flight / max_versions_held in tests/unit/test_planner.cpp):
-//   1f1b, bsp:  in flight min(d, ceil(U/r)), 1 version
-//   gpipe:      in flight ceil(U/r), 1 version
-//   pipedream:  in flight d, d versions (weight stashing)
-//   2bw:        in flight <= d (d used: an upper bound), 2 versions
-// (MemoryRule is the registry's, schedule_registry.hpp.)
+// replicas and U units per minibatch: the schedule's MemoryRule (its registry entry,
+// schedule_registry.hpp; each rule's formula is written beside its entry in
+// src/schedule/kinds/), checked against max_in_flight / max_versions_held in
+// tests/unit/test_planner.cpp. E.g. 1f1b min(d, ceil(U/r)) / 1, pipedream d / d.
 
 // A layer chain for one schedule kind, microbatch count and minibatch size.
 struct ChainCosts {
@@ -55,10 +52,10 @@ struct ChainCosts {
   std::vector<double> out;        // per layer: output bytes per unit (crosses the cut after it)
   double input_bytes = 0;         // model input per unit
   double optimizer_s_per_byte = 0;
-  int units = 1;           // units per minibatch: M for flush kinds and 2bw, 1 for pipedream
-  bool amortized = false;  // pipedream family: one allreduce and step per `replicas` minibatches
+  int units = 1;           // units per minibatch (the entry's units_per_minibatch)
+  bool amortized = false;  // minibatch units (per_minibatch_units): one allreduce and step per `replicas` minibatches
   bool serial_allreduce = false;  // T = compute + allreduce instead of max (no overlap, as this runtime)
-  MemoryRule rule = MemoryRule::one_f_one_b;
+  const MemoryRule* rule = nullptr;  // the entry's; none (only the replay knows): d in flight, 1 version
   int ranks = 1;  // the job's ranks (the zero-bubble rules' deepest depth)
   bool bf16 = false;  // the profile's precision is bf16: v versions cost weight_copies(v, true) P
 
@@ -74,8 +71,8 @@ int rule_versions(const ChainCosts& c, int depth);
 // stage-major), per minibatch:
 //   stage s (layers i..j-1, r replicas on ranks o..o+r-1, level l_s = level_of(o, o+r-1)):
 //     C = sum of compute, P = sum of params, AR = allreduce_seconds(l_s, r, P), OPT = opt/byte x P
-//     T_s = max(C ceil(U/r)/U + OPT, AR)        (flush kinds, 2bw: one allreduce per minibatch)
-//     T_s = max((C + OPT)/r, AR/r)               (pipedream: one per r minibatches)
+//     T_s = max(C ceil(U/r)/U + OPT, AR)        (microbatch units: one allreduce per minibatch)
+//     T_s = max((C + OPT)/r, AR/r)               (minibatch units: one per r minibatches)
 //     (with serial_allreduce the max is a sum: the allreduce does not overlap compute)
 //   cut at layer j between stage s and s+1: each side's ranks carry its share,
 //     out-term = 2U p2p_seconds(level_of(o_s, o_{s+1}), out[j-1]) / r_s
@@ -161,7 +158,7 @@ struct PlanCandidate {
   bool fits = true;
   std::string note;         // why it was skipped, if it was
   // samples whose gradients one weight update averages: the minibatch for flush kinds, 2bw and
-  // bsp; r minibatches for a pipedream-family stage of r replicas (the largest r)
+  // bsp; r minibatches for a pipedream-family stage of r replicas (the largest version stride)
   int64_t samples_per_update() const;
 };
 
@@ -222,6 +219,9 @@ struct PlanFile {
 Profile synthetic_chain(int layers, uint64_t seed);
 
 // ---- PipeDream's own cost model (`plan --cost-model pipedream`) ------------------------
+// Its name as --cost-model and plan.json's cost_model say it; the schedule it plans is the
+// registry's (flagged_schedule(&ScheduleDef::pipedream_model)).
+constexpr const char* kPipeDreamCostModel = "pipedream";
 // A reimplementation of the dynamic program of PipeDream's optimizer
 // (optimizer/optimizer_graph_hierarchical.py in msr-fiddle/pipedream), formulas and quirks
 // included, over pipetrain's layer chain (graph.txt DAGs linearised as above, not

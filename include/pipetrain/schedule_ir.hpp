@@ -22,6 +22,10 @@ struct ScheduleDef;
 enum class Placement : uint8_t { contiguous, looped, v };
 const char* placement_name(Placement p);
 Placement placement_from_name(const std::string& name);  // throws bad_input naming the choices
+// Whether `stages` stages spread over `groups` rank groups (entries of parallel.replicas)
+// under the placement: contiguous one per group, V two per group, looped the same number
+// (>= 1) per group. The one rule the deck's checks, Layout::from_deck and make use.
+bool placement_fits(Placement p, int stages, int groups);
 
 // Stages, their placement on rank groups, and replicas per group. A rank group (pipeline
 // position) is `replicas[g]` ranks that each hold every stage of the group; ranks are
@@ -55,9 +59,9 @@ struct Layout {
   std::string str() const;          // "2 stages: layers 0-1 | 2-6, replicas 1-1 (2 ranks)"
   std::string replication() const;  // "2-1-1"
 
-  // From the deck's [parallel] section for `ranks` MPI ranks and a model of `layers` layers;
-  // `placement` is the one the schedule needs when the deck says "auto".
-  static Layout from_deck(const Deck& d, int layers, int ranks, Placement schedule_placement);
+  // From the deck's [parallel] section for `ranks` MPI ranks and a model of `layers` layers,
+  // for the deck's schedule `def`: its placement (the deck's "auto") and its stage count.
+  static Layout from_deck(const Deck& d, int layers, int ranks, const ScheduleDef& def);
   static Layout make(const std::vector<int>& first_layers, int layers, const std::vector<int>& replicas,
                      Placement placement = Placement::contiguous);
   // Why make() would refuse these (stage and group counts, empty stages), "" when it would
@@ -92,12 +96,14 @@ struct Schedule {
   const ScheduleDef* def = nullptr;
   Layout layout;
   int64_t steps = 0;         // minibatches (optimizer steps of the model) covered
-  int microbatches = 1;      // units per minibatch (1 for the pipedream family)
+  int microbatches = 1;      // units per minibatch (the entry's units_per_minibatch)
   int64_t units() const { return steps * microbatches; }
-  // Update groups: the units whose gradients one optimizer step of stage s applies.
+  // Update groups: the units whose gradients one optimizer step of stage s applies
+  // (microbatches x version_stride(s) consecutive units).
   int64_t group_of(int stage, int64_t mb) const;
   int64_t groups(int stage) const;
-  // Version ids count minibatches applied; a step of stage s adds version_stride(s).
+  // Version ids count minibatches applied; a step of stage s adds version_stride(s) (the
+  // entry's).
   int64_t version_stride(int stage) const;
   bool training() const;
   std::vector<std::vector<Action>> workers;  // by rank

@@ -51,7 +51,7 @@ struct ClusterModel {
 struct SimConfig {
   const ScheduleDef* def = &schedule_def("1f1b");
   Layout layout;
-  int microbatches = 1;     // units per minibatch (forced to 1 for the pipedream family)
+  int microbatches = 1;     // the deck's M; simulate() takes the entry's units_per_minibatch of it
   int64_t batch_size = 0;   // samples per minibatch; 0 = the profile's microbatch
   double batch_samples() const { return static_cast<double>(batch_size); }
   int64_t minibatches = 0;  // minibatches to replay; 0 = automatic (warm-up + window + drain)
@@ -119,7 +119,7 @@ CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConf
 double weight_copies(int versions, bool bf16);
 // Peak memory of rank `rank` under a built schedule (real max_in_flight/max_versions_held).
 MemoryBreakdown worker_memory(const Profile& p, const Schedule& s, int rank, double samples_per_unit);
-// Samples per unit (one microbatch, or one minibatch for the pipedream family).
+// Samples per unit (one microbatch, or one minibatch for minibatch units: the entry's unit size).
 double unit_samples(const SimConfig& cfg, const Profile& p);
 
 SimResult simulate(const Profile& p, const ClusterModel& c, const SimConfig& cfg);

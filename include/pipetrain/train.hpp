@@ -31,19 +31,18 @@ struct TrainSetup {
   std::unique_ptr<Model> model;
   Layout layout;
   const ScheduleDef* def = nullptr;  // the schedule's registry entry
-  int microbatches = 1;  // units per minibatch (1 for the pipedream family)
-  int64_t mb_size = 0;   // samples per unit
+  int microbatches = 1;  // units per minibatch (the entry's units_per_minibatch)
+  int64_t mb_size = 0;   // samples per unit (the entry's unit_size)
   static TrainSetup from_deck(const Deck& deck, int world_size);
 
-  bool per_minibatch_units() const { return def->per_minibatch_units; }
-  // Minibatches per epoch for N training samples: whole minibatches only, and for the
-  // pipedream schedules a multiple of every replica count (each update group complete).
+  // Minibatches per epoch for N training samples: whole minibatches only, and a multiple of
+  // boundary_stride (every stage's update group complete).
   int64_t steps_per_epoch(const Deck& deck, int64_t N) const;
   // Steps of the whole run: epochs x steps_per_epoch, capped by train.max_steps (rounded
   // down to a whole update group).
   int64_t total_steps(const Deck& deck, int64_t N) const;
-  // Minibatches one update of stage s applies (replicas of a pipedream stage), and their
-  // least common multiple: update boundaries every stage shares (checkpoints happen there).
+  // Minibatches one update of stage s applies (the entry's version_stride), and their least
+  // common multiple: update boundaries every stage shares (checkpoints happen there).
   int64_t version_stride(int stage) const;
   int64_t boundary_stride() const;
   // summary.json's formulas, from the entry's memory rule (schedule_registry.hpp): weight versions

@@ -582,16 +582,16 @@ void check_consistency(const Deck& d) {
   const std::string placement =
       d.parallel.placement != "auto" ? d.parallel.placement : placement_name(schedule_def(d.parallel.schedule).placement);
   const size_t K = d.parallel.split.size() + 1, R = d.parallel.replicas.size();
-  const bool groups_fit = placement == "contiguous" ? R == K : placement == "v" ? 2 * R == K : R > 0 && K % R == 0;
+  const bool groups_fit = placement_fits(placement_from_name(placement), static_cast<int>(K), static_cast<int>(R));
   if (!d.parallel.replicas.empty() && !d.parallel.split_auto && !groups_fit)
     both("parallel.replicas", "parallel.split",
          "has " + std::to_string(R) + " entries " + toml_int_list(d.parallel.replicas) + " but parallel.split " +
              toml_int_list(d.parallel.split) + " makes " + std::to_string(K) + " stages" +
              (placement == "contiguous" ? "" : ", which the " + placement + " placement cannot spread over " + std::to_string(R) +
                                                    " rank groups (V: 2 stages per group; looped: the same number per group)"));
-  if (d.parallel.schedule == "bsp" && !d.parallel.split.empty())
-    both("parallel.split", "parallel.schedule",
-         "bsp (data parallel) runs the whole model on every rank, but split = " + toml_int_list(d.parallel.split));
+  const ScheduleDef& sched = schedule_def(d.parallel.schedule);
+  if (!d.parallel.split_auto && !sched.stage_count_problem(static_cast<int>(K)).empty())
+    both("parallel.split", "parallel.schedule", sched.name + " " + sched.stages_doc + ", but split = " + toml_int_list(d.parallel.split));
   check_data_consistency(d);
   if (d.data.source == "synthetic" && d.data.shape.empty())
     fail(Exit::bad_input, d.where("data.source") + ": key 'data.source': \"synthetic\" needs data.shape (e.g. [3, 64, 64])", true);

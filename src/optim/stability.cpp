@@ -12,9 +12,7 @@ namespace pt {
 
 int gradient_staleness(const std::string& schedule, int stages) {
   const ScheduleDef* d = find_schedule(schedule);
-  if (!d || d->flush) return 0;
-  if (d->versions == VersionRule::two_bw) return 1;
-  return stages > 0 ? stages - 1 : -1;  // -1: K-1, K not known yet
+  return d ? d->staleness(stages) : 0;  // -1: K-1, K not known yet
 }
 
 namespace {
@@ -25,12 +23,24 @@ std::string num(double v) {
   return b;
 }
 
+// The flush schedules a run of `schedule` can switch to on its layout (the planner's flush
+// candidates on its placement), from the registry: each name quoted, joined by ", " and " or ".
+std::string flush_choices(const std::string& schedule) {
+  const Placement placement = schedule_def(schedule).placement;
+  std::vector<std::string> names;
+  for (const ScheduleDef* d : schedule_defs())
+    if (d->flush && d->planner && d->placement == placement) names.push_back("\"" + d->name + "\"");
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return s;
+}
+
 std::string staleness_words(const std::string& schedule, int stages) {
   const int d = gradient_staleness(schedule, stages);
   if (d < 0) return schedule + " applies gradients computed on weights up to K-1 updates old (K stages)";
   std::string w = schedule + " applies gradients computed on weights up to " + std::to_string(d) + " update" +
                   (d == 1 ? "" : "s") + " old";
-  if (find_schedule(schedule)->versions != VersionRule::two_bw) w += " (K-1 on " + std::to_string(stages) + " stages)";
+  if (find_schedule(schedule)->versions.staleness < 0) w += " (K-1 on " + std::to_string(stages) + " stages)";
   return w;
 }
 
@@ -59,8 +69,8 @@ std::string nonfinite_cause(const std::string& schedule, int stages, const Deck:
     s += "a delayed gradient is stable only for a smaller learning rate than the same step without delay (bench/README.md)";
   s += "\nremedy: lower train.lr (now " + num(train.lr) + ")";
   if (beta > 0) s += " or " + key + " (now " + num(beta) + "; 0 with a larger lr also works)";
-  s += ", or use a flush schedule (parallel.schedule = \"1f1b\" or \"gpipe\"), which applies every gradient to the weights it was "
-       "computed on";
+  s += ", or use a flush schedule (parallel.schedule = " + flush_choices(schedule) + "), which applies every gradient to the weights it "
+       "was computed on";
   return s;
 }
 

@@ -35,7 +35,7 @@ std::string split_str(const Deck& deck) {
 // split that fits. (The looped placement holds "auto"'s one stage: v = 1, the caller's path.)
 Deck one_rank_group(const Deck& deck, const ScheduleDef& def, int rank) {
   const size_t K = deck.parallel.split_auto ? 1 : deck.parallel.split.size() + 1;
-  if (def.placement == Placement::v && K != 2)
+  if (!placement_fits(def.placement, static_cast<int>(K), 1))
     fail(Exit::bad_input,
          deck.where("parallel.split") + ": key 'parallel.split': " +
              (deck.parallel.split_auto ? std::string("\"auto\" (nothing is planned on one rank) makes 1 stage")
@@ -68,7 +68,7 @@ Deck resolve_one_rank(const Deck& deck, int rank) {
   if (def.flush && def.placement != Placement::contiguous && (multi || def.placement == Placement::v))
     return one_rank_group(deck, def, rank);
   if (!deck.parallel.split_auto && !multi) return deck;  // one stage already
-  const bool same_rule = def.flush || def.versions == VersionRule::two_bw;
+  const bool same_rule = def.flush || def.versions.staleness >= 0;  // a lag fixed whatever the stage count (2bw)
   const std::string split_text = split_str(deck);
   if (multi && !same_rule)
     fail(Exit::bad_input,

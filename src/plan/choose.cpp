@@ -46,7 +46,7 @@ PlanCandidate run_candidate(const Profile& p, const ClusterModel& net, const std
   PlanCandidate c;
   c.label = label;
   c.schedule = kind.name;
-  c.microbatches = kind.per_minibatch_units ? 1 : M;
+  c.microbatches = kind.units_per_minibatch(M);
   c.batch_size = B;
   c.layout = layout;
   c.dp_objective = dp_obj;
@@ -193,12 +193,223 @@ std::vector<PlanCandidate> chunked_candidates(const Profile& p, const ClusterMod
     const Layout layout = Layout::make(balanced_split(p, 2 * groups), L, std::vector<int>(static_cast<size_t>(groups), N / groups),
                                        kind.placement);
     for (int M : Ms) {
-      if (B % M != 0 || (kind.check && !kind.check(layout, M).empty())) continue;
+      if (B % M != 0 || !kind.problem(layout, M).empty()) continue;
       out.push_back(run_candidate(p, net, "plan (balanced chunks)", kind, M, B, layout, 0.0, o));
     }
   }
   return out;
 }
+
+// One choose_plan call: the DP per candidate schedule and microbatch count (results shared
+// between kinds whose chain model is the same), each layout replayed by the simulator, then
+// the baselines; keeps the best candidate so far.
+class Chooser {
+ public:
+  Chooser(const Profile& p, const ClusterModel& net, int N, const PlanOptions& o, Plan& plan)
+      : p_(p), net_(net), N_(N), B_(plan.batch_size), L_(plan.layers), o_(o), plan_(plan) {
+    dpo_.memory_cap = o.memory_cap;
+    dpo_.replicas = o.replicas;
+    Ms_ = o.microbatches.empty() ? auto_microbatches(B_, N, dpo_.exact_ranks_limit) : o.microbatches;
+    large_ = N > dpo_.exact_ranks_limit;
+    serial_too_ = o.serial_variant && !large_;
+  }
+
+  // Every candidate of one schedule: balanced chunks (several stages per rank), else the DP
+  // per microbatch count and the simulator's refinement.
+  void schedule_candidates(const std::string& name) {
+    const ScheduleDef& kind = schedule_def(name);
+    if (kind.placement != Placement::contiguous) {
+      for (PlanCandidate& c : chunked_candidates(p_, net_, kind, N_, B_, Ms_, o_)) {
+        consider(c);
+        plan_.candidates.push_back(std::move(c));
+      }
+      return;
+    }
+    std::vector<int> ms = kind.per_minibatch_units ? std::vector<int>{1} : Ms_;
+    // large jobs: from the most microbatches down, stop at the first that fits (fewer
+    // microbatches only add bubble; they are tried when memory rules the larger out)
+    if (large_) std::sort(ms.rbegin(), ms.rend());
+    std::vector<std::pair<double, int>> kind_ms;
+    PlanCandidate kind_best;
+    for (int M : ms) {
+      if (M < 1 || B_ % M != 0) continue;
+      if (large_ && !kind_ms.empty()) break;
+      microbatch_candidates(kind, name, M, kind_ms, kind_best);
+    }
+    // small jobs: refine this schedule's best layout with the simulator itself
+    if (!large_ && o_.refine_steps > 0 && !kind_best.schedule.empty()) {
+      PlanCandidate r = refine(p_, net_, kind_best, o_);
+      if (better(r, kind_best, o_.batch_growth_margin)) {
+        plan_.candidates.push_back(r);
+        if (better(r, best_, o_.batch_growth_margin)) best_ = r;
+      }
+    }
+    std::sort(kind_ms.begin(), kind_ms.end());
+    std::vector<int> order;
+    for (auto& km : kind_ms)
+      if (std::find(order.begin(), order.end(), km.second) == order.end()) order.push_back(km.second);
+    for (int M : ms)  // then the rest
+      if (B_ % M == 0 && std::find(order.begin(), order.end(), M) == order.end()) order.push_back(M);
+    ms_per_kind_.push_back({&kind, order});
+  }
+
+  // bsp (one stage, every rank a replica, one microbatch per replica) and the straight
+  // pipeline; either wins when it beats every candidate.
+  void baselines() {
+    const int64_t bb = o_.bsp_batch > 0 ? o_.bsp_batch : B_;
+    Layout dpl = Layout::make({0}, L_, {N_});
+    plan_.bsp = run_candidate(p_, net_, "bsp", flagged_schedule(&ScheduleDef::data_parallel), N_, bb, dpl, 0.0, o_);
+    plan_.has_bsp = plan_.bsp.sim.ok;
+    if (L_ >= N_ && N_ > 1) {
+      const PlanCandidate sb = straight_baseline();
+      if (!sb.schedule.empty() && sb.sim.ok) {
+        plan_.straight = sb;
+        plan_.has_straight = true;
+      }
+    }
+    for (const PlanCandidate* c : {&plan_.bsp, &plan_.straight})
+      if (c->sim.ok && c->batch_size == B_ && B_ % c->microbatches == 0 && better(*c, best_, o_.batch_growth_margin))
+        best_ = *c, have_ = true;
+  }
+
+  bool have() const { return have_; }
+  const PlanCandidate& best() const { return best_; }
+
+ private:
+  // The DP of one chain model, or a cached result that is also optimal for it. A result is
+  // reused for another memory rule when its rule never needs more memory (the rule's
+  // `least`: fewest in flight, one version) and its layout fits the other rule too: the
+  // optimum over the larger feasible set is then feasible, hence optimal, for the smaller.
+  DpResult run_dp(const ChainCosts& cc, const DpOptions& opt) {
+    const bool rule_matters = opt.memory_cap > 0;  // without a cap the memory rule does not matter
+    for (const Cached& k : cache_) {
+      if (k.amortized != cc.amortized || k.serial != cc.serial_allreduce || k.units != cc.units ||
+          opt.replicas != dpo_.replicas)
+        continue;
+      if (!rule_matters || k.rule == cc.rule) return k.dp;
+      if (k.rule && k.rule->least && !cc.amortized && k.dp.ok && evaluate_layout(cc, net_, k.dp.layout(L_), opt.memory_cap).fits)
+        return k.dp;
+    }
+    DpResult r = plan_dp(cc, net_, N_, opt);
+    plan_.dp_evaluations += r.evaluations;
+    if (opt.replicas == dpo_.replicas) cache_.push_back({cc.amortized, cc.serial_allreduce, cc.units, cc.rule, r});
+    return r;
+  }
+
+  // The best so far: the first candidate, then any better one (`have` once one fits).
+  void consider(const PlanCandidate& c) {
+    if (!have_ || better(c, best_, o_.batch_growth_margin)) best_ = c, have_ = c.fits && c.sim.ok;
+  }
+
+  // One schedule at M microbatches: the DP (and its serial-allreduce variant), each new
+  // layout simulated; fitting ones recorded in kind_ms and kind_best.
+  void microbatch_candidates(const ScheduleDef& kind, const std::string& name, int M,
+                             std::vector<std::pair<double, int>>& kind_ms, PlanCandidate& kind_best) {
+    std::vector<Layout> tried;
+    for (int variant = 0; variant < (serial_too_ ? 2 : 1); ++variant) {
+      ChainCosts cc = ChainCosts::from_profile(p_, kind, M, B_);
+      cc.serial_allreduce = variant == 1;
+      cc.ranks = N_;
+      const DpResult dp = run_dp(cc, dpo_);
+      PlanCandidate c;
+      c.label = variant ? "plan (serial)" : "plan";
+      c.schedule = name;
+      c.microbatches = kind.units_per_minibatch(M);
+      c.batch_size = B_;
+      c.fits = false;
+      if (!dp.ok) {
+        c.note = "no split fits the memory cap";
+        if (variant == 0) plan_.candidates.push_back(c);
+        continue;
+      }
+      const Layout layout = dp.layout(L_);
+      bool seen = false;
+      for (const Layout& t : tried) seen = seen || (t.first == layout.first && t.replicas == layout.replicas);
+      if (seen) continue;
+      tried.push_back(layout);
+      if (const std::string why = kind.problem(layout, c.microbatches); !why.empty()) {
+        c.layout = layout;
+        c.dp_objective = dp.objective;
+        c.note = why;
+        plan_.candidates.push_back(c);
+        continue;
+      }
+      c = run_candidate(p_, net_, c.label, kind, M, B_, layout, dp.objective, o_);
+      plan_.candidates.push_back(c);
+      if (c.fits && c.sim.ok) kind_ms.push_back({c.sim.time_per_sample, M});
+      if (c.fits && c.sim.ok && (kind_best.schedule.empty() || better(c, kind_best, o_.batch_growth_margin))) kind_best = c;
+      consider(c);
+    }
+  }
+
+  // The straight pipeline: N stages of one replica, each kind at its best M that replays.
+  PlanCandidate straight_baseline() {
+    DpOptions so = dpo_;
+    so.replicas = ReplicaSet::one;
+    PlanCandidate sb;
+    bool sh = false;
+    if (large_ && have_)  // large jobs: the chosen plan's schedule first, others only if it fails
+      std::stable_sort(ms_per_kind_.begin(), ms_per_kind_.end(), [&](const auto& a, const auto& b) {
+        return a.first->name == best_.schedule && b.first->name != best_.schedule;
+      });
+    for (auto& [kdef, order0] : ms_per_kind_) {
+      const ScheduleDef& kind = *kdef;
+      if (large_ && sh) break;
+      std::vector<int> order = order0;  // then smaller powers of two, for a replay within budget
+      for (int64_t M = 1; M <= B_; M *= 2)
+        if (B_ % M == 0 && std::find(order.begin(), order.end(), M) == order.end() && !kind.per_minibatch_units)
+          order.push_back(static_cast<int>(M));
+      std::stable_sort(order.begin() + static_cast<long>(order0.size()), order.end(), std::greater<int>());
+      for (int M : order) {
+        PlanCandidate c;
+        if (!straight_candidate(kind, M, so, c)) continue;
+        if (!order0.empty() && M != order0.front() && c.note.empty()) c.note = "M limited by the replay budget";
+        if (!sh || better(c, sb, o_.batch_growth_margin)) sb = c, sh = c.fits;
+        break;
+      }
+    }
+    return sb;
+  }
+
+  // The straight pipeline of one kind at M: false when the replay would exceed the budget,
+  // no split fits, the kind refuses the layout or the replay fails (try the next M).
+  bool straight_candidate(const ScheduleDef& kind, int M, const DpOptions& so, PlanCandidate& c) {
+    // the replay of N stages costs about (minibatches x M x N x 6) actions at least
+    const int64_t min_steps = !kind.flush ? (kind.per_minibatch_units ? 2 * N_ + 1 : 3) : 2;
+    if (o_.sim_budget > 0 && min_steps * M * static_cast<int64_t>(N_) * 6 > o_.sim_budget) return false;
+    ChainCosts cc = ChainCosts::from_profile(p_, kind, M, B_);
+    cc.ranks = N_;
+    const DpResult dp = plan_dp(cc, net_, N_, so);
+    plan_.dp_evaluations += dp.evaluations;
+    if (!dp.ok) return false;
+    const Layout layout = dp.layout(L_);
+    if (!kind.problem(layout, M).empty()) return false;
+    c = run_candidate(p_, net_, "straight", kind, M, B_, layout, dp.objective, o_);
+    return c.sim.ok;  // too large to replay: try the next M
+  }
+
+  struct Cached {
+    bool amortized, serial;
+    int units;
+    const MemoryRule* rule;
+    DpResult dp;
+  };
+
+  const Profile& p_;
+  const ClusterModel& net_;
+  const int N_;
+  const int64_t B_;
+  const int L_;
+  const PlanOptions& o_;
+  Plan& plan_;
+  DpOptions dpo_;
+  std::vector<int> Ms_;
+  bool large_ = false, serial_too_ = false;
+  std::vector<Cached> cache_;
+  PlanCandidate best_;
+  bool have_ = false;
+  std::vector<std::pair<const ScheduleDef*, std::vector<int>>> ms_per_kind_;  // for the straight baseline: M by preference
+};
 
 }  // namespace
 
@@ -211,178 +422,20 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
   plan.memory_cap = o.memory_cap;
   plan.profile_source = p.source;
   plan.cluster = net.describe();
-  const int64_t B = plan.batch_size;
-  const int L = plan.layers;
   if (N < 1) {
     plan.error = "need at least one rank";
     return plan;
   }
-  DpOptions dpo;
-  dpo.memory_cap = o.memory_cap;
-  dpo.replicas = o.replicas;
-  const std::vector<int> Ms = o.microbatches.empty() ? auto_microbatches(B, N, dpo.exact_ranks_limit) : o.microbatches;
-  // DP results shared between kinds whose chain model is the same (without a memory cap
-  // the memory rule does not matter)
-  struct Cached {
-    bool amortized, serial;
-    int units;
-    MemoryRule rule;
-    DpResult dp;
-  };
-  std::vector<Cached> cache;
-  // A result is reused for another memory rule when its rule never needs more memory
-  // (1f1b: fewest in flight, one version) and its layout fits the other rule too: the
-  // optimum over the larger feasible set is then feasible, hence optimal, for the smaller.
-  auto run_dp = [&](const ChainCosts& cc, const DpOptions& opt) -> DpResult {
-    const bool rule_matters = opt.memory_cap > 0;
-    for (const Cached& k : cache) {
-      if (k.amortized != cc.amortized || k.serial != cc.serial_allreduce || k.units != cc.units ||
-          opt.replicas != dpo.replicas)
-        continue;
-      if (!rule_matters || k.rule == cc.rule) return k.dp;
-      if (k.rule == MemoryRule::one_f_one_b && !cc.amortized && k.dp.ok &&
-          evaluate_layout(cc, net, k.dp.layout(L), opt.memory_cap).fits)
-        return k.dp;
-    }
-    DpResult r = plan_dp(cc, net, N, opt);
-    plan.dp_evaluations += r.evaluations;
-    if (opt.replicas == dpo.replicas) cache.push_back({cc.amortized, cc.serial_allreduce, cc.units, cc.rule, r});
-    return r;
-  };
-  const bool large = N > dpo.exact_ranks_limit;
-  const bool serial_too = o.serial_variant && !large;
-
-  PlanCandidate best;
-  bool have = false;
-  std::vector<std::pair<const ScheduleDef*, std::vector<int>>> ms_per_kind;  // for the straight baseline: M by preference
-  for (const std::string& name : o.schedules) {
-    const ScheduleDef& kind = schedule_def(name);
-    if (kind.placement != Placement::contiguous) {
-      for (PlanCandidate& c : chunked_candidates(p, net, kind, N, B, Ms, o)) {
-        if (!have || better(c, best, o.batch_growth_margin)) best = c, have = c.fits && c.sim.ok;
-        plan.candidates.push_back(std::move(c));
-      }
-      continue;
-    }
-    std::vector<int> ms = kind.per_minibatch_units ? std::vector<int>{1} : Ms;
-    // large jobs: from the most microbatches down, stop at the first that fits (fewer
-    // microbatches only add bubble; they are tried when memory rules the larger out)
-    if (large) std::sort(ms.rbegin(), ms.rend());
-    std::vector<std::pair<double, int>> kind_ms;
-    PlanCandidate kind_best;
-    for (int M : ms) {
-      if (M < 1 || B % M != 0) continue;
-      if (large && !kind_ms.empty()) break;
-      std::vector<Layout> tried;
-      for (int variant = 0; variant < (serial_too ? 2 : 1); ++variant) {
-        ChainCosts cc = ChainCosts::from_profile(p, kind, M, B);
-        cc.serial_allreduce = variant == 1;
-        cc.ranks = N;
-        const DpResult dp = run_dp(cc, dpo);
-        PlanCandidate c;
-        c.label = variant ? "plan (serial)" : "plan";
-        c.schedule = name;
-        c.microbatches = kind.per_minibatch_units ? 1 : M;
-        c.batch_size = B;
-        c.fits = false;
-        if (!dp.ok) {
-          c.note = "no split fits the memory cap";
-          if (variant == 0) plan.candidates.push_back(c);
-          continue;
-        }
-        const Layout layout = dp.layout(L);
-        bool seen = false;
-        for (const Layout& t : tried) seen = seen || (t.first == layout.first && t.replicas == layout.replicas);
-        if (seen) continue;
-        tried.push_back(layout);
-        if (kind.check && !kind.check(layout, c.microbatches).empty()) {
-          c.layout = layout;
-          c.dp_objective = dp.objective;
-          c.note = kind.check(layout, c.microbatches);
-          plan.candidates.push_back(c);
-          continue;
-        }
-        c = run_candidate(p, net, c.label, kind, M, B, layout, dp.objective, o);
-        plan.candidates.push_back(c);
-        if (c.fits && c.sim.ok) kind_ms.push_back({c.sim.time_per_sample, M});
-        if (c.fits && c.sim.ok && (kind_best.schedule.empty() || better(c, kind_best, o.batch_growth_margin))) kind_best = c;
-        if (!have || better(c, best, o.batch_growth_margin)) best = c, have = c.fits && c.sim.ok;
-      }
-    }
-    // small jobs: refine this schedule's best layout with the simulator itself
-    if (!large && o.refine_steps > 0 && !kind_best.schedule.empty()) {
-      PlanCandidate r = refine(p, net, kind_best, o);
-      if (better(r, kind_best, o.batch_growth_margin)) {
-        plan.candidates.push_back(r);
-        if (better(r, best, o.batch_growth_margin)) best = r;
-      }
-    }
-    std::sort(kind_ms.begin(), kind_ms.end());
-    std::vector<int> order;
-    for (auto& km : kind_ms)
-      if (std::find(order.begin(), order.end(), km.second) == order.end()) order.push_back(km.second);
-    for (int M : ms)  // then the rest
-      if (B % M == 0 && std::find(order.begin(), order.end(), M) == order.end()) order.push_back(M);
-    ms_per_kind.push_back({&kind, order});
-  }
-
-  if (o.baselines) {
-    // bsp: one stage, every rank a replica, one microbatch per replica
-    const int64_t bb = o.bsp_batch > 0 ? o.bsp_batch : B;
-    Layout dpl = Layout::make({0}, L, {N});
-    plan.bsp = run_candidate(p, net, "bsp", schedule_def("bsp"), N, bb, dpl, 0.0, o);
-    plan.has_bsp = plan.bsp.sim.ok;
-    // the straight pipeline: N stages of one replica, each kind at its best M that replays
-    if (L >= N && N > 1) {
-      DpOptions so = dpo;
-      so.replicas = ReplicaSet::one;
-      PlanCandidate sb;
-      bool sh = false;
-      if (large && have)  // large jobs: the chosen plan's schedule first, others only if it fails
-        std::stable_sort(ms_per_kind.begin(), ms_per_kind.end(), [&](const auto& a, const auto& b) {
-          return a.first->name == best.schedule && b.first->name != best.schedule;
-        });
-      for (auto& [kdef, order0] : ms_per_kind) {
-        const ScheduleDef& kind = *kdef;
-        if (large && sh) break;
-        std::vector<int> order = order0;  // then smaller powers of two, for a replay within budget
-        for (int64_t M = 1; M <= B; M *= 2)
-          if (B % M == 0 && std::find(order.begin(), order.end(), M) == order.end() && !kind.per_minibatch_units)
-            order.push_back(static_cast<int>(M));
-        std::stable_sort(order.begin() + static_cast<long>(order0.size()), order.end(), std::greater<int>());
-        for (int M : order) {
-          // the replay of N stages costs about (minibatches x M x N x 6) actions at least
-          const int64_t min_steps = !kind.flush ? (kind.per_minibatch_units ? 2 * N + 1 : 3) : 2;
-          if (o.sim_budget > 0 && min_steps * M * static_cast<int64_t>(N) * 6 > o.sim_budget) continue;
-          ChainCosts cc = ChainCosts::from_profile(p, kind, M, B);
-          cc.ranks = N;
-          const DpResult dp = plan_dp(cc, net, N, so);
-          plan.dp_evaluations += dp.evaluations;
-          if (!dp.ok) continue;
-          const Layout layout = dp.layout(L);
-          if (kind.check && !kind.check(layout, M).empty()) continue;
-          PlanCandidate c = run_candidate(p, net, "straight", kind, M, B, layout, dp.objective, o);
-          if (!c.sim.ok) continue;  // too large to replay: try the next M
-          if (!order0.empty() && M != order0.front() && c.note.empty()) c.note = "M limited by the replay budget";
-          if (!sh || better(c, sb, o.batch_growth_margin)) sb = c, sh = c.fits;
-          break;
-        }
-      }
-      if (!sb.schedule.empty() && sb.sim.ok) {
-        plan.straight = sb;
-        plan.has_straight = true;
-      }
-    }
-    for (const PlanCandidate* c : {&plan.bsp, &plan.straight})
-      if (c->sim.ok && c->batch_size == B && B % c->microbatches == 0 && better(*c, best, o.batch_growth_margin)) best = *c, have = true;
-  }
-
+  Chooser chooser(p, net, N, o, plan);
+  for (const std::string& name : o.schedules) chooser.schedule_candidates(name);
+  if (o.baselines) chooser.baselines();
   plan.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!have) {
+  if (!chooser.have()) {
     plan.error = "no plan fits: every candidate schedule exceeds the memory cap of " + std::to_string(o.memory_cap) +
                  " bytes per rank or could not be simulated";
     return plan;
   }
+  const PlanCandidate& best = chooser.best();
   plan.ok = true;
   plan.schedule = best.schedule;
   plan.microbatches = best.microbatches;
@@ -395,10 +448,11 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
 }
 
 int64_t PlanCandidate::samples_per_update() const {
-  if (schedule.empty() || !schedule_def(schedule).per_minibatch_units) return batch_size;
-  int r = 1;
-  for (int x : layout.replicas) r = std::max(r, x);
-  return batch_size * r;
+  if (schedule.empty()) return batch_size;
+  const ScheduleDef& kind = schedule_def(schedule);
+  int64_t stride = 1;
+  for (int s = 0; s < layout.stages(); ++s) stride = std::max(stride, kind.version_stride(layout, s));
+  return batch_size * stride;
 }
 
 std::vector<int> Plan::split() const {

@@ -82,9 +82,8 @@ ChainCosts ChainCosts::from_profile(const Profile& p, const ScheduleDef& kind, i
   ChainCosts c;
   const double pmb = p.microbatch > 0 ? static_cast<double>(p.microbatch) : 1.0;
   const double B = batch_size > 0 ? static_cast<double>(batch_size) : pmb;
-  const bool per_mb = kind.per_minibatch_units;
-  c.units = per_mb ? 1 : std::max(1, microbatches);
-  c.amortized = per_mb;
+  c.units = kind.units_per_minibatch(microbatches);
+  c.amortized = kind.per_minibatch_units;
   const double unit = B / c.units;
   for (const LayerProfile& l : p.layers) {
     c.compute.push_back((l.forward_s + l.backward_s) * B / pmb);
@@ -100,14 +99,14 @@ ChainCosts ChainCosts::from_profile(const Profile& p, const ScheduleDef& kind, i
   return c;
 }
 
-// The registry's rules (schedule_registry.hpp); the DP does not know stage 0's replicas yet, so
-// the zero-bubble rules take d0 as the deepest possible depth, the whole job.
+// The entry's rule (schedule_registry.hpp); the DP does not know stage 0's replicas yet, so
+// the zero-bubble rules take d0 as the deepest possible depth, the whole job. Without a rule
+// (only the replay knows): d in flight, one version.
 int rule_in_flight(const ChainCosts& c, int depth, int replicas) {
-  const int n = memory_in_flight(c.rule, depth, std::max(depth, c.ranks), replicas, c.units);
-  return n < 0 ? depth : n;
+  return c.rule ? c.rule->in_flight(depth, std::max(depth, c.ranks), replicas, c.units) : depth;
 }
 
-int rule_versions(const ChainCosts& c, int depth) { return std::max(1, memory_versions(c.rule, depth)); }
+int rule_versions(const ChainCosts& c, int depth) { return c.rule ? std::max(1, c.rule->versions(depth)) : 1; }
 
 double stage_memory(const ChainCosts& c, int i, int j, int r, int depth) {
   static const ClusterModel none = ClusterModel::single(1.0);
@@ -144,176 +143,233 @@ LayoutCost evaluate_layout(const ChainCosts& c, const ClusterModel& net, const L
   return out;
 }
 
-DpResult plan_dp(const ChainCosts& c, const ClusterModel& net, int N, const DpOptions& o) {
-  ChainModel md(c, net);
-  const int L = md.L;
-  DpResult res;
-  if (L == 0 || N <= 0) return res;
-  ReplicaSet rs = o.replicas;
-  if (rs == ReplicaSet::automatic) rs = N <= o.exact_ranks_limit ? ReplicaSet::all : ReplicaSet::powers_of_two;
-  const double cap = o.memory_cap > 0 ? o.memory_cap * (1 + 1e-12) : kInf;  // a cap met exactly fits despite rounding
-  const size_t W = static_cast<size_t>(L) + 1;  // m-major: a scan over j reads consecutive entries
-  // reused between calls (choose_plan runs several DPs): no fresh pages each time; the
-  // choices are written for every state the reconstruction can reach, so only B is reset
-  thread_local std::vector<double> best;
-  thread_local std::vector<int32_t> choice_j, choice_r;
-  const size_t cells = static_cast<size_t>(N + 1) * W;
-  best.assign(cells, kInf);
-  if (choice_j.size() < cells) choice_j.resize(cells), choice_r.resize(cells);
-  auto at = [&](int i, int m) { return static_cast<size_t>(m) * W + static_cast<size_t>(i); };
-  best[at(L, 0)] = 0.0;
-  std::vector<int> rlist;
-  rlist.reserve(static_cast<size_t>(N));
-  const double total = md.Cp[static_cast<size_t>(L)];
-  constexpr double kSlack = 1.0 + 1e-12;  // guards the balance bound against rounding
+namespace {
 
-  // Per-(state, r) constants of the terms, hoisted out of the scan over j.
-  struct RC {
-    int r, m2, depth;
-    double sh, inv_r, in_t;
-    double n, v1;                 // in flight, 1 + weight copies (weight_copies of the versions)
-    double mem_fix;               // n (in + (i > 0 ? in : 0) - Sp[i]) - v1 Pp[i] - Op[i]
-    double ar_a, ar_b;            // ring allreduce = ar_a P + ar_b (levels)
-    int lvl_s;
-    double co_a, co_b;            // out-cut = co_a out[j-1] + co_b
-  };
-  std::vector<RC> rcs;
-  rcs.reserve(static_cast<size_t>(N));
-  const bool measured_ar = net.measured && !net.network.allreduce.empty();
-  auto level_params = [&](int lvl, double* bw, double* lat) {
-    const auto& lv = net.levels[static_cast<size_t>(std::clamp<int>(lvl, 0, static_cast<int>(net.levels.size()) - 1))];
-    *bw = lv.bandwidth;
-    *lat = lv.latency;
-  };
-  const double* Cp = md.Cp.data();
-  const double* Pp = md.Pp.data();
-  const double* Op = md.Op.data();
-  const double* Sp = md.Sp.data();
-  const double* outb = c.out.data();
-  const double U2 = 2.0 * c.units;
+// Per-(state, r) constants of the terms, hoisted out of the scan over j.
+struct RC {
+  int r, m2, depth;
+  double sh, inv_r, in_t;
+  double n, v1;                 // in flight, 1 + weight copies (weight_copies of the versions)
+  double mem_fix;               // n (in + (i > 0 ? in : 0) - Sp[i]) - v1 Pp[i] - Op[i]
+  double ar_a, ar_b;            // ring allreduce = ar_a P + ar_b (levels)
+  int lvl_s;
+  double co_a, co_b;            // out-cut = co_a out[j-1] + co_b
+};
 
-  for (int i = L - 1; i >= 0; --i) {
-    const int max_m = rs == ReplicaSet::one ? std::min(N, L - i) : N;
-    const double in = c.in_bytes(i);
-    for (int m = 1; m <= max_m; ++m) {
-      ++res.states;
-      double U = kInf;
-      int bj = -1, br = -1;
-      const int off = N - m;
-      rlist.clear();
-      if (rs == ReplicaSet::all) {
-        for (int r = 1; r <= m; ++r) rlist.push_back(r);
-      } else if (rs == ReplicaSet::powers_of_two) {
-        for (int r = 1; r <= m && off % r == 0; r *= 2) rlist.push_back(r);  // aligned to their size
-      } else {
-        rlist.push_back(1);
-      }
-      rcs.clear();
-      for (int r : rlist) {
-        RC k;
-        k.r = r;
-        k.m2 = m - r;
-        k.depth = ceil_div(m, r);
-        k.sh = md.share(r);
-        k.inv_r = 1.0 / r;
-        k.in_t = i > 0 ? md.cut_side(i, net.level_of(off - 1, off + r - 1), r) : 0.0;
-        k.n = rule_in_flight(c, k.depth, r);
-        k.v1 = 1.0 + weight_copies(rule_versions(c, k.depth), c.bf16);
-        k.mem_fix = k.n * (in + (i > 0 ? in : 0.0) - Sp[i]) - k.v1 * Pp[i] - Op[i];
-        k.lvl_s = net.level_of(off, off + r - 1);
-        double bw, lat;
-        level_params(k.lvl_s, &bw, &lat);
-        k.ar_a = r > 1 ? 2.0 * (r - 1) / r / bw : 0.0;
-        k.ar_b = r > 1 ? 2.0 * (r - 1) * lat : 0.0;
-        if (k.m2 > 0) {
-          level_params(net.level_of(off, off + r), &bw, &lat);
-          k.co_a = U2 / (r * bw);
-          k.co_b = U2 * lat / r;
-        } else {
-          k.co_a = k.co_b = 0.0;
-        }
-        // memory only grows with j: a stage of the one layer i must fit
-        if (k.mem_fix + k.n * Sp[i + 1] + k.v1 * Pp[i + 1] + Op[i + 1] > cap) continue;
-        rcs.push_back(k);
-      }
-      // the candidate (i..j-1 on k.r replicas); updates U
-      auto stage_t = [&](const RC& k, int j) {
-        const double P = Pp[j] - Pp[i], C = Cp[j] - Cp[i];
-        const double ar = k.r < 2 ? 0.0 : measured_ar ? net.allreduce_seconds(k.lvl_s, k.r, P) : k.ar_a * P + k.ar_b;
-        const double opt = c.optimizer_s_per_byte * P;
-        const double a = c.amortized ? (C + opt) * k.inv_r : C * k.sh + opt;
-        const double b = c.amortized ? ar * k.inv_r : ar;
-        return c.serial_allreduce ? a + b : std::max(a, b);
-      };
-      auto mem = [&](const RC& k, int j) {
-        return k.mem_fix + k.n * (Sp[j] + (j < L ? outb[j - 1] : 0.0)) + k.v1 * Pp[j] + Op[j];
-      };
-      auto try_j = [&](const RC& k, int j) {
-        ++res.evaluations;
-        const double sub = best[at(j, k.m2)];
-        if (sub >= U) return;
-        const double co = j < L ? k.co_a * outb[j - 1] + k.co_b : 0.0;
-        if (co >= U) return;
-        const double t = stage_t(k, j);
-        if (t >= U) return;
-        if (mem(k, j) > cap) return;
-        const double v = std::max(std::max(t, k.in_t), std::max(co, sub));
-        if (v < U) U = v, bj = j, br = k.r;
-      };
-      // pass 1: the balanced split of each r seeds a good incumbent
-      for (const RC& k : rcs) {
-        if (k.m2 == 0) {
-          try_j(k, L);
-          continue;
-        }
-        // first j with C(i, j) share >= C(j, L) / m2 (left side grows, right side shrinks)
-        int lo = i + 1, hi = L - 1;
-        const double per = c.amortized ? k.inv_r : k.sh;
-        while (lo < hi) {
-          const int mid = (lo + hi) / 2;
-          if ((Cp[mid] - Cp[i]) * per >= (total - Cp[mid]) / k.m2) hi = mid;
-          else lo = mid + 1;
-        }
-        if (lo < L) try_j(k, lo);
-        if (lo - 1 > i) try_j(k, lo - 1);
-      }
-      // pass 2: every j that can still win
-      for (const RC& k : rcs) {
-        if (k.m2 == 0 || k.in_t >= U) continue;
-        // B[j][m2] >= C(j..L-1)/m2: only j with C(j..L-1) < m2 U can win
-        int jlo = i + 1;
-        if (U < kInf) {
-          const double need = total - k.m2 * U * kSlack;  // Cp[j] > need
-          jlo = std::max(jlo, static_cast<int>(std::upper_bound(md.Cp.begin(), md.Cp.end(), need) - md.Cp.begin()));
-        }
-        const double per = c.amortized ? k.inv_r : k.sh;
-        const double lb_fix = k.mem_fix - k.n * 0.0;
-        for (int j = jlo; j < L; ++j) {
-          // compute-only lower bound of T grows with j: once it reaches U, stop
-          if ((Cp[j] - Cp[i]) * per >= U) break;
-          if (lb_fix + k.n * Sp[j] + k.v1 * Pp[j] + Op[j] > cap) break;  // memory without the out buffer
-          try_j(k, j);
-        }
-      }
-      best[at(i, m)] = U;
-      choice_j[at(i, m)] = bj;
-      choice_r[at(i, m)] = br;
+// The suffix DP of plan_dp: B[i][m] for every state, i from L-1 down, then the choices
+// followed from B[0][N].
+class SuffixDp {
+ public:
+  SuffixDp(const ChainCosts& c, const ClusterModel& net, int N, const DpOptions& o, DpResult& res)
+      : c_(c), net_(net), md_(c, net), L_(md_.L), N_(N), res_(res) {
+    rs_ = o.replicas;
+    if (rs_ == ReplicaSet::automatic) rs_ = N <= o.exact_ranks_limit ? ReplicaSet::all : ReplicaSet::powers_of_two;
+    cap_ = o.memory_cap > 0 ? o.memory_cap * (1 + 1e-12) : kInf;  // a cap met exactly fits despite rounding
+    // reused between calls (choose_plan runs several DPs): no fresh pages each time; the
+    // choices are written for every state the reconstruction can reach, so only B is reset
+    thread_local std::vector<double> best;
+    thread_local std::vector<int32_t> choice_j, choice_r;
+    const size_t cells = static_cast<size_t>(N + 1) * W();
+    best.assign(cells, kInf);
+    if (choice_j.size() < cells) choice_j.resize(cells), choice_r.resize(cells);
+    best_ = best.data(), choice_j_ = choice_j.data(), choice_r_ = choice_r.data();
+    best_[at(L_, 0)] = 0.0;
+    rlist_.reserve(static_cast<size_t>(N));
+    rcs_.reserve(static_cast<size_t>(N));
+    total_ = md_.Cp[static_cast<size_t>(L_)];
+    measured_ar_ = net.measured && !net.network.allreduce.empty();
+    Cp_ = md_.Cp.data(), Pp_ = md_.Pp.data(), Op_ = md_.Op.data(), Sp_ = md_.Sp.data();
+    outb_ = c.out.data();
+    U2_ = 2.0 * c.units;
+  }
+
+  void solve() {
+    for (int i = L_ - 1; i >= 0; --i) {
+      const int max_m = rs_ == ReplicaSet::one ? std::min(N_, L_ - i) : N_;
+      for (int m = 1; m <= max_m; ++m) state(i, m);
     }
   }
-  const double v = best[at(0, N)];
-  if (!(v < kInf)) return res;
-  res.ok = true;
-  res.objective = v;
-  int i = 0, m = N;
-  while (i < L) {
-    const int j = choice_j[at(i, m)], r = choice_r[at(i, m)];
-    PT_CHECK(j > i && r >= 1, "planner DP: broken choice at layer " << i << ", " << m << " ranks");
-    res.first.push_back(i);
-    res.replicas.push_back(r);
-    i = j;
-    m -= r;
+
+  // The layout from B[0][N], or res.ok = false when nothing fits.
+  void reconstruct() {
+    const double v = best_[at(0, N_)];
+    if (!(v < kInf)) return;
+    res_.ok = true;
+    res_.objective = v;
+    int i = 0, m = N_;
+    while (i < L_) {
+      const int j = choice_j_[at(i, m)], r = choice_r_[at(i, m)];
+      PT_CHECK(j > i && r >= 1, "planner DP: broken choice at layer " << i << ", " << m << " ranks");
+      res_.first.push_back(i);
+      res_.replicas.push_back(r);
+      i = j;
+      m -= r;
+    }
+    PT_CHECK(m == 0, "planner DP: " << m << " ranks left over");
   }
-  PT_CHECK(m == 0, "planner DP: " << m << " ranks left over");
+
+ private:
+  size_t W() const { return static_cast<size_t>(L_) + 1; }  // m-major: a scan over j reads consecutive entries
+  size_t at(int i, int m) const { return static_cast<size_t>(m) * W() + static_cast<size_t>(i); }
+
+  // B[i][m]: the best first stage of layers i..L-1 on the last m ranks.
+  void state(int i, int m) {
+    ++res_.states;
+    U_ = kInf, bj_ = -1, br_ = -1;
+    const int off = N_ - m;
+    replica_choices(m, off);
+    stage_constants(i, m, off);
+    // pass 1: the balanced split of each r seeds a good incumbent
+    for (const RC& k : rcs_) {
+      if (k.m2 == 0) {
+        try_j(k, i, L_);
+        continue;
+      }
+      // first j with C(i, j) share >= C(j, L) / m2 (left side grows, right side shrinks)
+      int lo = i + 1, hi = L_ - 1;
+      const double per = c_.amortized ? k.inv_r : k.sh;
+      while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if ((Cp_[mid] - Cp_[i]) * per >= (total_ - Cp_[mid]) / k.m2) hi = mid;
+        else lo = mid + 1;
+      }
+      if (lo < L_) try_j(k, i, lo);
+      if (lo - 1 > i) try_j(k, i, lo - 1);
+    }
+    // pass 2: every j that can still win
+    for (const RC& k : rcs_) scan(k, i);
+    best_[at(i, m)] = U_;
+    choice_j_[at(i, m)] = bj_;
+    choice_r_[at(i, m)] = br_;
+  }
+
+  // Replica counts for a stage starting at rank offset `off` with m ranks left.
+  void replica_choices(int m, int off) {
+    rlist_.clear();
+    if (rs_ == ReplicaSet::all) {
+      for (int r = 1; r <= m; ++r) rlist_.push_back(r);
+    } else if (rs_ == ReplicaSet::powers_of_two) {
+      for (int r = 1; r <= m && off % r == 0; r *= 2) rlist_.push_back(r);  // aligned to their size
+    } else {
+      rlist_.push_back(1);
+    }
+  }
+
+  void level_params(int lvl, double* bw, double* lat) const {
+    const auto& lv = net_.levels[static_cast<size_t>(std::clamp<int>(lvl, 0, static_cast<int>(net_.levels.size()) - 1))];
+    *bw = lv.bandwidth;
+    *lat = lv.latency;
+  }
+
+  // The RC of every replica count whose one-layer stage fits the memory cap.
+  void stage_constants(int i, int m, int off) {
+    const double in = c_.in_bytes(i);
+    rcs_.clear();
+    for (int r : rlist_) {
+      RC k;
+      k.r = r;
+      k.m2 = m - r;
+      k.depth = ceil_div(m, r);
+      k.sh = md_.share(r);
+      k.inv_r = 1.0 / r;
+      k.in_t = i > 0 ? md_.cut_side(i, net_.level_of(off - 1, off + r - 1), r) : 0.0;
+      k.n = rule_in_flight(c_, k.depth, r);
+      k.v1 = 1.0 + weight_copies(rule_versions(c_, k.depth), c_.bf16);
+      k.mem_fix = k.n * (in + (i > 0 ? in : 0.0) - Sp_[i]) - k.v1 * Pp_[i] - Op_[i];
+      k.lvl_s = net_.level_of(off, off + r - 1);
+      double bw, lat;
+      level_params(k.lvl_s, &bw, &lat);
+      k.ar_a = r > 1 ? 2.0 * (r - 1) / r / bw : 0.0;
+      k.ar_b = r > 1 ? 2.0 * (r - 1) * lat : 0.0;
+      if (k.m2 > 0) {
+        level_params(net_.level_of(off, off + r), &bw, &lat);
+        k.co_a = U2_ / (r * bw);
+        k.co_b = U2_ * lat / r;
+      } else {
+        k.co_a = k.co_b = 0.0;
+      }
+      // memory only grows with j: a stage of the one layer i must fit
+      if (k.mem_fix + k.n * Sp_[i + 1] + k.v1 * Pp_[i + 1] + Op_[i + 1] > cap_) continue;
+      rcs_.push_back(k);
+    }
+  }
+
+  // Pass 2 for one replica count: every j the lower bounds leave.
+  void scan(const RC& k, int i) {
+    if (k.m2 == 0 || k.in_t >= U_) return;
+    // B[j][m2] >= C(j..L-1)/m2: only j with C(j..L-1) < m2 U can win
+    int jlo = i + 1;
+    if (U_ < kInf) {
+      const double need = total_ - k.m2 * U_ * kSlack;  // Cp[j] > need
+      jlo = std::max(jlo, static_cast<int>(std::upper_bound(md_.Cp.begin(), md_.Cp.end(), need) - md_.Cp.begin()));
+    }
+    const double per = c_.amortized ? k.inv_r : k.sh;
+    const double lb_fix = k.mem_fix - k.n * 0.0;
+    for (int j = jlo; j < L_; ++j) {
+      // compute-only lower bound of T grows with j: once it reaches U, stop
+      if ((Cp_[j] - Cp_[i]) * per >= U_) break;
+      if (lb_fix + k.n * Sp_[j] + k.v1 * Pp_[j] + Op_[j] > cap_) break;  // memory without the out buffer
+      try_j(k, i, j);
+    }
+  }
+
+  // The stage time of layers i..j-1 on k.r replicas.
+  double stage_t(const RC& k, int i, int j) const {
+    const double P = Pp_[j] - Pp_[i], C = Cp_[j] - Cp_[i];
+    const double ar = k.r < 2 ? 0.0 : measured_ar_ ? net_.allreduce_seconds(k.lvl_s, k.r, P) : k.ar_a * P + k.ar_b;
+    const double opt = c_.optimizer_s_per_byte * P;
+    const double a = c_.amortized ? (C + opt) * k.inv_r : C * k.sh + opt;
+    const double b = c_.amortized ? ar * k.inv_r : ar;
+    return c_.serial_allreduce ? a + b : std::max(a, b);
+  }
+
+  double mem(const RC& k, int j) const {
+    return k.mem_fix + k.n * (Sp_[j] + (j < L_ ? outb_[j - 1] : 0.0)) + k.v1 * Pp_[j] + Op_[j];
+  }
+
+  // The candidate (i..j-1 on k.r replicas); updates U.
+  void try_j(const RC& k, int i, int j) {
+    ++res_.evaluations;
+    const double sub = best_[at(j, k.m2)];
+    if (sub >= U_) return;
+    const double co = j < L_ ? k.co_a * outb_[j - 1] + k.co_b : 0.0;
+    if (co >= U_) return;
+    const double t = stage_t(k, i, j);
+    if (t >= U_) return;
+    if (mem(k, j) > cap_) return;
+    const double v = std::max(std::max(t, k.in_t), std::max(co, sub));
+    if (v < U_) U_ = v, bj_ = j, br_ = k.r;
+  }
+
+  static constexpr double kSlack = 1.0 + 1e-12;  // guards the balance bound against rounding
+
+  const ChainCosts& c_;
+  const ClusterModel& net_;
+  ChainModel md_;
+  const int L_, N_;
+  DpResult& res_;
+  ReplicaSet rs_;
+  double cap_;
+  double* best_;
+  int32_t *choice_j_, *choice_r_;
+  std::vector<int> rlist_;
+  std::vector<RC> rcs_;
+  double total_;
+  bool measured_ar_;
+  const double *Cp_, *Pp_, *Op_, *Sp_, *outb_;
+  double U2_;
+  double U_ = kInf;  // the state's incumbent, its j and r
+  int bj_ = -1, br_ = -1;
+};
+
+}  // namespace
+
+DpResult plan_dp(const ChainCosts& c, const ClusterModel& net, int N, const DpOptions& o) {
+  DpResult res;
+  if (c.layers() == 0 || N <= 0) return res;
+  SuffixDp dp(c, net, N, o, res);
+  dp.solve();
+  dp.reconstruct();
   return res;
 }
 

@@ -18,7 +18,9 @@ namespace {
 constexpr double kNone = std::numeric_limits<double>::infinity();  // PipeDream's None
 
 // The same on every rank (the inputs are): a collective error, printed once.
-[[noreturn]] void bad(const std::string& msg) { fail(Exit::bad_input, "pipedream cost model: " + msg, true); }
+[[noreturn]] void bad(const std::string& msg) {
+  fail(Exit::bad_input, std::string(kPipeDreamCostModel) + " cost model: " + msg, true);
+}
 
 // One entry A[i][j][m] of a level's table: the best time for layers i..j on m+1 machines,
 // its last split (prefix i..k on rest+1 machines, last stage k+1..j on `last` machines).

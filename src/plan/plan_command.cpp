@@ -25,8 +25,8 @@ PlannerInputs planner_inputs(const PlannerArgs& a, bool need_profile) {
     const DataInfo info = data_info(*in.deck);
     model = std::make_unique<Model>(*in.deck, info.shape, info.classes);
     in.model_layers = model->size();
-    const bool per_mb = in.deck->parallel.schedule.rfind("pipedream", 0) == 0;
-    mb_size = in.deck->train.batch_size / (per_mb ? 1 : std::max<int64_t>(1, in.deck->parallel.microbatches));
+    mb_size = schedule_def(in.deck->parallel.schedule)
+                  .unit_size(in.deck->train.batch_size, static_cast<int>(in.deck->parallel.microbatches));
   }
   std::string prof = a.profile;
   if (prof.empty() && in.deck) prof = in.deck->parallel.profile;
@@ -148,7 +148,7 @@ int cmd_plan(const PlanArgs& a) {
   } else {
     in = planner_inputs(pa);
   }
-  if (a.cost_model.rfind("pipedream", 0) == 0) return cmd_plan_pipedream(a, in);
+  if (a.cost_model.rfind(kPipeDreamCostModel, 0) == 0) return cmd_plan_pipedream(a, in);
   if (a.cost_model != "pipetrain")
     fail(Exit::bad_input, "command line: --cost-model expects pipetrain or pipedream[,OPTIONS], got '" + a.cost_model + "'", true);
   PlanOptions o;

@@ -13,8 +13,6 @@
 namespace pt {
 namespace {
 
-bool per_minibatch_kind(const std::string& s) { return schedule_def(s).per_minibatch_units; }
-
 // "15-1"; long layouts run-length encoded: "128(x8)-64"
 std::string replication_str(const Layout& l) {
   if (l.stages() <= 16) return l.replication();
@@ -79,7 +77,7 @@ std::string Plan::to_json() const {
   } else {
     j["schedule"] = schedule;
     j["microbatches"] = microbatches;
-    j["microbatch_size"] = per_minibatch_kind(schedule) ? batch_size : batch_size / std::max(1, microbatches);
+    j["microbatch_size"] = schedule_def(schedule).unit_size(batch_size, microbatches);
     j["split"] = split();
     j["replicas"] = layout.replicas;  // per rank group
     j["placement"] = placement_name(layout.placement);

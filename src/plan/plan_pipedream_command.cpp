@@ -3,7 +3,8 @@
 // cluster's bandwidth levels. Contract: prints each level's stages as PipeDream does
 // (outermost first), its predicted time per minibatch, single-machine and data-parallel
 // times; replays the layout with pipetrain's simulator (pipedream schedule) beside it; writes
-// plan.json with cost_model "pipedream". Misuse is a located pt::Error (bad_input).
+// plan.json with the cost model's name (kPipeDreamCostModel) as cost_model. Misuse is a
+// located pt::Error (bad_input).
 #include <mpi.h>
 
 #include <chrono>
@@ -21,12 +22,13 @@ namespace {
 
 [[noreturn]] void bad(const std::string& msg) { fail(Exit::bad_input, "command line: --cost-model: " + msg, true); }
 
-// "pipedream[,compression=R][,fewer-machines]" plus the other flags into PipeDream's options
+// --cost-model pipedream[,compression=R][,fewer-machines] plus the other flags into PipeDream's options
 PipeDreamOptions options_of(const PlanArgs& a, const PlannerInputs& in) {
   PipeDreamOptions o = PipeDreamOptions::from_cluster(in.cluster, a.ranks);
-  std::string rest = a.cost_model.substr(std::string("pipedream").size());
+  const std::string model = kPipeDreamCostModel;
+  std::string rest = a.cost_model.substr(model.size());
   while (!rest.empty()) {
-    if (rest[0] != ',') bad("expected pipedream[,compression=R][,fewer-machines], got '" + a.cost_model + "'");
+    if (rest[0] != ',') bad("expected " + model + "[,compression=R][,fewer-machines], got '" + a.cost_model + "'");
     const size_t e = rest.find(',', 1);
     const std::string opt = rest.substr(1, e == std::string::npos ? std::string::npos : e - 1);
     rest = e == std::string::npos ? "" : rest.substr(e);
@@ -43,10 +45,10 @@ PipeDreamOptions options_of(const PlanArgs& a, const PlannerInputs& in) {
   if (a.replicas == "one")
     o.straight_pipeline = true;
   else if (a.replicas != "auto" && a.replicas != "all")
-    bad("pipedream tries every replica count: --replicas auto|all|one (one: --straight_pipeline), got '" + a.replicas +
-        "'");
+    bad(model + " tries every replica count: --replicas auto|all|one (one: --straight_pipeline), got '" + a.replicas + "'");
   if (!a.schedules.empty() || !a.microbatches.empty())
-    bad("pipedream plans the pipedream schedule: drop --schedules and --microbatches");
+    bad(model + " plans the " + flagged_schedule(&ScheduleDef::pipedream_model).name +
+        " schedule: drop --schedules and --microbatches");
   o.memory_size = in.memory;
   return o;
 }
@@ -120,11 +122,12 @@ int cmd_plan_pipedream(const PlanArgs& a, const PlannerInputs& in) {
     return static_cast<int>(Exit::bad_input);
   }
   print_levels(pd, o);
-  Plan plan = plan_from_layout(in, a.ranks, B, "pipedream", pd.layout, pd.time_per_minibatch);
-  plan.cost_model = "pipedream";
+  const std::string& schedule = flagged_schedule(&ScheduleDef::pipedream_model).name;
+  Plan plan = plan_from_layout(in, a.ranks, B, schedule, pd.layout, pd.time_per_minibatch);
+  plan.cost_model = kPipeDreamCostModel;
   plan.cost_model_json = detail_json(pd, o);
   plan.plan_seconds = seconds;
-  std::printf("\nchosen: pipedream, %s; split %s%s\n", pd.layout.str().c_str(), int_list(plan.split()).c_str(),
+  std::printf("\nchosen: %s, %s; split %s%s\n", schedule.c_str(), pd.layout.str().c_str(), int_list(plan.split()).c_str(),
               pd.unused_machines ? (", " + std::to_string(pd.unused_machines) + " machines unused").c_str() : "");
   std::printf(
       "PipeDream predicts: %.4f ms per minibatch (%.4g ms per sample); one machine %.4f ms (%.2fx), "
@@ -132,7 +135,7 @@ int cmd_plan_pipedream(const PlanArgs& a, const PlannerInputs& in) {
       pd.time_per_minibatch * 1e3, pd.time_per_minibatch * 1e3 / static_cast<double>(B), pd.single_machine_time * 1e3,
       pd.single_machine_time / pd.time_per_minibatch, pd.data_parallel_time * 1e3,
       pd.data_parallel_time / pd.time_per_minibatch);
-  print_prediction("pipetrain's simulator on this layout (pipedream schedule)", plan);
+  print_prediction(("pipetrain's simulator on this layout (" + schedule + " schedule)").c_str(), plan);
   std::printf("planned in %.3f s\n", seconds);
   write_plan(a.out, plan);
   return 0;

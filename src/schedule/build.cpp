@@ -9,35 +9,16 @@
 
 namespace pt {
 
-int64_t Schedule::group_of(int stage, int64_t mb) const {
-  if (def->per_minibatch_units) return mb / layout.replicas_of(stage);
-  return mb / microbatches;
-}
+int64_t Schedule::group_of(int stage, int64_t mb) const { return mb / microbatches / version_stride(stage); }
 
-int64_t Schedule::groups(int stage) const {
-  if (!training()) return 0;
-  if (def->per_minibatch_units) return units() / layout.replicas_of(stage);
-  return steps;
-}
+int64_t Schedule::groups(int stage) const { return training() ? steps / version_stride(stage) : 0; }
 
-int64_t Schedule::version_stride(int stage) const { return def->per_minibatch_units ? layout.replicas_of(stage) : 1; }
-bool Schedule::training() const { return def->versions != VersionRule::none; }
+int64_t Schedule::version_stride(int stage) const { return def->version_stride(layout, stage); }
+bool Schedule::training() const { return def->training; }
 std::string Schedule::name() const { return def ? def->name : "?"; }
 
 int32_t rule_version(const Schedule& S, Op op, int s, int64_t m, int64_t latest, int32_t fwd, int32_t v0) {
-  const bool forward = op == Op::forward;
-  const int64_t stride = S.version_stride(s);
-  switch (S.def->versions) {
-    case VersionRule::flush: return static_cast<int32_t>(S.group_of(s, m));
-    case VersionRule::stash: return forward ? static_cast<int32_t>(latest) : fwd;
-    case VersionRule::vsync:
-      if (!forward) return fwd;
-      return static_cast<int32_t>(s == 0 ? latest : stride * (v0 / stride));
-    case VersionRule::nostash: return static_cast<int32_t>(latest);
-    case VersionRule::two_bw: return static_cast<int32_t>(std::max<int64_t>(0, S.group_of(s, m) - 1));
-    case VersionRule::none: return 0;
-  }
-  return 0;
+  return S.def->versions.read(VersionQuery{S, op, s, m, latest, fwd, v0});
 }
 
 namespace {
@@ -178,17 +159,15 @@ Schedule make_schedule(const ScheduleDef& def, const Layout& layout, int64_t ste
   S.def = &def;
   S.layout = layout;
   S.steps = steps;
-  S.microbatches = def.per_minibatch_units ? 1 : microbatches;
+  S.microbatches = def.units_per_minibatch(microbatches);
   PT_CHECK(layout.placement == def.placement, def.name << " runs on the " << placement_name(def.placement)
                                                        << " placement, the layout is " << placement_name(layout.placement));
   PT_CHECK(S.units() < INT32_MAX, "schedule too long: " << S.units() << " units");
-  if (def.check) {
-    const std::string why = def.check(layout, S.microbatches);
-    PT_CHECK(why.empty(), def.name << ": " << why);
-  }
-  for (int g = 0; g < layout.groups() && def.per_minibatch_units; ++g)
-    PT_CHECK(S.units() % layout.replicas[static_cast<size_t>(g)] == 0,
-             "the pipedream schedules need the minibatch count (" << S.units() << ") to be a multiple of every replica count");
+  const std::string why = def.problem(layout, S.microbatches);
+  PT_CHECK(why.empty(), def.name << ": " << why);
+  PT_CHECK(steps % def.boundary_stride(layout) == 0, def.name << " needs the minibatch count (" << steps
+                                                                << ") to be a multiple of every stage's update stride (replicas "
+                                                                << layout.replication() << ")");
   S.workers.resize(static_cast<size_t>(layout.ranks()));
   def.generate(S);
   insert_updates(S);
@@ -229,9 +208,10 @@ const ScheduleDef& eval_def(Placement p) {
   if (d.name.empty()) {
     d.name = "eval";
     d.doc = "forward-only pass over the test set";
-    d.deck_choice = d.planner = false;
+    d.deck_choice = d.planner = d.training = false;
     d.placement = p;
-    d.versions = VersionRule::none;
+    d.versions = VersionRule{};
+    d.versions.read = [](const VersionQuery&) { return 0; };  // the first: nothing is updated
     d.generate = generate_eval;
   }
   return d;

@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "pipetrain/error.hpp"
-#include "pipetrain/schedule_ir.hpp"
+#include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
 
@@ -22,6 +22,16 @@ Placement placement_from_name(const std::string& n) {
   if (n == "looped") return Placement::looped;
   if (n == "v") return Placement::v;
   fail(Exit::bad_input, "unknown placement '" + n + "'; known: contiguous, looped, v", true);
+}
+
+bool placement_fits(Placement p, int K, int groups) {
+  if (groups <= 0 || K % groups != 0) return false;
+  switch (p) {
+    case Placement::contiguous: return K == groups;
+    case Placement::v: return K == 2 * groups;
+    case Placement::looped: return true;
+  }
+  return false;
 }
 
 int Layout::group_of(int stage) const {
@@ -97,9 +107,11 @@ std::string Layout::str() const {
 std::string Layout::problem(const std::vector<int>& first_layers, int layers, const std::vector<int>& replicas, Placement placement) {
   const int K = static_cast<int>(first_layers.size()), p = static_cast<int>(replicas.size());
   const std::string on = std::to_string(K) + " stages on " + std::to_string(p) + " rank groups";
-  if (p == 0 || K % p != 0) return on + " (not a whole number of stages per group)";
-  if (placement == Placement::contiguous && K != p) return on + " with the contiguous placement (one stage per group)";
-  if (placement == Placement::v && K != 2 * p) return on + " with the v placement (2 stages per group)";
+  if (!placement_fits(placement, K, p)) {
+    if (p == 0 || K % p != 0) return on + " (not a whole number of stages per group)";
+    return on + " with the " + placement_name(placement) + " placement (" +
+           (placement == Placement::v ? "2 stages" : "one stage") + " per group)";
+  }
   for (int r : replicas)
     if (r < 1) return "a rank group of " + std::to_string(r) + " replicas";
   for (int s = 0; s < K; ++s)
@@ -117,9 +129,8 @@ Layout Layout::make(const std::vector<int>& first_layers, int layers, const std:
   l.replicas = replicas;
   l.placement = placement;
   const int K = l.stages(), p = l.groups();
-  PT_CHECK(p > 0 && K % p == 0, "layout: " << K << " stages on " << p << " rank groups");
-  PT_CHECK(placement != Placement::contiguous || K == p, "layout: contiguous placement with " << K << " stages on " << p << " groups");
-  PT_CHECK(placement != Placement::v || K == 2 * p, "layout: V placement needs 2 stages per rank group, got " << K << " on " << p);
+  PT_CHECK(placement_fits(placement, K, p),
+           "layout: " << K << " stages do not fit the " << placement_name(placement) << " placement on " << p << " rank groups");
   for (size_t s = 0; s + 1 < l.first.size(); ++s)
     PT_CHECK(l.first[s] < l.first[s + 1], "layout: stage " << s << " is empty");
   return l;
@@ -168,19 +179,17 @@ std::vector<int> group_replicas(const Deck& d, int groups, int ranks, const std:
 
 }  // namespace
 
-Layout Layout::from_deck(const Deck& d, int layers, int ranks, Placement schedule_placement) {
+Layout Layout::from_deck(const Deck& d, int layers, int ranks, const ScheduleDef& def) {
   std::vector<int> first = {0};
   for (auto v : d.parallel.split) first.push_back(static_cast<int>(v));
   const int K = static_cast<int>(first.size());
-  const Placement pl = d.parallel.placement == "auto" ? schedule_placement : placement_from_name(d.parallel.placement);
-  if (pl != schedule_placement)
-    fail(Exit::bad_input, d.where("parallel.placement") + ": key 'parallel.placement': schedule " + d.parallel.schedule +
-                              " runs on the " + placement_name(schedule_placement) + " placement, not " + placement_name(pl) +
+  const Placement pl = d.parallel.placement == "auto" ? def.placement : placement_from_name(d.parallel.placement);
+  if (pl != def.placement)
+    fail(Exit::bad_input, d.where("parallel.placement") + ": key 'parallel.placement': schedule " + def.name +
+                              " runs on the " + placement_name(def.placement) + " placement, not " + placement_name(pl) +
                               " (leave it \"auto\")", true);
   const int groups = group_count(d, pl, K, ranks);
-  const bool fits = groups > 0 && K % groups == 0 && (pl != Placement::v || K == 2 * groups) &&
-                    (pl != Placement::contiguous || K == groups);
-  if (!fits)
+  if (!placement_fits(pl, K, groups))
     fail(Exit::bad_input,
          d.where("parallel.split") + ": key 'parallel.split': " + std::to_string(K) + " stages do not fit the " +
              placement_name(pl) + " placement on " + std::to_string(groups) + " rank groups (" +
@@ -188,8 +197,8 @@ Layout Layout::from_deck(const Deck& d, int layers, int ranks, Placement schedul
               pl == Placement::looped ? "looped needs v stages per group for v >= 1: p x v stages" : "one stage per group") +
              ")", true);
   std::vector<int> reps = group_replicas(d, groups, ranks, first);
-  if (d.parallel.schedule == "bsp" && K != 1)
-    fail(Exit::bad_input, d.where("parallel.schedule") + ": key 'parallel.schedule': bsp needs one stage, got " + std::to_string(K), true);
+  if (const std::string why = def.stage_count_problem(K); !why.empty())
+    fail(Exit::bad_input, d.where("parallel.schedule") + ": key 'parallel.schedule': " + why, true);
   return make(first, layers, reps, pl);
 }
 

@@ -8,9 +8,9 @@
 
 namespace pt {
 
-// The weight version action `op` of unit m on stage s reads under the schedule's rule,
-// given the stage's latest version on this worker, the version its forward read (backward
-// actions) and the version stage 0's forward of m read (vsync).
+// The weight version action `op` of unit m on stage s reads under the entry's version rule
+// (ScheduleDef::versions.read), given the stage's latest version on this worker, the version
+// its forward read (backward actions) and the version stage 0's forward of m read (vsync).
 int32_t rule_version(const Schedule& S, Op op, int stage, int64_t m, int64_t latest, int32_t fwd, int32_t v0);
 
 // After each stage's last B (or W) of an update group: ALLREDUCE among its replicas (when

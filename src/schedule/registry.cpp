@@ -1,7 +1,8 @@
-// The schedule registry (schedule_registry.hpp): entries by name, lookup with a located "did you
-// mean", the memory rules behind summary.json's formulas and the planner's cap, and the
-// small helpers generators share.
+// The schedule registry (schedule_registry.hpp): entries by name and by role, lookup with a
+// located "did you mean", what every entry answers from its fields (units, strides, stage
+// count, the memory rule's formulas at a layout), and the small helpers generators share.
 #include <algorithm>
+#include <numeric>
 
 #include "pipetrain/error.hpp"
 #include "pipetrain/registry.hpp"
@@ -11,8 +12,6 @@ namespace pt {
 namespace {
 
 NamedRegistry<ScheduleDef>& registry() { return NamedRegistry<ScheduleDef>::instance(); }
-
-int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 }  // namespace
 
@@ -61,36 +60,60 @@ Placement recorded_placement(const std::string& recorded, const std::string& sch
   fail(Exit::bad_input, where + ": unknown placement '" + recorded + "'; known: contiguous, looped, v", true);
 }
 
-int memory_in_flight(MemoryRule rule, int d, int d0, int r, int U) {
-  const int per = ceil_div(U, r);
-  switch (rule) {
-    case MemoryRule::one_f_one_b: return std::min(d, per);
-    case MemoryRule::gpipe: return per;
-    case MemoryRule::pipedream:
-    case MemoryRule::no_stash:
-    case MemoryRule::two_bw: return d;
-    case MemoryRule::one_unit: return 1;
-    case MemoryRule::zb_h1: return std::min(std::max(d, d0), per);
-    case MemoryRule::zb_h2: return std::min(2 * std::max(d, d0) - 1, per);
-    case MemoryRule::replay: return -1;
-  }
-  return d;
+const ScheduleDef& flagged_schedule(bool ScheduleDef::*role) {
+  const ScheduleDef* found = nullptr;
+  for (const ScheduleDef* d : registry().all())
+    if (d->*role) {
+      PT_CHECK(!found, "schedules '" << found->name << "' and '" << d->name << "' both claim one role");
+      found = d;
+    }
+  PT_CHECK(found, "no registered schedule has the role asked for");
+  return *found;
 }
 
-int memory_versions(MemoryRule rule, int d) {
-  switch (rule) {
-    case MemoryRule::pipedream: return d;
-    case MemoryRule::two_bw: return 2;
-    case MemoryRule::replay: return -1;
-    default: return 1;
-  }
+// ---- what an entry answers -------------------------------------------------------------------
+
+int ScheduleDef::units_per_minibatch(int microbatches) const { return per_minibatch_units ? 1 : std::max(1, microbatches); }
+
+int64_t ScheduleDef::unit_size(int64_t batch_size, int microbatches) const {
+  return batch_size / units_per_minibatch(microbatches);
 }
 
-int rule_in_flight(MemoryRule rule, const Layout& l, int stage, int U) {
-  return memory_in_flight(rule, l.in_flight_depth(stage), l.in_flight_depth(0), l.replicas_of(stage), U);
+int64_t ScheduleDef::version_stride(const Layout& l, int stage) const {
+  return per_minibatch_units ? l.replicas_of(stage) : 1;
 }
 
-int rule_versions(MemoryRule rule, const Layout& l, int stage) { return memory_versions(rule, l.in_flight_depth(stage)); }
+int64_t ScheduleDef::boundary_stride(const Layout& l) const {
+  int64_t lcm = 1;
+  for (int s = 0; s < l.stages(); ++s) lcm = std::lcm(lcm, version_stride(l, s));
+  return lcm;
+}
+
+std::string ScheduleDef::stage_count_problem(int K) const {
+  if (stages == 0 || K == stages) return "";
+  return name + " needs " + (stages == 1 ? std::string("one stage") : std::to_string(stages) + " stages") + ", got " +
+         std::to_string(K);
+}
+
+std::string ScheduleDef::problem(const Layout& l, int microbatches) const {
+  if (std::string why = stage_count_problem(l.stages()); !why.empty()) return why;
+  return check ? check(l, microbatches) : std::string();
+}
+
+int ScheduleDef::in_flight_formula(const Layout& l, int stage, int U) const {
+  if (!memory) return -1;
+  return memory->in_flight(l.in_flight_depth(stage), l.in_flight_depth(0), l.replicas_of(stage), U);
+}
+
+int ScheduleDef::versions_formula(const Layout& l, int stage) const {
+  return memory ? memory->versions(l.in_flight_depth(stage)) : -1;
+}
+
+int ScheduleDef::staleness(int K) const {
+  if (flush) return 0;
+  if (versions.staleness >= 0) return versions.staleness;
+  return K > 0 ? K - 1 : -1;
+}
 
 std::vector<int64_t> replica_units(const Schedule& S, int stage, int replica) {
   std::vector<int64_t> out;

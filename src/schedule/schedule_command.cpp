@@ -52,12 +52,14 @@ nlohmann::json schedule_json(const Schedule& s, const TrainSetup& setup, const D
                       {"microbatches", s.microbatches}, {"steps", s.steps}, {"valid", validate(s).empty()},
                       {"makespan", rp.makespan}, {"ideal", ideal},
                       {"bubble_fraction", ideal > 0 ? (rp.makespan - ideal) / ideal : 0.0}, {"peak_activations", peaks(s)}};
-  // 1F1B on one stage per rank group, for comparison (the zero-bubble papers' memory claims)
-  if (s.name() != "1f1b" && s.layout.groups() > 0) {
+  // the memory reference (1F1B) on one stage per rank group, for comparison (the zero-bubble
+  // papers' memory claims)
+  const ScheduleDef& ref = flagged_schedule(&ScheduleDef::memory_reference);
+  if (s.def != &ref && s.layout.groups() > 0) {
     std::vector<int> first;
     for (int g = 0; g < s.layout.groups(); ++g) first.push_back(s.layout.first_layer(g * s.layout.chunks()));
     const Layout straight = Layout::make(first, setup.model->size(), s.layout.replicas);
-    j["peak_activations_1f1b"] = peaks(make_schedule("1f1b", straight, s.steps, s.microbatches));
+    j["peak_activations_" + ref.name] = peaks(make_schedule(ref, straight, s.steps, s.microbatches));
   }
   return j;
 }

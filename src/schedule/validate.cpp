@@ -181,17 +181,9 @@ class Validator {
       if (a.stage == 0) v0_[static_cast<size_t>(a.mb)] = a.version;
     }
     if (a.version == want) return "";
-    switch (S_.def->versions) {
-      case VersionRule::stash:
-        return at("stashing violated: reads version " + std::to_string(a.version) + ", forward read " + std::to_string(fv));
-      case VersionRule::vsync:
-        return at("vertical sync violated: reads version " + std::to_string(a.version) + ", the rule gives " + std::to_string(want));
-      case VersionRule::two_bw:
-        return at("2BW reads version " + std::to_string(a.version) + ", the rule W(t-1) gives " + std::to_string(want));
-      case VersionRule::flush:
-        return at("flush schedule reads version " + std::to_string(a.version) + " in step " + std::to_string(want));
-      default: return at("reads version " + std::to_string(a.version) + ", the rule gives " + std::to_string(want));
-    }
+    const auto& words = S_.def->versions.violation;
+    return at(words ? words(a.version, want, fv)
+                    : "reads version " + std::to_string(a.version) + ", the rule gives " + std::to_string(want));
   }
 
   const Schedule& S_;

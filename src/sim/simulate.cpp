@@ -60,7 +60,7 @@ double weight_copies(int versions, bool bf16) { return bf16 ? 2.5 + 0.5 * (versi
 
 double unit_samples(const SimConfig& cfg, const Profile& p) {
   const double B = cfg.batch_size > 0 ? static_cast<double>(cfg.batch_size) : profile_mb(p);
-  return cfg.def->per_minibatch_units ? B : B / std::max(1, cfg.microbatches);
+  return B / cfg.def->units_per_minibatch(cfg.microbatches);
 }
 
 CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConfig& cfg) {
@@ -115,7 +115,8 @@ MemoryBreakdown worker_memory(const Profile& p, const Schedule& s, int rank, dou
 
 namespace {
 
-// Minibatches to replay: warm-up W, window n, total S (with the drain). Flush schedules
+// Minibatches to replay: warm-up W, window n, total S (with the drain), whole multiples of
+// the entry's boundary stride (every stage's update group complete). Flush schedules
 // repeat exactly from the second minibatch on (the first may differ when an allreduce of
 // the previous step delays a stage), so the window is minibatch 1. Asynchronous ones need
 // D = the deepest in-flight depth in units to fill and to drain: W = ceil(D / M)
@@ -123,16 +124,15 @@ namespace {
 std::string replay_window(const SimConfig& cfg, int64_t* W, int64_t* n, int64_t* S) {
   const Layout& L = cfg.layout;
   const int M = cfg.microbatches, K = L.stages();
-  const bool async = !cfg.def->flush, per_mb = cfg.def->per_minibatch_units;
-  int64_t lcm = 1;
-  for (int r : L.replicas) lcm = std::lcm(lcm, static_cast<int64_t>(r));
-  auto round_up = [&](int64_t x) { return per_mb ? (x + lcm - 1) / lcm * lcm : x; };
+  const bool async = !cfg.def->flush;
+  const int64_t lcm = cfg.def->boundary_stride(L);
+  auto round_up = [&](int64_t x) { return (x + lcm - 1) / lcm * lcm; };
   *W = 1, *n = 1, *S = 2;
   if (async) {
     int D = 1;
     for (int s = 0; s < K; ++s) D = std::max(D, L.in_flight_depth(s));
     *W = std::max(1, (D + M - 1) / M);
-    *n = round_up(per_mb ? std::max<int64_t>(2, lcm) : 2);
+    *n = round_up(std::max<int64_t>(2, lcm));
     *S = round_up(2 * *W + *n);
   } else if (cfg.minibatches > 0) {
     *S = std::max<int64_t>(2, cfg.minibatches);
@@ -146,13 +146,13 @@ std::string replay_window(const SimConfig& cfg, int64_t* W, int64_t* n, int64_t*
     // every unit visits every stage: about 6 actions per unit and stage, plus updates
     auto actions = [&](int64_t steps) { return steps * M * K * 6 + steps * L.ranks() * 2; };
     if (actions(*S) > cfg.max_actions) {  // shrink the window (and, async, the drain) first
-      *n = async ? (per_mb ? lcm : 1) : 1;
+      *n = async ? lcm : 1;
       *S = async ? round_up(2 * *W + *n) : 2;
     }
     if (actions(*S) > cfg.max_actions)
       return "too large to replay: about " + std::to_string(actions(*S)) + " actions (limit " + std::to_string(cfg.max_actions) + ")";
   }
-  if (per_mb && lcm > 100000) return "replica counts " + L.replication() + " need a multiple of " + std::to_string(lcm) + " minibatches";
+  if (lcm > 100000) return "replica counts " + L.replication() + " need a multiple of " + std::to_string(lcm) + " minibatches";
   return "";
 }
 
@@ -233,7 +233,7 @@ void worker_measures(const Profile& p, const SimConfig& cfg, const Schedule& sch
 
 SimResult simulate(const Profile& p, const ClusterModel& c, const SimConfig& cfg_in) {
   SimConfig cfg = cfg_in;
-  if (cfg.def->per_minibatch_units) cfg.microbatches = 1;
+  cfg.microbatches = cfg.def->units_per_minibatch(cfg.microbatches);
   if (cfg.batch_size <= 0) cfg.batch_size = static_cast<int64_t>(profile_mb(p));
   SimResult out;
   out.def = cfg.def;
@@ -245,8 +245,7 @@ SimResult simulate(const Profile& p, const ClusterModel& c, const SimConfig& cfg
   if (L.end_layer(L.stages() - 1) != static_cast<int>(p.layers.size()))
     return fail_with("layout covers " + std::to_string(L.end_layer(L.stages() - 1)) + " layers but the profile has " +
                      std::to_string(p.layers.size()));
-  if (cfg.def->check)
-    if (std::string why = cfg.def->check(L, cfg.microbatches); !why.empty()) return fail_with(why);
+  if (std::string why = cfg.def->problem(L, cfg.microbatches); !why.empty()) return fail_with(why);
   int64_t W, n, S;
   if (std::string why = replay_window(cfg, &W, &n, &S); !why.empty()) return fail_with(why);
   out.minibatches = S;

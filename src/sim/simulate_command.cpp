@@ -52,7 +52,7 @@ int cmd_simulate(const SimulateArgs& a) {
   } else if (in.deck) {
     if (a.ranks <= 0) fail(Exit::bad_input, "command line: simulate: --ranks N is required", true);
     cfg.def = &schedule_def(in.deck->parallel.schedule);
-    cfg.layout = Layout::from_deck(*in.deck, L, a.ranks, cfg.def->placement);
+    cfg.layout = Layout::from_deck(*in.deck, L, a.ranks, *cfg.def);
     cfg.microbatches = static_cast<int>(in.deck->parallel.microbatches);
     from = in.deck->path;
   } else {

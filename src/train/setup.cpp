@@ -1,7 +1,6 @@
 // TrainSetup: what a deck and a rank count determine (model, layout, schedule, units),
 // the epoch arithmetic, and the formulas summary.json sets beside measured values.
 #include <algorithm>
-#include <numeric>
 
 #include "pipetrain/data.hpp"
 #include "pipetrain/error.hpp"
@@ -19,15 +18,12 @@ TrainSetup TrainSetup::from_deck(const Deck& deck, int world_size) {
   DataInfo info = data_info(deck);
   t.model = std::make_unique<Model>(deck, info.shape, info.classes);
   t.def = &schedule_def(deck.parallel.schedule);
-  t.layout = Layout::from_deck(deck, t.model->size(), world_size, t.def->placement);
-  t.microbatches = t.per_minibatch_units() ? 1 : static_cast<int>(deck.parallel.microbatches);
-  if (t.def->check) {
-    const std::string why = t.def->check(t.layout, t.microbatches);
-    if (!why.empty())
-      fail(Exit::bad_input, deck.where("parallel.microbatches") + ": key 'parallel.microbatches' (schedule " + t.def->name +
-                                ", " + t.layout.str() + "): " + why, true);
-  }
-  t.mb_size = deck.train.batch_size / t.microbatches;
+  t.layout = Layout::from_deck(deck, t.model->size(), world_size, *t.def);
+  t.microbatches = t.def->units_per_minibatch(static_cast<int>(deck.parallel.microbatches));
+  if (const std::string why = t.def->problem(t.layout, t.microbatches); !why.empty())
+    fail(Exit::bad_input, deck.where("parallel.microbatches") + ": key 'parallel.microbatches' (schedule " + t.def->name +
+                              ", " + t.layout.str() + "): " + why, true);
+  t.mb_size = t.def->unit_size(deck.train.batch_size, static_cast<int>(deck.parallel.microbatches));
   if (const std::string why = tie_conflict(deck, *t.def, t.layout); !why.empty())
     fail(Exit::bad_input, deck.where("parallel.schedule") + ": key 'parallel.schedule': " + why, true);
   if (deck.train.eval_every % t.boundary_stride() != 0)
@@ -62,13 +58,9 @@ std::string tie_conflict(const Deck& deck, const ScheduleDef& def, const Layout&
   return "";
 }
 
-int64_t TrainSetup::version_stride(int stage) const { return per_minibatch_units() ? layout.replicas_of(stage) : 1; }
+int64_t TrainSetup::version_stride(int stage) const { return def->version_stride(layout, stage); }
 
-int64_t TrainSetup::boundary_stride() const {
-  int64_t l = 1;
-  for (int s = 0; s < layout.stages(); ++s) l = std::lcm(l, version_stride(s));
-  return l;
-}
+int64_t TrainSetup::boundary_stride() const { return def->boundary_stride(layout); }
 
 int64_t TrainSetup::steps_per_epoch(const Deck& deck, int64_t N) const {
   const int64_t B = deck.train.batch_size;
@@ -96,8 +88,8 @@ int64_t TrainSetup::segment_steps(int64_t done, int64_t spe, int64_t total, int6
   return n;
 }
 
-int TrainSetup::versions_formula(int stage) const { return rule_versions(def->memory, layout, stage); }
+int TrainSetup::versions_formula(int stage) const { return def->versions_formula(layout, stage); }
 
-int TrainSetup::in_flight_formula(int stage) const { return rule_in_flight(def->memory, layout, stage, microbatches); }
+int TrainSetup::in_flight_formula(int stage) const { return def->in_flight_formula(layout, stage, microbatches); }
 
 }  // namespace pt

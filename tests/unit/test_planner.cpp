@@ -48,15 +48,21 @@ double ring(const std::vector<ClusterLevel>& lv, int level, int r, double bytes)
   return 2.0 * (r - 1) / r * bytes / l.bandwidth + 2.0 * (r - 1) * l.latency;
 }
 
+// The memory rule a schedule's registry entry points to.
+const MemoryRule* rule_of(const char* schedule) { return schedule_def(schedule).memory; }
+std::string rule_name(const MemoryRule* rule) {
+  for (const ScheduleDef* d : schedule_defs())
+    if (d->memory == rule) return d->name;
+  return "?";
+}
+
 int in_flight(const ChainCosts& c, int d, int r) {
   const int per = (c.units + r - 1) / r;
-  switch (c.rule) {
-    case MemoryRule::one_f_one_b: return std::min(d, per);
-    case MemoryRule::gpipe: return per;
-    default: return d;
-  }
+  if (c.rule == rule_of("1f1b")) return std::min(d, per);
+  if (c.rule == rule_of("gpipe")) return per;
+  return d;
 }
-int versions(const ChainCosts& c, int d) { return c.rule == MemoryRule::pipedream ? d : c.rule == MemoryRule::two_bw ? 2 : 1; }
+int versions(const ChainCosts& c, int d) { return c.rule == rule_of("pipedream") ? d : c.rule == rule_of("2bw") ? 2 : 1; }
 
 struct Eval {
   double objective = 0, max_memory = 0;
@@ -153,8 +159,8 @@ Instance random_instance(std::mt19937_64& g) {
   c.units = pick(1, 4);
   c.amortized = u(g) < 0.3;
   c.serial_allreduce = u(g) < 0.3;
-  c.rule = c.amortized ? MemoryRule::pipedream
-                       : std::vector<MemoryRule>{MemoryRule::one_f_one_b, MemoryRule::gpipe, MemoryRule::two_bw}[g() % 3];
+  c.rule = c.amortized ? rule_of("pipedream")
+                       : std::vector<const MemoryRule*>{rule_of("1f1b"), rule_of("gpipe"), rule_of("2bw")}[g() % 3];
   if (u(g) < 0.5) {
     in.levels.push_back({int64_t{1} << 40, 1e8 + 1e10 * u(g), u(g) < 0.5 ? 0.0 : 1e-4 * u(g)});
   } else {
@@ -210,7 +216,7 @@ TEST(Planner, DpEqualsExhaustiveSearch) {
     if (!dp.ok) {
       std::string d = "L=" + std::to_string(in.c.layers()) + " N=" + std::to_string(in.N) + " cap=" + std::to_string(in.cap) +
                       " units=" + std::to_string(in.c.units) + " amort=" + std::to_string(in.c.amortized) + " rule=" +
-                      std::to_string(static_cast<int>(in.c.rule)) + " pow2=" + std::to_string(pow2);
+                      rule_name(in.c.rule) + " pow2=" + std::to_string(pow2);
       for (auto& c : all)
         if (c.e.max_memory <= in.cap || in.cap <= 0) {
           d += "\n feasible:";

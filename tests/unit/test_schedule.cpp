@@ -258,16 +258,16 @@ TEST(Schedule, MemoryRulesMatchTheGenerators) {
       for (const auto& reps : patterns(K))
         for (int M : {1, 2, 4, 8, 12}) {
           const Layout l = layouts_for(*d, reps).front();
-          if (d->memory == MemoryRule::replay || (d->name == "bsp" && K > 1) || (d->per_minibatch_units && M > 1)) continue;
+          if (!d->memory || (d->name == "bsp" && K > 1) || (d->per_minibatch_units && M > 1)) continue;
           if (d->check && !d->check(l, M).empty()) continue;
           const Schedule s = make_schedule(*d, l, steps_for(*d, l, 4 * K), M);
           for (int st = 0; st < l.stages(); ++st) {
             const int r0 = l.rank_of(st, 0);
-            const int want = rule_in_flight(d->memory, l, st, M), got = max_in_flight(s, r0, st);
-            if (d->memory == MemoryRule::two_bw || d->split_backward) EXPECT_LE(got, want) << d->name;  // upper bounds
+            const int want = d->in_flight_formula(l, st, M), got = max_in_flight(s, r0, st);
+            if (d->name == "2bw" || d->split_backward) EXPECT_LE(got, want) << d->name;  // upper bounds
             else EXPECT_EQ(got, want) << d->name << " " << l.replication() << " M=" << M << " stage " << st;
-            if (d->versions == VersionRule::vsync) continue;  // stage 0 decides: no closed form
-            else EXPECT_EQ(max_versions_held(s, r0, st), rule_versions(d->memory, l, st)) << d->name << " stage " << st;
+            if (d->name == "pipedream-vsync") continue;  // stage 0 decides: no closed form
+            else EXPECT_EQ(max_versions_held(s, r0, st), d->versions_formula(l, st)) << d->name << " stage " << st;
           }
         }
 }
@@ -291,7 +291,7 @@ TEST(Schedule, LayoutErrorsNameTheNumbers) {
       "[[model.layers]]\ntype='softmax_cross_entropy'\n[parallel]\nsplit=[1,2]\nreplicas=[2,1,1]\n",
       "deck.toml", {});
   try {
-    Layout::from_deck(d, 3, 3, Placement::contiguous);
+    Layout::from_deck(d, 3, 3, schedule_def(d.parallel.schedule));
     FAIL() << "expected a layout error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Exit::bad_input);
@@ -299,7 +299,7 @@ TEST(Schedule, LayoutErrorsNameTheNumbers) {
     EXPECT_NE(std::string(e.what()).find("the job has 3"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("deck.toml:11:"), std::string::npos) << e.what();
   }
-  Layout ok = Layout::from_deck(d, 3, 4, Placement::contiguous);
+  Layout ok = Layout::from_deck(d, 3, 4, schedule_def(d.parallel.schedule));
   EXPECT_EQ(ok.replication(), "2-1-1");
   EXPECT_EQ(ok.rank_of(1, 0), 2);
   EXPECT_EQ(ok.stage_of(3), 2);
@@ -316,7 +316,7 @@ TEST(Schedule, PlacementsMapStagesToRanks) {
                            "[[model.layers]]\ntype='softmax_cross_entropy'\n[parallel]\nsplit=[1,2]\nschedule='zb-v'\n",
                            "deck.toml", {});
   try {
-    Layout::from_deck(d, 3, 2, Placement::v);  // 3 stages cannot form a V on 2 ranks
+    Layout::from_deck(d, 3, 2, schedule_def(d.parallel.schedule));  // 3 stages cannot form a V on 2 ranks
     FAIL() << "expected a placement error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("V needs exactly 2 stages per group"), std::string::npos) << e.what();

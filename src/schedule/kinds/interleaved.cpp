@@ -50,7 +50,7 @@ ScheduleDef interleaved_entry() {
   d.name = "interleaved-1f1b";
   d.doc = "Megatron-LM's interleaved 1F1B: v model chunks per rank (looped placement), bubble (p-1)/(v m)";
   d.placement = Placement::looped;
-  d.memory = MemoryRule::replay;
+  // memory unset: with several stages per rank only the generated schedule's replay knows
   d.generate = generate_interleaved;
   d.check = check_interleaved;
   return d;

@@ -13,6 +13,8 @@
 // minibatch after the first: 75 against 81 for 3 minibatches, p = 4, m = 8). With fewer
 // microbatches than the H2 warm-up needs (m < 2p - 1) its order can lose to H1's; zb-h2
 // then keeps H1's order, so it is never slower than zb-h1 at unit costs.
+#include <algorithm>
+
 #include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
@@ -58,6 +60,17 @@ void generate_zb(Schedule& S, bool h2) {
   if (unit_makespan(h1) < unit_makespan(S)) S.workers = std::move(h1.workers);
 }
 
+// In flight / versions (upper bounds: with few units zb-h2 may keep zb-h1's order), for
+// depth d, stage 0's d0, r replicas, U units per minibatch:
+//   zb-h1  min(max(d, d0), ceil(U/r)) / 1        zb-h2  min(2 max(d, d0) - 1, ceil(U/r)) / 1
+const MemoryRule* zb_memory(bool h2) {
+  static const MemoryRule h1m{[](int d, int d0, int r, int U) { return std::min(std::max(d, d0), (U + r - 1) / r); },
+                              [](int) { return 1; }};
+  static const MemoryRule h2m{[](int d, int d0, int r, int U) { return std::min(2 * std::max(d, d0) - 1, (U + r - 1) / r); },
+                              [](int) { return 1; }};
+  return h2 ? &h2m : &h1m;
+}
+
 ScheduleDef zb_entry(bool h2) {
   ScheduleDef d;
   d.name = h2 ? "zb-h2" : "zb-h1";
@@ -65,7 +78,7 @@ ScheduleDef zb_entry(bool h2) {
                "ties zb-h1 on one flushed minibatch at unit costs, gains over several or when W costs less than I"
              : "zero bubble H1: 1F1B with the weight gradient W split off and deferred; 1F1B's peak memory";
   d.split_backward = true;
-  d.memory = h2 ? MemoryRule::zb_h2 : MemoryRule::zb_h1;
+  d.memory = zb_memory(h2);
   d.generate = [h2](Schedule& S) { generate_zb(S, h2); };
   return d;
 }

@@ -13,7 +13,7 @@ ScheduleDef zb_v_entry() {
   d.doc = "zero bubble V: 2 chunks per rank in a V, I/W split; near-zero bubble at 1F1B's activation memory";
   d.placement = Placement::v;
   d.split_backward = true;
-  d.memory = MemoryRule::replay;
+  // memory unset: with several stages per rank only the generated schedule's replay knows
   d.check = [](const Layout& l, int M) -> std::string {
     for (int g = 0; g < l.groups(); ++g)
       if (l.replicas[static_cast<size_t>(g)] != l.replicas[0] || M % l.replicas[0] != 0)
