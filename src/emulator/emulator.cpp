@@ -77,15 +77,15 @@ int cmd_emulate(const EmulateArgs& a) {
   const int64_t N = data.train->size();
   const int64_t spe = setup.steps_per_epoch(deck, N), total = setup.total_steps(deck, N);
   auto be = make_host_backend();
-  be->set_precision(precision_from_name(deck.train.precision));
-  const bool bf16 = deck.train.precision == "bf16";
+  be->set_precision(deck.train.precision);
+  const bool bf16 = deck.train.precision == Precision::bf16;
   const uint64_t seed = static_cast<uint64_t>(deck.run.seed);
 
   std::vector<StageState> st(static_cast<size_t>(K));
   for (int s = 0; s < K; ++s) {
     StageState& x = st[static_cast<size_t>(s)];
     x.stage = std::make_unique<Stage>(*be, model, L.first_layer(s), L.end_layer(s), mb, 1);
-    x.stage->set_activation_bf16(deck.train.precision == "bf16");
+    x.stage->set_activation_bf16(deck.train.precision == Precision::bf16);
     x.slot_mem = Buffer(*be, static_cast<size_t>(x.stage->slot_floats()));
     x.labels = be->alloc_int(static_cast<size_t>(mb * data.train->label_count()));
     x.slot = x.stage->carve(x.slot_mem.data(), x.labels);
@@ -99,7 +99,7 @@ int cmd_emulate(const EmulateArgs& a) {
     x.stage->init_params(w.data(), seed);
     x.versions[0] = w;
     const int64_t stride = setup.per_minibatch_units() ? L.replicas[static_cast<size_t>(s)] : 1;
-    x.opt = std::make_unique<Optimizer>(deck.train, *be, w.size(), std::max<int64_t>(1, total / stride));
+    x.opt = std::make_unique<Optimizer>(optim_config(deck.train), *be, w.size(), std::max<int64_t>(1, total / stride));
   }
 
   std::vector<double> step_loss;

@@ -129,11 +129,11 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
   std::vector<LayerProfile> out = summarise(model, Timings{tf, tb, tw, kc}, mb, bf16);
   // optimizer: time an SGD/AdamW-like update over the whole parameter buffer
   if (optimizer_s_per_byte) {
-    Deck::Train t;
-    t.optimizer = "sgd";
+    OptimConfig t;
+    t.optimizer = find_optimizer("sgd");
     t.lr = 0.01;
     t.momentum = 0.9;
-    t.lr_schedule = "constant";
+    t.lr_schedule = find_lr_schedule("constant");
     Optimizer opt(t, be, static_cast<size_t>(st.num_params()), 100);
     std::vector<double> ts;
     for (int rep = 0; rep < warmup + reps; ++rep) {

@@ -172,7 +172,7 @@ Layout Layout::from_deck(const Deck& d, int layers, int ranks, Placement schedul
   std::vector<int> first = {0};
   for (auto v : d.parallel.split) first.push_back(static_cast<int>(v));
   const int K = static_cast<int>(first.size());
-  const Placement pl = d.parallel.placement == "auto" ? schedule_placement : placement_from_name(d.parallel.placement);
+  const Placement pl = d.parallel.placement.value_or(schedule_placement);
   if (pl != schedule_placement)
     fail(Exit::bad_input, d.where("parallel.placement") + ": key 'parallel.placement': schedule " + d.parallel.schedule +
                               " runs on the " + placement_name(schedule_placement) + " placement, not " + placement_name(pl) +
