@@ -10,18 +10,9 @@
 #include <memory>
 #include <string>
 
+#include "pipetrain/device.hpp"
+
 namespace pt {
-
-enum class Device { cpu, cuda };
-
-// Compute precision of the matrix kernels (docs/PRECISION.md). fp32: IEEE single throughout.
-// bf16: gemm, gemm_strided_batched, conv2d_forward and conv2d_backward round their floating
-// inputs (A, B; x, w, dy) to bfloat16 with round-to-nearest-even (bf16_round below), multiply
-// with fp32 accumulation and write fp32 outputs (C; y, dx, dw, db). Every other op, the
-// bias additions and all buffers stay fp32.
-enum class Precision { fp32, bf16 };
-const char* precision_name(Precision p);  // "fp32" | "bf16"
-Precision precision_from_name(const std::string& name);  // train.precision's value (validated by the deck)
 
 // x rounded to the nearest bfloat16 (ties to even), returned as the float of equal value:
 // exactly PyTorch's float -> torch.bfloat16 conversion (c10::BFloat16's round_to_nearest_even;

@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/deck.hpp"
 #include "pipetrain/parallel.hpp"
 #include "pipetrain/engine.hpp"
 

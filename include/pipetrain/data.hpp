@@ -8,10 +8,11 @@
 #include <utility>
 #include <vector>
 
-#include "pipetrain/deck.hpp"
 #include "pipetrain/shape.hpp"
 
 namespace pt {
+
+struct Deck;  // deck.hpp: open_data and data_info read its [data] (and run.seed, key locations)
 
 // How get() turns a stored sample into the model's input, elementwise in float32:
 // x = (raw * scale - mean) * inv_std. uint8 images (Fashion-MNIST, uint8 HDF5) with

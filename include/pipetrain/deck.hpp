@@ -1,37 +1,43 @@
 // The input deck: a TOML file plus --set overrides, parsed and validated into one
-// settings object that is the only source of run settings.
+// settings object that is the only source of run settings. Every key is declared once with
+// its member (keys.hpp): the sections' keys in src/deck/deck.cpp, each layer type's beside
+// its class in src/layers. Enumerations are parsed once into enums; train.optimizer and
+// train.lr_schedule into their registry entries (optim.hpp).
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "pipetrain/device.hpp"
+#include "pipetrain/enum_names.hpp"
+#include "pipetrain/layer_spec.hpp"
+#include "pipetrain/placement.hpp"
+
 namespace pt {
 
-struct LayerSpec {
-  int index = 0;
-  std::string type;   // a registered layer type (layers.hpp; docs/MODELS.md)
-  std::string name;   // optional label (defaults to "<type><index>")
-  int64_t out = 0;        // linear: output features
-  int64_t channels = 0;   // conv2d: output channels
-  int64_t kernel = 0;     // conv2d, pooling
-  int64_t stride = 0;     // conv2d (default 1), pooling (default = kernel)
-  int64_t padding = 0;
-  bool bias = true;
-  double p = 0.0;         // dropout probability
-  double eps = 1e-5;      // layernorm, batchnorm2d, lm_head epsilon
-  int64_t dim = 0;        // embedding: model width D
-  int64_t heads = 0;      // attention, transformer_block
-  int64_t mlp_ratio = 4;  // transformer_block: MLP hidden width / D
-  double momentum = 0.1;  // batchnorm2d running statistics
-  std::string tie;        // lm_head: name of the embedding layer whose token weight it mirrors
-  bool head_bias = false; // lm_head `bias` (default false)
-  // Filled by Model, not deck keys: the data's classes (the vocabulary of token data), and
-  // the index of the layer `tie` names (-1: none).
-  int64_t classes = 0;
-  int tie_layer = -1;
-  std::string where;      // "deck.toml:LINE:COL" of its [[model.layers]] table
+struct OptimizerDef;   // optim.hpp
+struct LrScheduleDef;  // optim.hpp
+struct OptimConfig;    // optim.hpp
+
+// data.source
+enum class DataSource : uint8_t { fashion_mnist, hdf5, synthetic, text, tokens };
+template <>
+struct EnumNames<DataSource> {
+  static constexpr const char* names[] = {"fashion-mnist", "hdf5", "synthetic", "text", "tokens"};
+};
+// train.nonfinite: on a non-finite loss or gradient, abort the job or drop that update
+enum class Nonfinite : uint8_t { abort, skip };
+template <>
+struct EnumNames<Nonfinite> {
+  static constexpr const char* names[] = {"abort", "skip"};
+};
+// parallel.allreduce: the replica gradient reduction
+enum class Allreduce : uint8_t { mpi, nccl };
+template <>
+struct EnumNames<Allreduce> {
+  static constexpr const char* names[] = {"mpi", "nccl"};
 };
 
 struct ClusterLevel {
@@ -44,14 +50,16 @@ struct Deck {
   std::string path;  // the deck file as given
 
   struct Run {
-    std::string name, output_dir, device;
+    std::string name, output_dir;
+    Device device = Device::cpu;
     int64_t seed = 0;
     bool debug_versions = false, plots = true, initial_weights = false;
     double comm_timeout_s = 0;
   } run;
 
   struct Data {
-    std::string source, path, train, test;
+    DataSource source = DataSource::fashion_mnist;
+    std::string path, train, test;
     std::vector<int64_t> shape;
     int64_t classes = 0, train_samples = 0, test_samples = 0;
     int64_t seq_len = 0, vocab = 0;  // text/tokens: positions per sample, vocabulary size
@@ -65,7 +73,10 @@ struct Deck {
   struct Train {
     int64_t batch_size = 0, epochs = 0, max_steps = 0, log_every = 0, eval_batch_size = 0;
     int64_t warmup_steps = 0, step_size = 0, eval_every = 0;
-    std::string optimizer, lr_schedule, nonfinite, precision;
+    const OptimizerDef* optimizer = nullptr;    // a registry entry (optim.hpp)
+    const LrScheduleDef* lr_schedule = nullptr;  // a registry entry (optim.hpp)
+    Nonfinite nonfinite = Nonfinite::abort;
+    Precision precision = Precision::fp32;
     double lr = 0, momentum = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0;
     double gamma = 0, min_lr = 0, target_accuracy = 0, target_loss = 0;
     bool nesterov = false;
@@ -75,7 +86,9 @@ struct Deck {
     bool split_auto = false;
     std::vector<int64_t> split;     // first layer index of stages 2..K
     std::vector<int64_t> replicas;  // per stage; empty = derive from the rank count
-    std::string schedule, profile, allreduce, placement;
+    std::string schedule, profile;  // schedule: a schedule registry name (schedule_registry.hpp)
+    Allreduce allreduce = Allreduce::mpi;
+    std::optional<Placement> placement;  // none: "auto", the schedule's
     int64_t microbatches = 1;
   } parallel;
 
@@ -106,46 +119,15 @@ struct Deck {
 Deck load_deck(const std::string& path, const std::vector<std::string>& sets);
 Deck parse_deck_text(const std::string& text, const std::string& path, const std::vector<std::string>& sets);
 
+// What an Optimizer needs from [train] (its registry entries and hyperparameters).
+OptimConfig optim_config(const Deck::Train& t);
+
 // Documentation of every key: used by `pipetrain keys` and to generate docs/DECK.md.
 struct KeyDoc {
   std::string key, type, default_value, range, doc;
 };
 std::vector<KeyDoc> deck_key_docs();
 std::string deck_reference_markdown();
-
-// Known layer types (the layer registry's names, layers.hpp), for messages and docs.
-std::vector<std::string> known_layer_types();
-
-// A deck key's value type and allowed range (docs/DECK.md prints both). Layer types
-// declare their keys with these (layers.hpp, LayerType::keys).
-enum class KeyKind { Int, Float, Bool, String, Enum, IntList, SplitOrAuto };
-struct KeyRange {
-  bool has_lo = false, lo_open = false, has_hi = false, hi_open = false;
-  double lo = 0, hi = 0;
-};
-KeyRange key_ge(double v);
-KeyRange key_gt(double v);
-KeyRange key_between(double lo, double hi, bool hi_open = false);
-// One key of a [[model.layers]] table; `field` returns the LayerSpec member it fills
-// (Int -> int64_t, Float -> double, Bool -> bool, String -> std::string).
-struct LayerKey {
-  std::string key;
-  KeyKind kind;
-  bool required;
-  KeyRange range;
-  std::string doc;
-  std::function<void*(LayerSpec&)> field;
-};
-
-// A layer's deck keys for its type with their resolved values (defaults filled in), in schema
-// order: what weights.h5 records per layer. kind 'i' integer, 'f' float, 'b' boolean (0/1 in i).
-struct LayerSetting {
-  std::string key;
-  char kind = 'i';
-  int64_t i = 0;
-  double f = 0;
-};
-std::vector<LayerSetting> layer_settings(const LayerSpec& l);
 
 // Levenshtein-based suggestion: "" when nothing is close.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);

@@ -6,8 +6,9 @@
 // weight gradient); a layer that does not split runs its fused backward as the first half.
 //
 // Every layer type registers itself once, beside its class (PT_REGISTER_LAYER in its .cpp,
-// as LAMMPS registers a pair style): the deck's keys and checks, docs/DECK.md, the factory
-// and the PyTorch equivalent all come from that entry.
+// as LAMMPS registers a pair style): its deck keys over its own settings struct (read by the
+// deck, layer_spec.hpp), their checks, docs/DECK.md, the factory and the PyTorch equivalent
+// all come from that entry. Adding a layer type with new keys touches only its .cpp.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -17,7 +18,8 @@
 #include <vector>
 
 #include "pipetrain/backend.hpp"
-#include "pipetrain/deck.hpp"
+#include "pipetrain/keys.hpp"
+#include "pipetrain/layer_spec.hpp"
 #include "pipetrain/shape.hpp"
 
 namespace pt {
@@ -127,16 +129,36 @@ class Layer {
 
 // ---- the layer registry -------------------------------------------------------------------
 
+// A layer type's deck keys over its settings struct S (declared beside its class): the keys
+// as the deck sees them (behind LayerSettings) and a maker of S with every default.
+struct LayerKeys {
+  std::vector<Key<LayerSettings>> keys;
+  std::function<std::shared_ptr<LayerSettings>()> make = [] { return std::make_shared<LayerSettings>(); };
+};
+template <class S>
+LayerKeys layer_keys(std::vector<Key<S>> keys) {
+  static_assert(std::is_base_of_v<LayerSettings, S>, "a layer type's settings derive from LayerSettings");
+  struct AsS {
+    S& operator()(LayerSettings& b) const { return dynamic_cast<S&>(b); }
+    const S& operator()(const LayerSettings& b) const { return dynamic_cast<const S&>(b); }
+  };
+  LayerKeys out;
+  for (const Key<S>& k : keys) out.keys.push_back(rebind<LayerSettings>(k, AsS{}));
+  out.make = [keys]() -> std::shared_ptr<LayerSettings> {
+    auto s = std::make_shared<S>();
+    for (const Key<S>& k : keys)
+      if (k.info.def) k.set(*s, *k.info.def);
+    return s;
+  };
+  return out;
+}
+
 struct LayerType {
   std::string name;     // the deck's `type`
   std::string doc;      // what it computes (docs/DECK.md, docs/MODELS.md)
   std::string pytorch;  // its exact PyTorch equivalent (docs/MODELS.md)
-  std::vector<LayerKey> keys;  // deck keys besides type and name
-  bool loss = false;           // a loss: the last layer of the chain
-  // Defaults that depend on other keys (e.g. pooling stride = kernel), after parsing.
-  std::function<void(LayerSpec&)> finish;
-  // Checks across keys: {key, message} of the first violation, or {"", ""}.
-  std::function<std::pair<std::string, std::string>(const LayerSpec&)> check;
+  LayerKeys keys;       // deck keys besides type and name (layer_keys<S>)
+  bool loss = false;    // a loss: the last layer of the chain
   // Build the layer for its input shape; a shape that does not fit is a located error
   // (require_input helps); prev_desc says what produced the input.
   std::function<std::unique_ptr<Layer>(const LayerSpec&, const Shape& in, const std::string& prev_desc)> make;
@@ -147,6 +169,17 @@ bool register_layer_type(LayerType t);
   namespace { [[maybe_unused]] const bool pt_layer_registered_##id = ::pt::register_layer_type(__VA_ARGS__); }
 const LayerType* find_layer_type(const std::string& name);
 std::vector<const LayerType*> layer_types();  // in registration-independent order (by name)
+std::vector<std::string> known_layer_types();   // their names
+
+// A layer's keys for its type with their values (defaults filled in), in the type's order:
+// what weights.h5 records per layer and the effective deck prints.
+std::vector<std::pair<std::string, KeyValue>> layer_settings(const LayerSpec& l);
+// The value of one of them (tests, tools); a key its type does not have is an internal error.
+KeyValue layer_setting(const LayerSpec& l, const std::string& key);
+template <class T>
+T layer_setting(const LayerSpec& l, const std::string& key) {
+  return std::get<T>(layer_setting(l, key));
+}
 
 // For factories: the input must have this rank ("a flat [F]", "an image [C, H, W]"), else
 // a located error naming the layer, the producer and its shape.

@@ -5,10 +5,11 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/deck.hpp"
 #include "pipetrain/layers.hpp"
 
 namespace pt {
+
+struct Deck;  // deck.hpp
 
 class Model {
  public:

@@ -12,7 +12,7 @@
 //   if (!plan.ok) fail(..., plan.error);
 //   plan.split()      -> first layer of stages 2..K (deck parallel.split)
 //   plan.replicas()   -> replicas per stage, stage-major (deck parallel.replicas)
-//   plan.schedule     -> deck parallel.schedule name ("1f1b", "pipedream", "2bw", "gpipe", "bsp")
+//   plan.schedule     -> deck parallel.schedule name (a schedule registry entry)
 //   plan.microbatches -> deck parallel.microbatches (divides the batch size; 1 for pipedream)
 //   plan.sim.time_per_sample, plan.sim.bubble, plan.to_json() -> the prediction to log and
 //                        store beside the measured time per sample.

@@ -46,7 +46,7 @@ struct NetworkModel {
 struct Profile {
   std::string source;  // "measured: ..." or "graph.txt: ..."
   std::string device;
-  std::string precision = "fp32";  // train.precision it was measured in (output_bytes: 2 per value in bf16)
+  Precision precision = Precision::fp32;  // train.precision it was measured in (output_bytes: 2 per value in bf16)
   int64_t microbatch = 0;
   double input_bytes = 0;   // model input per microbatch
   double optimizer_s_per_byte = 0;  // optimizer step cost per parameter byte

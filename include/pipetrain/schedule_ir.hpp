@@ -12,20 +12,11 @@
 #include <vector>
 
 #include "pipetrain/deck.hpp"
+#include "pipetrain/placement.hpp"
 
 namespace pt {
 
 struct ScheduleDef;
-
-// Where stages live. Contiguous: rank group g holds stage g. Looped (interleaved): group g
-// holds stages g, g+p, g+2p, ... V: group g holds stages g and 2p-1-g.
-enum class Placement : uint8_t { contiguous, looped, v };
-const char* placement_name(Placement p);
-Placement placement_from_name(const std::string& name);  // throws bad_input naming the choices
-// Whether `stages` stages spread over `groups` rank groups (entries of parallel.replicas)
-// under the placement: contiguous one per group, V two per group, looped the same number
-// (>= 1) per group. The one rule the deck's checks, Layout::from_deck and make use.
-bool placement_fits(Placement p, int stages, int groups);
 
 // Stages, their placement on rank groups, and replicas per group. A rank group (pipeline
 // position) is `replicas[g]` ranks that each hold every stage of the group; ranks are

@@ -87,6 +87,7 @@ struct ScheduleDef {
   bool memory_reference = false;     // 1f1b: the peak activations `schedule --json` compares others with (one entry)
   bool data_parallel = false;        // bsp: the planner's data-parallel baseline (one entry)
   bool pipedream_model = false;      // pipedream: the schedule `plan --cost-model pipedream` plans (one entry)
+  bool deck_default = false;         // 1f1b: parallel.schedule when a deck names none (one entry)
   // Fills S.workers with the compute actions (F, B, I, W; stage and unit set, version -1)
   // of every rank, in the order each rank runs them.
   std::function<void(Schedule& S)> generate;

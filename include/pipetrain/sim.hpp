@@ -49,7 +49,7 @@ struct ClusterModel {
 
 // What to simulate: a layout, a schedule kind and its microbatch count, the minibatch size.
 struct SimConfig {
-  const ScheduleDef* def = &schedule_def("1f1b");
+  const ScheduleDef* def = &flagged_schedule(&ScheduleDef::deck_default);
   Layout layout;
   int microbatches = 1;     // the deck's M; simulate() takes the entry's units_per_minibatch of it
   int64_t batch_size = 0;   // samples per minibatch; 0 = the profile's microbatch

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "datasets.hpp"
+#include "pipetrain/deck.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/rng.hpp"
 #include "sequence.hpp"
@@ -117,10 +118,10 @@ Shape synthetic_shape(const Deck& d) {
 }  // namespace
 
 DataSplit open_data(const Deck& d) {
-  if (d.data.source == "text") return open_text_data(d);
-  if (d.data.source == "tokens") return open_token_data(d);
+  if (d.data.source == DataSource::text) return open_text_data(d);
+  if (d.data.source == DataSource::tokens) return open_token_data(d);
   DataSplit s;
-  if (d.data.source == "fashion-mnist") {
+  if (d.data.source == DataSource::fashion_mnist) {
     // A missing folder is an input error located at the deck key (exit code 2, as a missing deck).
     struct stat st;
     const bool found = stat(d.data.path.c_str(), &st) == 0;
@@ -133,7 +134,7 @@ DataSplit open_data(const Deck& d) {
     std::pair<float, float> stats{0.0f, 0.0f};
     s.train = open_fashion(d.data.path, "train", d.data.normalize, &stats);
     s.test = open_fashion(d.data.path, "t10k", d.data.normalize, &stats);
-  } else if (d.data.source == "hdf5") {
+  } else if (d.data.source == DataSource::hdf5) {
     std::pair<float, float> stats{0.0f, 0.0f};
     s.train = open_hdf5_dataset(d.data.train, d.data.normalize, "train", &stats);
     const bool train_bytes = static_cast<const MemoryDataset&>(*s.train).holds_bytes();
@@ -162,9 +163,9 @@ DataSplit open_data(const Deck& d) {
 }
 
 DataInfo data_info(const Deck& d) {
-  if (d.data.source == "fashion-mnist") return {Shape::chw(1, 28, 28), 10, 1, ""};
-  if (d.data.source == "synthetic") return {synthetic_shape(d), d.data.classes, 1, ""};
-  if (d.data.source == "text" || d.data.source == "tokens") return sequence_data_info(d);
+  if (d.data.source == DataSource::fashion_mnist) return {Shape::chw(1, 28, 28), 10, 1, ""};
+  if (d.data.source == DataSource::synthetic) return {synthetic_shape(d), d.data.classes, 1, ""};
+  if (d.data.source == DataSource::text || d.data.source == DataSource::tokens) return sequence_data_info(d);
   std::pair<float, float> stats{0.0f, 1.0f};
   auto ds = open_hdf5_dataset(d.data.train, false, "train", &stats);
   return {ds->sample_shape(), ds->classes(), 1, ""};

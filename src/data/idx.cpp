@@ -30,9 +30,8 @@ std::string dims_text(const std::vector<int64_t>& dims) {
 // slack for the gzip header: a gzip file of S bytes cannot hold more than this.
 int64_t gzip_max_output(int64_t compressed) { return 1032 * compressed + 4096; }
 
-}  // namespace
-
-IdxArray read_idx(const std::string& path, int expected_rank) {
+// Open the file (a missing path is bad input, other failures I/O) and check its magic and rank.
+int64_t open_idx(const std::string& path, int expected_rank, GzFile& gz) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
     // A path that does not exist is an input error (like a missing deck); other failures are I/O.
@@ -41,7 +40,6 @@ IdxArray read_idx(const std::string& path, int expected_rank) {
          path + ": cannot open data file: " + std::strerror(e));
   }
   if (!S_ISREG(st.st_mode)) fail(Exit::bad_input, path + ": data file is not a regular file");
-  GzFile gz;
   gz.f = gzopen(path.c_str(), "rb");
   if (!gz.f) fail(Exit::io, path + ": cannot open data file: " + std::strerror(errno));
   const int64_t header = 4 + 4 * int64_t(expected_rank);
@@ -59,7 +57,13 @@ IdxArray read_idx(const std::string& path, int expected_rank) {
   if (magic[3] != expected_rank)
     fail(Exit::bad_input, path + ": IDX rank " + std::to_string(magic[3]) + ", expected " + std::to_string(expected_rank) +
                               (expected_rank == 3 ? " (images N x H x W)" : " (labels N)"));
-  IdxArray a;
+  return static_cast<int64_t>(st.st_size);
+}
+
+// The dimensions after the magic into a.dims; returns their product (bytes of data), which
+// must stay under kMaxDataBytes.
+int64_t read_dims(const std::string& path, int expected_rank, GzFile& gz, IdxArray& a) {
+  const int64_t header = 4 + 4 * int64_t(expected_rank);
   int64_t count = 1;
   for (int i = 0; i < expected_rank; ++i) {
     unsigned char d[4];
@@ -83,19 +87,13 @@ IdxArray read_idx(const std::string& path, int expected_rank) {
     }
     count *= v;
   }
-  const bool plain = gzdirect(gz.f) == 1;
-  const int64_t file_size = static_cast<int64_t>(st.st_size);
-  // Cross-check the declared size against the file before allocating.
-  if (plain && file_size - header != count)
-    fail(Exit::bad_input, path + ": IDX header declares " + std::to_string(count) + " bytes of data (dims " + dims_text(a.dims) +
-                              "), but the file holds " + std::to_string(file_size - header) + " bytes after the " +
-                              std::to_string(header) + "-byte header");
-  if (!plain && count > gzip_max_output(file_size))
-    fail(Exit::bad_input, path + ": IDX header declares " + std::to_string(count) + " bytes of data (dims " + dims_text(a.dims) +
-                              "), but a gzip file of " + std::to_string(file_size) + " bytes holds at most " +
-                              std::to_string(gzip_max_output(file_size)) + "; refusing to allocate");
-  // Read in geometrically growing pieces, so memory follows the data actually present
-  // (a gzip file's true size is only known once it is decompressed).
+  return count;
+}
+
+// `count` bytes of data into a.bytes, in geometrically growing pieces, so memory follows the
+// data actually present (a gzip file's true size is only known once it is decompressed);
+// then nothing may follow them.
+void read_payload(const std::string& path, GzFile& gz, int64_t count, IdxArray& a) {
   int64_t done = 0;
   while (done < count) {
     const int64_t target = std::min<int64_t>(count, std::max<int64_t>(int64_t(1) << 24, 2 * done));
@@ -120,6 +118,27 @@ IdxArray read_idx(const std::string& path, int expected_rank) {
   if (more > 0)
     fail(Exit::bad_input, path + ": IDX header declares " + std::to_string(count) + " bytes of data (dims " + dims_text(a.dims) +
                               "), but the file holds " + std::to_string(count + more) + " bytes after the header");
+}
+
+}  // namespace
+
+IdxArray read_idx(const std::string& path, int expected_rank) {
+  GzFile gz;
+  const int64_t file_size = open_idx(path, expected_rank, gz);
+  const int64_t header = 4 + 4 * int64_t(expected_rank);
+  IdxArray a;
+  const int64_t count = read_dims(path, expected_rank, gz, a);
+  const bool plain = gzdirect(gz.f) == 1;
+  // Cross-check the declared size against the file before allocating.
+  if (plain && file_size - header != count)
+    fail(Exit::bad_input, path + ": IDX header declares " + std::to_string(count) + " bytes of data (dims " + dims_text(a.dims) +
+                              "), but the file holds " + std::to_string(file_size - header) + " bytes after the " +
+                              std::to_string(header) + "-byte header");
+  if (!plain && count > gzip_max_output(file_size))
+    fail(Exit::bad_input, path + ": IDX header declares " + std::to_string(count) + " bytes of data (dims " + dims_text(a.dims) +
+                              "), but a gzip file of " + std::to_string(file_size) + " bytes holds at most " +
+                              std::to_string(gzip_max_output(file_size)) + "; refusing to allocate");
+  read_payload(path, gz, count, a);
   return a;
 }
 

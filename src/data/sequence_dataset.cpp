@@ -11,6 +11,7 @@
 #include <memory>
 #include <utility>
 
+#include "pipetrain/deck.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/rng.hpp"
 #include "sequence.hpp"
@@ -178,7 +179,7 @@ DataSplit open_token_data(const Deck& d) {
 
 DataInfo sequence_data_info(const Deck& d) {
   const int64_t T = d.data.seq_len;
-  if (d.data.source == "text") {
+  if (d.data.source == DataSource::text) {
     require_text_path(d);
     text_windows(d.data.path, stat_text_corpus(d.data.path).total, d);
     return {Shape::tokens(T), kTextVocab, T, "byte"};

@@ -54,14 +54,14 @@ SequentialEmulator::SequentialEmulator(const Deck& deck, const TrainSetup& setup
       M_(setup.microbatches),
       B_(deck.train.batch_size),
       mb_(setup.mb_size),
-      bf16_(deck.train.precision == "bf16"),
+      bf16_(deck.train.precision == Precision::bf16),
       seed_(static_cast<uint64_t>(deck.run.seed)),
       data_(open_data(deck)) {
   N_ = data_.train->size();
   spe_ = setup.steps_per_epoch(deck, N_);
   total_ = setup.total_steps(deck, N_);
   be_ = make_host_backend();
-  be_->set_precision(precision_from_name(deck.train.precision));
+  be_->set_precision(deck.train.precision);
   st_.resize(static_cast<size_t>(K_));
   for (int s = 0; s < K_; ++s) init_stage(s);
   const Model& model = *setup.model;
@@ -78,7 +78,7 @@ void SequentialEmulator::init_stage(int s) {
   StageState& x = st_[static_cast<size_t>(s)];
   Backend& be = *be_;
   x.stage = std::make_unique<Stage>(be, *setup_.model, L_.first_layer(s), L_.end_layer(s), mb_, 1);
-  x.stage->set_activation_bf16(deck_.train.precision == "bf16");
+  x.stage->set_activation_bf16(deck_.train.precision == Precision::bf16);
   x.slot_mem = Buffer(be, static_cast<size_t>(x.stage->slot_floats()));
   x.labels = be.alloc_int(static_cast<size_t>(mb_ * data_.train->label_count()));
   x.slot = x.stage->carve(x.slot_mem.data(), x.labels);
@@ -92,7 +92,7 @@ void SequentialEmulator::init_stage(int s) {
   x.stage->init_params(w.data(), seed_);
   x.versions[0] = w;
   const int64_t stride = setup_.version_stride(s);
-  x.opt = std::make_unique<Optimizer>(deck_.train, be, w.size(), std::max<int64_t>(1, total_ / stride));
+  x.opt = std::make_unique<Optimizer>(optim_config(deck_.train), be, w.size(), std::max<int64_t>(1, total_ / stride));
 }
 
 void SequentialEmulator::run() {

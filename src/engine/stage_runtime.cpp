@@ -33,17 +33,17 @@ StageRuntime::StageRuntime(Backend& be, const Model& model, const Layout& layout
                            bool split_backward, const Deck::Train& train, int64_t total_updates)
     : id(s),
       stage(std::make_unique<Stage>(be, model, layout.first_layer(s), layout.end_layer(s), train_mb, eval_mb, split_backward)),
-      in(boundary_below(model, layout, s, train.precision == "bf16")),
-      out(boundary_above(model, layout, s, train.precision == "bf16")),
+      in(boundary_below(model, layout, s, train.precision == Precision::bf16)),
+      out(boundary_above(model, layout, s, train.precision == Precision::bf16)),
       first(s == 0),
       last(s == layout.stages() - 1),
       pools(*stage, in, out, first, last) {
   const size_t n = static_cast<size_t>(stage->num_params());
-  weights = std::make_unique<WeightStore>(be, n, train.precision == "bf16");  // bf16: compute reads bf16 copies
-  opt = std::make_unique<Optimizer>(train, be, n, std::max<int64_t>(1, total_updates));
+  weights = std::make_unique<WeightStore>(be, n, train.precision == Precision::bf16);  // bf16: compute reads bf16 copies
+  opt = std::make_unique<Optimizer>(optim_config(train), be, n, std::max<int64_t>(1, total_updates));
   grads = Buffer(be, n + 1);
   state = Buffer(be, static_cast<size_t>(stage->num_state()));
-  stage->set_activation_bf16(train.precision == "bf16");  // so bf16 messages lose nothing
+  stage->set_activation_bf16(train.precision == Precision::bf16);  // so bf16 messages lose nothing
 }
 
 StageRuntime::~StageRuntime() {

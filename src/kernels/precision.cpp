@@ -24,7 +24,7 @@ float float_of(uint32_t u) {
 
 }  // namespace
 
-Precision precision_from_name(const std::string& name) { return name == "bf16" ? Precision::bf16 : Precision::fp32; }
+Precision precision_from_name(const std::string& name) { return enum_from_name<Precision>(name).value_or(Precision::fp32); }
 
 void Backend::pack_bf16(size_t n, const float* x, float* packed) {
   std::vector<float> h(n), w((n + 1) / 2);

@@ -126,10 +126,17 @@ double AttentionCore::flops_forward() const {
 
 namespace {
 
+struct AttentionSettings : LayerSettings {
+  int64_t heads = 0;
+  double dropout = 0;
+};
+
 class Attention final : public Layer {
  public:
   Attention(const LayerSpec& s, Shape in)
-      : Layer(s, in), core_(in.T(), in.D(), s.heads, static_cast<float>(s.p), s.index) {}
+      : Layer(s, in),
+        core_(in.T(), in.D(), s.settings_as<AttentionSettings>().heads,
+              static_cast<float>(s.settings_as<AttentionSettings>().dropout), s.index) {}
 
   std::vector<ParamTensor> params() const override {
     const int64_t D = in_.D();
@@ -171,9 +178,9 @@ class Attention final : public Layer {
 
 }  // namespace
 
-void check_heads(const LayerSpec& s, const Shape& in) {
-  if (in.D() % s.heads != 0)
-    key_error(s, "heads", "heads = " + std::to_string(s.heads) + " must divide the model width D = " +
+void check_heads(const LayerSpec& s, int64_t heads, const Shape& in) {
+  if (in.D() % heads != 0)
+    key_error(s, "heads", "heads = " + std::to_string(heads) + " must divide the model width D = " +
                               std::to_string(in.D()) + " of its input " + in.str());
 }
 
@@ -184,11 +191,13 @@ LayerType attention_type() {
   t.name = "attention";
   t.doc = "causal multi-head self-attention on [T, D] (softmax(q k^T / sqrt(D / heads)) v, then the output projection)";
   t.pytorch = "torch.nn.MultiheadAttention(D, heads, dropout, batch_first=True)(x, x, x, attn_mask=causal, need_weights=False)";
-  t.keys = {PT_LAYER_KEY("heads", KeyKind::Int, true, key_gt(0), "attention heads (must divide D)", heads),
-            PT_LAYER_KEY("dropout", KeyKind::Float, false, key_between(0, 1, true), "dropout of the attention probabilities (default 0)", p)};
+  using S = AttentionSettings;
+  t.keys = layer_keys<S>({required_key("heads", &S::heads, key_gt(0), "attention heads (must divide D)"),
+                          key("dropout", &S::dropout, 0.0, key_between(0, 1, true),
+                              "dropout of the attention probabilities (default 0)")});
   t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
     require_input(s, in, 2, "a sequence [T, D]", prev);
-    check_heads(s, in);
+    check_heads(s, s.settings_as<S>().heads, in);
     return std::make_unique<Attention>(s, in);
   };
   return t;

@@ -13,7 +13,7 @@
 namespace pt::layers {
 
 // `heads` must divide the input's D: else a located error naming the layer, key and values.
-void check_heads(const LayerSpec& s, const Shape& in);
+void check_heads(const LayerSpec& s, int64_t heads, const Shape& in);
 
 class AttentionCore {
  public:

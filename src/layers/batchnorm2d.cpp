@@ -37,7 +37,9 @@ namespace {
 class BatchNorm2d final : public Layer {
  public:
   BatchNorm2d(const LayerSpec& s, Shape in)
-      : Layer(s, in), bn_{in.c(), in.h() * in.w(), static_cast<float>(s.eps), static_cast<float>(s.momentum)} {}
+      : Layer(s, in),
+        bn_{in.c(), in.h() * in.w(), static_cast<float>(s.settings_as<BatchNormSettings>().eps),
+            static_cast<float>(s.settings_as<BatchNormSettings>().momentum)} {}
 
   std::vector<ParamTensor> params() const override {
     return {{"weight", {bn_.C}, 0, bn_.C}, {"bias", {bn_.C}, bn_.C, bn_.C}};
@@ -78,7 +80,7 @@ LayerType batchnorm2d_type() {
   t.doc = "batch normalisation per channel of [C, H, W]: microbatch statistics in training (running mean and unbiased "
           "variance updated), running statistics in evaluation";
   t.pytorch = "torch.nn.BatchNorm2d(C, eps, momentum) (running_mean, running_var are pipetrain's state)";
-  t.keys = batchnorm_keys();
+  t.keys = layer_keys<BatchNormSettings>(batchnorm_keys<BatchNormSettings>());
   t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
     require_input(s, in, 3, "an image [C, H, W]", prev);
     return std::make_unique<BatchNorm2d>(s, in);

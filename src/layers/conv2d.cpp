@@ -7,15 +7,21 @@
 namespace pt::layers {
 namespace {
 
+struct Conv2dSettings : WindowSettings {
+  int64_t channels = 0;
+  bool bias = true;
+};
+
 class Conv2d final : public Layer {
  public:
-  Conv2d(const LayerSpec& s, Shape in) : Layer(s, in), g_(window_geom(s, in, s.channels)) {
+  Conv2d(const LayerSpec& s, Shape in)
+      : Layer(s, in), k_(s.settings_as<Conv2dSettings>()), g_(window_geom(s, k_, in, k_.channels)) {
     out_ = Shape::chw(g_.c_out, g_.h_out, g_.w_out);
   }
 
   std::vector<ParamTensor> params() const override {
     std::vector<ParamTensor> p = {{"weight", {g_.c_out, g_.c_in, g_.kernel, g_.kernel}, 0, wsz()}};
-    if (spec_.bias) p.push_back({"bias", {g_.c_out}, wsz(), g_.c_out});
+    if (k_.bias) p.push_back({"bias", {g_.c_out}, wsz(), g_.c_out});
     return p;
   }
   void init_params(float* host, uint64_t seed) const override {
@@ -24,11 +30,11 @@ class Conv2d final : public Layer {
     for (auto& p : params()) init_uniform(host + p.offset, p.size, bound, seed, index(), t++);
   }
   void forward(const LayerCtx& c, const float* w, const float* x, float* y, float*, int64_t n) const override {
-    c.be.conv2d_forward(g_, n, x, w, spec_.bias ? w + wsz() : nullptr, y);
+    c.be.conv2d_forward(g_, n, x, w, k_.bias ? w + wsz() : nullptr, y);
   }
   void backward(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float* dw,
                 const float*, int64_t n) const override {
-    c.be.conv2d_backward(g_, n, x, w, dy, dx, dw, spec_.bias ? dw + wsz() : nullptr);
+    c.be.conv2d_backward(g_, n, x, w, dy, dx, dw, k_.bias ? dw + wsz() : nullptr);
   }
   bool splits_backward() const override { return true; }
   void backward_input(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float*,
@@ -37,13 +43,14 @@ class Conv2d final : public Layer {
   }
   void backward_weight(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dw,
                        const float*, int64_t n) const override {
-    c.be.conv2d_backward(g_, n, x, w, dy, nullptr, dw, spec_.bias ? dw + wsz() : nullptr);
+    c.be.conv2d_backward(g_, n, x, w, dy, nullptr, dw, k_.bias ? dw + wsz() : nullptr);
   }
   double flops_forward() const override { return 2.0 * g_.c_out * g_.h_out * g_.w_out * g_.c_in * g_.kernel * g_.kernel; }
   double flops_backward() const override { return 2.0 * flops_forward(); }
 
  private:
   int64_t wsz() const { return g_.c_out * g_.c_in * g_.kernel * g_.kernel; }
+  Conv2dSettings k_;
   WindowGeom g_;
 };
 
@@ -52,14 +59,11 @@ LayerType conv2d_type() {
   t.name = "conv2d";
   t.doc = "2-D convolution, square kernel, zero padding";
   t.pytorch = "torch.nn.Conv2d(in, channels, kernel, stride, padding, bias)";
-  t.keys = {PT_LAYER_KEY("channels", KeyKind::Int, true, key_gt(0), "output channels", channels),
-            PT_LAYER_KEY("kernel", KeyKind::Int, true, key_gt(0), "square kernel size", kernel),
-            PT_LAYER_KEY("stride", KeyKind::Int, false, key_gt(0), "stride (default 1)", stride),
-            PT_LAYER_KEY("padding", KeyKind::Int, false, key_ge(0), "zero padding (default 0)", padding),
-            PT_LAYER_KEY("bias", KeyKind::Bool, false, KeyRange{}, "add a bias (default true)", bias)};
-  t.finish = [](LayerSpec& s) {
-    if (s.stride == 0) s.stride = 1;
-  };
+  using S = Conv2dSettings;
+  t.keys = layer_keys<S>(concat_keys<S>(
+      concat_keys<S>({required_key("channels", &S::channels, key_gt(0), "output channels")},
+                     window_keys<S>("square kernel size", 1, "stride (default 1)", "zero padding (default 0)")),
+      {key("bias", &S::bias, true, "add a bias (default true)")}));
   t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
     require_input(s, in, 3, "an image [C, H, W]", prev);
     return std::make_unique<Conv2d>(s, in);

@@ -30,18 +30,25 @@ class Gelu final : public Layer {
   double flops_forward() const override { return 20.0 * out_.numel(); }
 };
 
+struct DropoutSettings : LayerSettings {
+  double p = 0;
+};
+
 // The mask is keyed by (seed, layer index, global sample id, element): the same on any
 // rank and in any layout; backward recomputes it instead of storing it.
 class Dropout final : public Layer {
  public:
-  using Layer::Layer;
+  Dropout(const LayerSpec& s, Shape in) : Layer(s, in), p_(static_cast<float>(s.settings_as<DropoutSettings>().p)) {}
   void forward(const LayerCtx& c, const float*, const float* x, float* y, float*, int64_t n) const override {
-    dropout_apply(c, index(), 0, static_cast<float>(spec_.p), in_.numel(), x, y, n);
+    dropout_apply(c, index(), 0, p_, in_.numel(), x, y, n);
   }
   void backward(const LayerCtx& c, const float*, const float*, const float*, const float* dy, float* dx, float*,
                 const float*, int64_t n) const override {
-    if (dx) dropout_grad(c, index(), 0, static_cast<float>(spec_.p), in_.numel(), dy, dx, n);
+    if (dx) dropout_grad(c, index(), 0, p_, in_.numel(), dy, dx, n);
   }
+
+ private:
+  float p_;
 };
 
 class Flatten final : public Layer {
@@ -56,7 +63,7 @@ class Flatten final : public Layer {
 };
 
 template <class L>
-LayerType simple(const char* name, const char* doc, const char* pytorch, std::vector<LayerKey> keys = {}) {
+LayerType simple(const char* name, const char* doc, const char* pytorch, LayerKeys keys = {}) {
   LayerType t;
   t.name = name;
   t.doc = doc;
@@ -76,6 +83,7 @@ PT_REGISTER_LAYER(gelu, simple<Gelu>("gelu", "exact (erf) GELU", "torch.nn.GELU(
 PT_REGISTER_LAYER(flatten, simple<Flatten>("flatten", "reinterpret a sample as a flat [F] vector", "torch.nn.Flatten()"))
 PT_REGISTER_LAYER(dropout, simple<Dropout>("dropout", "inverted dropout, mask keyed by (seed, layer, sample, element)",
                                            "torch.nn.Dropout(p) (another random stream)",
-                                           {PT_LAYER_KEY("p", KeyKind::Float, true, key_between(0, 1, true), "drop probability", p)}))
+                                           layer_keys<DropoutSettings>({required_key(
+                                               "p", &DropoutSettings::p, key_between(0, 1, true), "drop probability")})))
 
 }  // namespace pt::layers

@@ -9,9 +9,15 @@
 namespace pt::layers {
 namespace {
 
+struct EmbeddingSettings : LayerSettings {
+  int64_t dim = 0;
+};
+
 class Embedding final : public Layer {
  public:
-  Embedding(const LayerSpec& s, Shape in) : Layer(s, in), V_(s.classes), D_(s.dim) { out_ = Shape::seq(in.T(), s.dim); }
+  Embedding(const LayerSpec& s, Shape in) : Layer(s, in), V_(s.classes), D_(s.settings_as<EmbeddingSettings>().dim) {
+    out_ = Shape::seq(in.T(), D_);
+  }
 
   std::vector<ParamTensor> params() const override {
     const int64_t T = in_.T();
@@ -50,7 +56,7 @@ LayerType embedding_type() {
   t.name = "embedding";
   t.doc = "token embedding (vocabulary = the data's classes) plus learned position embedding: [T] tokens -> [T, dim]";
   t.pytorch = "torch.nn.Embedding(V, dim)(tokens) + torch.nn.Embedding(T, dim)(arange(T)) (GPT-2's wte + wpe)";
-  t.keys = {PT_LAYER_KEY("dim", KeyKind::Int, true, key_gt(0), "model width D", dim)};
+  t.keys = layer_keys<EmbeddingSettings>({required_key("dim", &EmbeddingSettings::dim, key_gt(0), "model width D")});
   t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
     if (!in.is_tokens)
       fail(Exit::bad_input, s.where + ": layer " + std::to_string(s.index) + " '" + s.name + "' (embedding): expects [T] tokens input (data.source = \"text\" or \"tokens\"), but " +

@@ -21,6 +21,21 @@ const LayerType* find_layer_type(const std::string& name) { return registry().fi
 std::vector<const LayerType*> layer_types() { return registry().all(); }
 std::vector<std::string> known_layer_types() { return registry().names(); }
 
+std::vector<std::pair<std::string, KeyValue>> layer_settings(const LayerSpec& l) {
+  const LayerType* t = find_layer_type(l.type);
+  PT_CHECK(t && l.settings, "layer " << l.index << " '" << l.name << "': unregistered type " << l.type << " or no settings");
+  std::vector<std::pair<std::string, KeyValue>> out;
+  for (const Key<LayerSettings>& k : t->keys.keys) out.emplace_back(k.info.name, k.get(*l.settings));
+  return out;
+}
+
+KeyValue layer_setting(const LayerSpec& l, const std::string& key) {
+  for (auto& [k, v] : layer_settings(l))
+    if (k == key) return v;
+  PT_CHECK(false, "a " << l.type << " layer has no key '" << key << "'");
+  return {};
+}
+
 int64_t Layer::num_params() const {
   int64_t n = 0;
   for (auto& p : params()) n += p.size;
@@ -120,13 +135,13 @@ WindowGeom square_window(int64_t c_in, int64_t h, int64_t w, int64_t c_out, int6
   return g;
 }
 
-WindowGeom window_geom(const LayerSpec& s, const Shape& in, int64_t channels) {
-  const int64_t hp = in.h() + 2 * s.padding, wp = in.w() + 2 * s.padding;
-  if (s.kernel > hp || s.kernel > wp)
+WindowGeom window_geom(const LayerSpec& s, const WindowSettings& k, const Shape& in, int64_t channels) {
+  const int64_t hp = in.h() + 2 * k.padding, wp = in.w() + 2 * k.padding;
+  if (k.kernel > hp || k.kernel > wp)
     fail(Exit::bad_input, s.where + ": layer " + std::to_string(s.index) + " '" + s.name + "' (" + s.type + "): kernel " +
-                              std::to_string(s.kernel) + " does not fit the input " + in.str() + " with padding " +
-                              std::to_string(s.padding), true);
-  return square_window(in.c(), in.h(), in.w(), channels > 0 ? channels : in.c(), s.kernel, s.stride, s.padding);
+                              std::to_string(k.kernel) + " does not fit the input " + in.str() + " with padding " +
+                              std::to_string(k.padding), true);
+  return square_window(in.c(), in.h(), in.w(), channels > 0 ? channels : in.c(), k.kernel, k.stride, k.padding);
 }
 
 void require_vocabulary(const LayerSpec& s, int64_t at_least) {
@@ -134,11 +149,6 @@ void require_vocabulary(const LayerSpec& s, int64_t at_least) {
   fail(Exit::bad_input, s.where + ": layer " + std::to_string(s.index) + " '" + s.name + "' (" + s.type +
                             "): the data declares no vocabulary of at least " + std::to_string(at_least) +
                             " tokens (classes = " + std::to_string(s.classes) + ")", true);
-}
-
-std::vector<LayerKey> batchnorm_keys() {
-  return {PT_LAYER_KEY("momentum", KeyKind::Float, false, key_between(0, 1), "running-statistics momentum (default 0.1)", momentum),
-          PT_LAYER_KEY("eps", KeyKind::Float, false, key_ge(1e-5), "epsilon (default 1e-5, cuDNN's minimum)", eps)};
 }
 
 }  // namespace layers

@@ -18,10 +18,22 @@ void init_uniform(float* host, int64_t count, float bound, uint64_t seed, int la
 void init_normal(float* host, int64_t count, float std, uint64_t seed, int layer, int tensor);
 void init_constant(float* host, int64_t count, float v);
 
-// Geometry of a square window (conv2d, pooling) over an image input, from the spec's
-// kernel, stride and padding; c_out = channels (0: c_in). A window that does not fit is a
-// located shape error naming the layer.
-WindowGeom window_geom(const LayerSpec& s, const Shape& in, int64_t channels);
+// The settings of a square window (conv2d, pooling): kernel, stride, padding.
+struct WindowSettings : LayerSettings {
+  int64_t kernel = 0, stride = 0, padding = 0;
+};
+// Their keys for a settings struct S with those members: kernel (required), stride (with
+// its default) and padding (default 0), each with its doc.
+template <class S>
+std::vector<Key<S>> window_keys(const char* kernel_doc, int64_t stride_default, const char* stride_doc,
+                                const char* padding_doc) {
+  return {required_key<S>("kernel", &S::kernel, key_gt(0), kernel_doc),
+          key<S>("stride", &S::stride, stride_default, key_gt(0), stride_doc),
+          key<S>("padding", &S::padding, 0, key_ge(0), padding_doc)};
+}
+// Geometry of a square window over an image input; c_out = channels (0: c_in). A window that
+// does not fit is a located shape error naming the layer.
+WindowGeom window_geom(const LayerSpec& s, const WindowSettings& k, const Shape& in, int64_t channels);
 
 // A square window over an image [c_in, h, w] with c_out output channels.
 WindowGeom square_window(int64_t c_in, int64_t h, int64_t w, int64_t c_out, int64_t kernel, int64_t stride,
@@ -30,8 +42,22 @@ WindowGeom square_window(int64_t c_in, int64_t h, int64_t w, int64_t c_out, int6
 // The data must declare a vocabulary (embedding, lm_head): else a located error.
 void require_vocabulary(const LayerSpec& s, int64_t at_least);
 
-// The batch-norm keys (batchnorm2d, residual_block): momentum and eps.
-std::vector<LayerKey> batchnorm_keys();
+// The batch-norm settings (batchnorm2d, residual_block): momentum and eps, and their keys
+// for a settings struct S with those members.
+struct BatchNormSettings : LayerSettings {
+  double momentum = 0.1, eps = 1e-5;
+};
+template <class S>
+std::vector<Key<S>> batchnorm_keys() {
+  return {key<S>("momentum", &S::momentum, 0.1, key_between(0, 1), "running-statistics momentum (default 0.1)"),
+          key<S>("eps", &S::eps, 1e-5, key_ge(1e-5), "epsilon (default 1e-5, cuDNN's minimum)")};
+}
+// Keys one after another (a type's own and a shared group).
+template <class S>
+std::vector<Key<S>> concat_keys(std::vector<Key<S>> a, std::vector<Key<S>> b) {
+  for (Key<S>& k : b) a.push_back(std::move(k));
+  return a;
+}
 
 // A located deck error about one key of a layer: "<where>: layer i 'name' (type): key
 // 'model.layers[i].<key>': <msg>".
@@ -122,9 +148,5 @@ void dropout_apply(const LayerCtx& c, int layer, uint64_t slot, float p, int64_t
                    int64_t n);
 void dropout_grad(const LayerCtx& c, int layer, uint64_t slot, float p, int64_t features, const float* dy, float* dx,
                   int64_t n);
-
-// A LayerKey whose value lands in LayerSpec member `member`.
-#define PT_LAYER_KEY(name, kind, required, range, doc, member) \
-  LayerKey { name, kind, required, range, doc, [](LayerSpec& l) -> void* { return &(l.member); } }
 
 }  // namespace pt::layers

@@ -7,10 +7,16 @@
 namespace pt::layers {
 namespace {
 
+struct LayerNormSettings : LayerSettings {
+  double eps = 1e-5;
+};
+
 class LayerNorm final : public Layer {
  public:
   LayerNorm(const LayerSpec& s, Shape in)
-      : Layer(s, in), per_pos_(in.rank == 2), map_{per_pos_ ? in.D() : in.numel(), static_cast<float>(s.eps)} {}
+      : Layer(s, in),
+        per_pos_(in.rank == 2),
+        map_{per_pos_ ? in.D() : in.numel(), static_cast<float>(s.settings_as<LayerNormSettings>().eps)} {}
 
   std::vector<ParamTensor> params() const override {
     const int64_t f = map_.cols;
@@ -52,7 +58,7 @@ LayerType layernorm_type() {
   t.name = "layernorm";
   t.doc = "normalise each sample over its features ([F], [C, H, W]) or each position over D ([T, D]), then weight and bias";
   t.pytorch = "torch.nn.LayerNorm(sample shape, eps); for [T, D]: torch.nn.LayerNorm(D, eps)";
-  t.keys = {PT_LAYER_KEY("eps", KeyKind::Float, false, key_gt(0), "epsilon (default 1e-5)", eps)};
+  t.keys = layer_keys<LayerNormSettings>({key("eps", &LayerNormSettings::eps, 1e-5, key_gt(0), "epsilon (default 1e-5)")});
   t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
     if (in.is_tokens) require_input(s, in, 1, "a float", prev);
     return std::make_unique<LayerNorm>(s, in);

@@ -7,14 +7,19 @@
 namespace pt::layers {
 namespace {
 
+struct LinearSettings : LayerSettings {
+  int64_t out = 0;
+  bool bias = true;
+};
+
 class Linear final : public Layer {
  public:
-  Linear(const LayerSpec& s, Shape in) : Layer(s, in), map_{in.numel(), s.out, s.bias} { out_ = Shape::vec(s.out); }
+  Linear(const LayerSpec& s, Shape in) : Layer(s, in), map_{in.numel(), k(s).out, k(s).bias} { out_ = Shape::vec(k(s).out); }
 
   std::vector<ParamTensor> params() const override {
     const int64_t in = in_.numel(), out = out_.numel();
     std::vector<ParamTensor> p = {{"weight", {out, in}, 0, out * in}};
-    if (spec_.bias) p.push_back({"bias", {out}, out * in, out});
+    if (map_.bias) p.push_back({"bias", {out}, out * in, out});
     return p;
   }
   void init_params(float* host, uint64_t seed) const override {
@@ -43,6 +48,7 @@ class Linear final : public Layer {
   double flops_backward() const override { return 4.0 * in_.numel() * out_.numel(); }
 
  private:
+  static const LinearSettings& k(const LayerSpec& s) { return s.settings_as<LinearSettings>(); }
   RowLinear map_;
 };
 
@@ -51,8 +57,8 @@ LayerType linear_type() {
   t.name = "linear";
   t.doc = "y = x W^T + b";
   t.pytorch = "torch.nn.Linear(in, out, bias)";
-  t.keys = {PT_LAYER_KEY("out", KeyKind::Int, true, key_gt(0), "output features", out),
-            PT_LAYER_KEY("bias", KeyKind::Bool, false, KeyRange{}, "add a bias (default true)", bias)};
+  t.keys = layer_keys<LinearSettings>({required_key("out", &LinearSettings::out, key_gt(0), "output features"),
+                                        key("bias", &LinearSettings::bias, true, "add a bias (default true)")});
   t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
     require_input(s, in, 1, "a flat [F]", prev);
     return std::make_unique<Linear>(s, in);

@@ -14,22 +14,29 @@
 namespace pt::layers {
 namespace {
 
+struct LmHeadSettings : LayerSettings {
+  std::string tie;
+  bool bias = false;
+  double eps = 1e-5;
+  std::string tie_name() const override { return tie; }
+};
+
 class LmHead final : public Layer {
  public:
   LmHead(const LayerSpec& s, Shape in)
-      : Layer(s, in), T_(in.T()), D_(in.D()), V_(s.classes), norm_{D_, static_cast<float>(s.eps)},
-        lin_{D_, V_, s.head_bias} {
+      : Layer(s, in), k_(s.settings_as<LmHeadSettings>()), T_(in.T()), D_(in.D()), V_(s.classes),
+        norm_{D_, static_cast<float>(k_.eps)}, lin_{D_, V_, k_.bias} {
     out_ = Shape::vec(1);
   }
 
   bool is_loss() const override { return true; }
   int64_t loss_classes() const override { return V_; }
   int64_t labels_per_sample() const override { return T_; }
-  std::string tied_to(int tensor) const override { return tensor == 2 ? spec_.tie : ""; }
+  std::string tied_to(int tensor) const override { return tensor == 2 ? k_.tie : ""; }
 
   std::vector<ParamTensor> params() const override {
     std::vector<ParamTensor> p = {{"norm.weight", {D_}, 0, D_}, {"norm.bias", {D_}, D_, D_}, {"weight", {V_, D_}, 2 * D_, V_ * D_}};
-    if (spec_.head_bias) p.push_back({"bias", {V_}, 2 * D_ + V_ * D_, V_});
+    if (k_.bias) p.push_back({"bias", {V_}, 2 * D_ + V_ * D_, V_});
     return p;
   }
   // norm (1, 0); weight N(0, 0.02), keyed as the tied embedding's token weight when tied;
@@ -39,7 +46,7 @@ class LmHead final : public Layer {
     init_constant(host + D_, D_, 0.0f);
     if (spec_.tie_layer >= 0) init_normal(host + 2 * D_, V_ * D_, 0.02f, seed, spec_.tie_layer, 0);
     else init_normal(host + 2 * D_, V_ * D_, 0.02f, seed, index(), 2);
-    if (spec_.head_bias) init_constant(host + 2 * D_ + V_ * D_, V_, 0.0f);
+    if (k_.bias) init_constant(host + 2 * D_ + V_ * D_, V_, 0.0f);
   }
   // norm output, norm stats, probabilities, token losses
   int64_t aux_per_sample() const override { return T_ * D_ + 2 * T_ + T_ * V_ + T_; }
@@ -102,6 +109,7 @@ class LmHead final : public Layer {
     norm_.backward_weight(c.be, w, x, aux + n * T_ * D_, dz, dw, n * T_);
   }
 
+  LmHeadSettings k_;
   int64_t T_, D_, V_;
   RowNorm norm_;
   RowLinear lin_;
@@ -114,10 +122,11 @@ LayerType lm_head_type() {
           "averaged over the T positions";
   t.pytorch = "F.cross_entropy(Linear(D, V, bias)(LayerNorm(D, eps)(x)).view(-1, V), labels.view(-1)) (mean over tokens)";
   t.loss = true;
-  t.keys = {PT_LAYER_KEY("tie", KeyKind::String, false, KeyRange{},
-                         "name of the embedding layer whose token weight this head's weight mirrors (default \"\": untied)", tie),
-            PT_LAYER_KEY("bias", KeyKind::Bool, false, KeyRange{}, "add a bias to the logits (default false)", head_bias),
-            PT_LAYER_KEY("eps", KeyKind::Float, false, key_gt(0), "layer-norm epsilon (default 1e-5)", eps)};
+  using S = LmHeadSettings;
+  t.keys = layer_keys<S>(
+      {key("tie", &S::tie, "", "name of the embedding layer whose token weight this head's weight mirrors (default \"\": untied)"),
+       key("bias", &S::bias, false, "add a bias to the logits (default false)"),
+       key("eps", &S::eps, 1e-5, key_gt(0), "layer-norm epsilon (default 1e-5)")});
   t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
     require_input(s, in, 2, "a sequence [T, D]", prev);
     require_vocabulary(s, 2);

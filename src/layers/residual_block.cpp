@@ -14,15 +14,20 @@
 namespace pt::layers {
 namespace {
 
+struct ResidualSettings : BatchNormSettings {
+  int64_t channels = 0, stride = 1;
+};
+
 class ResidualBlock final : public Layer {
  public:
-  ResidualBlock(const LayerSpec& s, Shape in)
-      : Layer(s, in), g1_(square_window(in.c(), in.h(), in.w(), s.channels, 3, s.stride, 1)),
-        g2_(square_window(s.channels, g1_.h_out, g1_.w_out, s.channels, 3, 1, 1)),
-        gp_(square_window(in.c(), in.h(), in.w(), s.channels, 1, s.stride, 0)),
-        proj_(s.stride != 1 || s.channels != in.c()),
-        bn_{s.channels, g1_.h_out * g1_.w_out, static_cast<float>(s.eps), static_cast<float>(s.momentum)} {
-    out_ = Shape::chw(s.channels, g1_.h_out, g1_.w_out);
+  ResidualBlock(const LayerSpec& s, Shape in) : ResidualBlock(s, in, s.settings_as<ResidualSettings>()) {}
+  ResidualBlock(const LayerSpec& s, Shape in, const ResidualSettings& k)
+      : Layer(s, in), g1_(square_window(in.c(), in.h(), in.w(), k.channels, 3, k.stride, 1)),
+        g2_(square_window(k.channels, g1_.h_out, g1_.w_out, k.channels, 3, 1, 1)),
+        gp_(square_window(in.c(), in.h(), in.w(), k.channels, 1, k.stride, 0)),
+        proj_(k.stride != 1 || k.channels != in.c()),
+        bn_{k.channels, g1_.h_out * g1_.w_out, static_cast<float>(k.eps), static_cast<float>(k.momentum)} {
+    out_ = Shape::chw(k.channels, g1_.h_out, g1_.w_out);
   }
 
   std::vector<ParamTensor> params() const override;
@@ -202,12 +207,11 @@ LayerType residual_block_type() {
           "bn(conv1x1/stride(x)) when channels or stride change; one link of the chain";
   t.pytorch = "torchvision.models.resnet.BasicBlock(in, channels, stride, downsample=Sequential(Conv2d(in, channels, 1, "
               "stride, bias=False), BatchNorm2d(channels)) when needed)";
-  t.keys = {PT_LAYER_KEY("channels", KeyKind::Int, true, key_gt(0), "output channels", channels),
-            PT_LAYER_KEY("stride", KeyKind::Int, false, key_gt(0), "stride of the first conv and the shortcut (default 1)", stride)};
-  for (LayerKey& k : batchnorm_keys()) t.keys.push_back(std::move(k));
-  t.finish = [](LayerSpec& s) {
-    if (s.stride == 0) s.stride = 1;
-  };
+  using S = ResidualSettings;
+  t.keys = layer_keys<S>(concat_keys<S>(
+      {required_key("channels", &S::channels, key_gt(0), "output channels"),
+       key("stride", &S::stride, 1, key_gt(0), "stride of the first conv and the shortcut (default 1)")},
+      batchnorm_keys<S>()));
   t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
     require_input(s, in, 3, "an image [C, H, W]", prev);
     return std::make_unique<ResidualBlock>(s, in);

@@ -14,11 +14,17 @@
 namespace pt::layers {
 namespace {
 
+struct TransformerSettings : LayerSettings {
+  int64_t heads = 0, mlp_ratio = 4;
+  double dropout = 0;
+};
+
 class TransformerBlock final : public Layer {
  public:
-  TransformerBlock(const LayerSpec& s, Shape in)
-      : Layer(s, in), T_(in.T()), D_(in.D()), F_(s.mlp_ratio * in.D()), p_(static_cast<float>(s.p)),
-        attn_(in.T(), in.D(), s.heads, p_, s.index), ln_{D_, 1e-5f}, fc1_{D_, F_, true}, fc2_{F_, D_, true} {}
+  TransformerBlock(const LayerSpec& s, Shape in) : TransformerBlock(s, in, s.settings_as<TransformerSettings>()) {}
+  TransformerBlock(const LayerSpec& s, Shape in, const TransformerSettings& k)
+      : Layer(s, in), T_(in.T()), D_(in.D()), F_(k.mlp_ratio * in.D()), p_(static_cast<float>(k.dropout)),
+        attn_(in.T(), in.D(), k.heads, p_, s.index), ln_{D_, 1e-5f}, fc1_{D_, F_, true}, fc2_{F_, D_, true} {}
 
   std::vector<ParamTensor> params() const override;
   void init_params(float* host, uint64_t seed) const override;
@@ -214,13 +220,14 @@ LayerType transformer_block_type() {
           "MLP D -> mlp_ratio D -> D with exact GELU; one link of the chain";
   t.pytorch = "h = x + Dropout(p)(MultiheadAttention(D, heads, p, batch_first=True)(a, a, a, attn_mask=causal)[0]), a = "
               "LayerNorm(D)(x); y = h + Dropout(p)(Sequential(Linear(D, rD), GELU(), Linear(rD, D))(LayerNorm(D)(h)))";
-  t.keys = {PT_LAYER_KEY("heads", KeyKind::Int, true, key_gt(0), "attention heads (must divide D)", heads),
-            PT_LAYER_KEY("mlp_ratio", KeyKind::Int, false, key_gt(0), "MLP hidden width / D (default 4)", mlp_ratio),
-            PT_LAYER_KEY("dropout", KeyKind::Float, false, key_between(0, 1, true),
-                         "dropout of the attention probabilities and both residual branches (default 0)", p)};
+  using S = TransformerSettings;
+  t.keys = layer_keys<S>({required_key("heads", &S::heads, key_gt(0), "attention heads (must divide D)"),
+                          key("mlp_ratio", &S::mlp_ratio, 4, key_gt(0), "MLP hidden width / D (default 4)"),
+                          key("dropout", &S::dropout, 0.0, key_between(0, 1, true),
+                              "dropout of the attention probabilities and both residual branches (default 0)")});
   t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
     require_input(s, in, 2, "a sequence [T, D]", prev);
-    check_heads(s, in);
+    check_heads(s, s.settings_as<S>().heads, in);
     return std::make_unique<TransformerBlock>(s, in);
   };
   return t;

@@ -5,6 +5,7 @@
 
 #include "pipetrain/commands.hpp"
 #include "pipetrain/data.hpp"
+#include "pipetrain/optim.hpp"
 #include "pipetrain/stability.hpp"
 #include "pipetrain/train.hpp"
 
@@ -28,7 +29,7 @@ int cmd_check(const CheckArgs& a) {
     std::printf("parallel.split = \"auto\": split, replicas, schedule and microbatches are planned when training starts\n"
                 "(see them beforehand with: pipetrain plan %s --ranks N)\n", deck.path.c_str());
     const bool schedule_given = deck.where("parallel.schedule").find("(default") == std::string::npos;
-    if (schedule_given) std::printf("%s", async_momentum_warning(deck.parallel.schedule, 0, deck.train).c_str());
+    if (schedule_given) std::printf("%s", async_momentum_warning(deck.parallel.schedule, 0, optim_config(deck.train)).c_str());
     return 0;
   }
   TrainSetup setup = TrainSetup::from_deck(deck, size);  // also checks the layout for this rank count
@@ -41,7 +42,7 @@ int cmd_check(const CheckArgs& a) {
     std::printf("layout on %d rank%s: %s; schedule %s, %d microbatch%s of %lld\n", size, size == 1 ? "" : "s",
                   setup.layout.str().c_str(), setup.def->name.c_str(), setup.microbatches,
                   setup.microbatches == 1 ? "" : "es", static_cast<long long>(setup.mb_size));
-    std::printf("%s", async_momentum_warning(setup.def->name, setup.layout.stages(), deck.train).c_str());
+    std::printf("%s", async_momentum_warning(setup.def->name, setup.layout.stages(), optim_config(deck.train)).c_str());
   }
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "pipetrain/deck.hpp"
 #include "pipetrain/error.hpp"
 
 namespace pt {
@@ -17,15 +18,17 @@ namespace {
                             std::to_string(s.index) + "].tie': " + msg, true);
 }
 
-// `tie = "<name>"`: the index of the one earlier embedding layer of that name.
+// `tie = "<name>"` (LayerSettings::tie_name): the index of the one earlier embedding layer of
+// that name.
 int resolve_tie(const LayerSpec& s, const std::vector<LayerSpec>& all) {
+  const std::string tie = s.tie_name();
   int found = -1;
   for (const LayerSpec& o : all)
-    if (o.name == s.tie) {
-      if (found >= 0) tie_error(s, "names '" + s.tie + "', which more than one layer is called");
+    if (o.name == tie) {
+      if (found >= 0) tie_error(s, "names '" + tie + "', which more than one layer is called");
       found = o.index;
     }
-  if (found < 0) tie_error(s, "names '" + s.tie + "', which is not a layer of the model");
+  if (found < 0) tie_error(s, "names '" + tie + "', which is not a layer of the model");
   const LayerSpec& t = all[static_cast<size_t>(found)];
   if (t.type != "embedding")
     tie_error(s, "names layer " + std::to_string(found) + " '" + t.name + "', a " + t.type + ", not an embedding");
@@ -58,7 +61,7 @@ Model::Model(const Deck& deck, Shape input, int64_t classes) : input_(input), cl
   std::string prev = "the data";
   for (LayerSpec spec : deck.model.layers) {
     spec.classes = classes;
-    if (!spec.tie.empty()) spec.tie_layer = resolve_tie(spec, deck.model.layers);
+    if (!spec.tie_name().empty()) spec.tie_layer = resolve_tie(spec, deck.model.layers);
     layers_.push_back(make_layer(spec, cur, prev));
     const Layer& l = *layers_.back();
     if (spec.tie_layer >= 0) check_tie_shapes(spec, l, layer(spec.tie_layer));

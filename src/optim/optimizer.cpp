@@ -1,61 +1,61 @@
-// Optimizer steps and learning-rate schedules. Update rules follow PyTorch 1.13:
-// SGD: d = g + wd w; buf = m buf + d; d = nesterov ? d + m buf : buf; w -= lr d.
-// AdamW: w *= 1 - lr wd; m, v moments; w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
+// The optimizer and learning-rate-schedule registries, the warm-up, and the Optimizer that
+// steps a stage's parameters with its entry (sgd.cpp, adamw.cpp; lr_schedules.cpp).
 #include "pipetrain/optim.hpp"
 
-#include <cmath>
-
 #include "pipetrain/error.hpp"
+#include "pipetrain/registry.hpp"
 
 namespace pt {
 
-double learning_rate(const Deck::Train& t, int64_t update, int64_t total) {
-  double lr = t.lr;
-  if (t.lr_schedule == "step") {
-    lr *= std::pow(t.gamma, static_cast<double>(update / t.step_size));
-  } else if (t.lr_schedule == "cosine") {
-    const double frac = total > 0 ? std::min(1.0, static_cast<double>(update) / static_cast<double>(total)) : 0.0;
-    lr = t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(M_PI * frac));
-  }
+bool register_optimizer(OptimizerDef d) {
+  PT_CHECK(d.step && d.state_names && d.momentum, "optimizer '" << d.name << "' registered incomplete");
+  return NamedRegistry<OptimizerDef>::instance().add(std::move(d), "optimizer");
+}
+bool register_lr_schedule(LrScheduleDef d) {
+  PT_CHECK(d.rate, "learning-rate schedule '" << d.name << "' registered without a rate");
+  return NamedRegistry<LrScheduleDef>::instance().add(std::move(d), "learning-rate schedule");
+}
+const OptimizerDef* find_optimizer(const std::string& name) { return NamedRegistry<OptimizerDef>::instance().find(name); }
+const LrScheduleDef* find_lr_schedule(const std::string& name) {
+  return NamedRegistry<LrScheduleDef>::instance().find(name);
+}
+std::vector<const OptimizerDef*> optimizers() { return NamedRegistry<OptimizerDef>::instance().all(); }
+std::vector<const LrScheduleDef*> lr_schedules() { return NamedRegistry<LrScheduleDef>::instance().all(); }
+
+double learning_rate(const OptimConfig& t, int64_t update, int64_t total) {
+  double lr = t.lr_schedule->rate(t, update, total);
   if (update < t.warmup_steps) lr *= static_cast<double>(update + 1) / static_cast<double>(t.warmup_steps);
   return lr;
 }
 
-Optimizer::Optimizer(const Deck::Train& cfg, Backend& be, size_t n, int64_t total_updates)
+Optimizer::Optimizer(const OptimConfig& cfg, Backend& be, size_t n, int64_t total_updates)
     : cfg_(cfg), be_(be), n_(n), total_(total_updates) {
-  if (cfg.optimizer == "sgd") {
-    if (cfg.momentum != 0.0) s1_ = Buffer(be, n);
-  } else {
-    s1_ = Buffer(be, n);
-    s2_ = Buffer(be, n);
+  PT_CHECK(cfg.optimizer, "an Optimizer without an optimizer entry");
+  names_ = cfg.optimizer->state_names(cfg);
+  for (size_t i = 0; i < names_.size(); ++i) {
+    state_.emplace_back(be, n);
+    state_ptr_.push_back(state_.back().data());
   }
 }
 
 void Optimizer::step(float* w, const float* g, float grad_scale) {
-  const double lr_d = current_lr();
-  const float lr = static_cast<float>(lr_d);
+  const double lr = current_lr();
   ++updates_;
   if (n_ == 0) return;
-  if (cfg_.optimizer == "sgd") {
-    be_.sgd_update(n_, w, g, s1_.data(), lr, static_cast<float>(cfg_.momentum), static_cast<float>(cfg_.weight_decay),
-                   cfg_.nesterov, grad_scale);
-  } else {
-    be_.adamw_update(n_, w, g, s1_.data(), s2_.data(), lr_d, cfg_.beta1, cfg_.beta2, cfg_.eps,
-                     cfg_.weight_decay, updates_, grad_scale);
-  }
+  cfg_.optimizer->step(OptimStep{be_, cfg_, n_, w, g, state_ptr_, lr, updates_, grad_scale});
 }
 
 std::vector<Buffer*> Optimizer::state() {
   std::vector<Buffer*> s;
-  if (s1_.data()) s.push_back(&s1_);
-  if (s2_.data()) s.push_back(&s2_);
+  for (Buffer& b : state_)
+    if (b.data()) s.push_back(&b);
   return s;
 }
 
 std::vector<std::string> Optimizer::state_names() const {
   std::vector<std::string> names;  // one per buffer of state(): none on a stage without parameters
-  if (s1_.data()) names.push_back(cfg_.optimizer == "sgd" ? "momentum" : "exp_avg");
-  if (s2_.data()) names.push_back("exp_avg_sq");
+  for (size_t i = 0; i < state_.size(); ++i)
+    if (state_[i].data()) names.push_back(names_[i]);
   return names;
 }
 

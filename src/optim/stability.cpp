@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "pipetrain/optim.hpp"
 #include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
@@ -45,18 +46,14 @@ std::string staleness_words(const std::string& schedule, int stages) {
 }
 
 // The momentum-like coefficient of the optimizer, and the key that sets it.
-double momentum_of(const Deck::Train& t, std::string* key) {
-  if (t.optimizer == "adamw") {
-    *key = "train.beta1";
-    return t.beta1;
-  }
-  *key = "train.momentum";
-  return t.momentum;
+double momentum_of(const OptimConfig& t, std::string* key) {
+  *key = t.optimizer->momentum_key;
+  return t.*(t.optimizer->momentum);
 }
 
 }  // namespace
 
-std::string nonfinite_cause(const std::string& schedule, int stages, const Deck::Train& train) {
+std::string nonfinite_cause(const std::string& schedule, int stages, const OptimConfig& train) {
   if (gradient_staleness(schedule, stages) == 0) return "";
   std::string key;
   const double beta = momentum_of(train, &key);
@@ -74,7 +71,7 @@ std::string nonfinite_cause(const std::string& schedule, int stages, const Deck:
   return s;
 }
 
-std::string async_momentum_warning(const std::string& schedule, int stages, const Deck::Train& train) {
+std::string async_momentum_warning(const std::string& schedule, int stages, const OptimConfig& train) {
   if (gradient_staleness(schedule, stages) == 0) return "";
   std::string key;
   const double beta = momentum_of(train, &key);

@@ -124,10 +124,10 @@ bool checkpoint_layout(const Deck& deck, int world_size, const std::string& resu
   // replicas per rank group; several stages per group (looped, V) have uniform replicas, which
   // the rank count derives
   d.parallel.replicas.clear();
-  if (m.placement == "contiguous") d.parallel.replicas = std::vector<int64_t>(m.replicas.begin(), m.replicas.end());
+  if (enum_from_name<Placement>(m.placement) == Placement::contiguous) d.parallel.replicas = std::vector<int64_t>(m.replicas.begin(), m.replicas.end());
   d.parallel.schedule = m.schedule;
   d.parallel.microbatches = m.microbatches;
-  d.parallel.placement = m.placement;
+  d.parallel.placement = placement_from_name(m.placement);
   for (const char* k : {"parallel.split", "parallel.replicas", "parallel.schedule", "parallel.microbatches", "parallel.placement"})
     d.locations[k] = "the layout of checkpoint " + refs.front().step_dir + " (parallel.split = \"auto\", --resume)";
   if (rank == 0) {

@@ -95,7 +95,7 @@ ChainCosts ChainCosts::from_profile(const Profile& p, const ScheduleDef& kind, i
   c.input_bytes = p.input_bytes * unit / pmb;
   c.optimizer_s_per_byte = p.optimizer_s_per_byte;
   c.rule = kind.memory;
-  c.bf16 = p.precision == "bf16";
+  c.bf16 = p.precision == Precision::bf16;
   return c;
 }
 

@@ -7,6 +7,7 @@
 
 #include "cli_common.hpp"
 #include "pipetrain/error.hpp"
+#include "pipetrain/optim.hpp"
 #include "pipetrain/report.hpp"
 #include "pipetrain/data.hpp"
 #include "pipetrain/model.hpp"
@@ -171,7 +172,7 @@ int cmd_plan(const PlanArgs& a) {
     std::printf("\nchosen: %s, %s, %d microbatch%s; split %s\n", plan.schedule.c_str(), plan.layout.str().c_str(),
                 plan.microbatches, plan.microbatches == 1 ? "" : "es", int_list(plan.split()).c_str());
     print_prediction("predicted", plan);
-    if (in.deck) std::printf("%s", async_momentum_warning(plan.schedule, plan.layout.stages(), in.deck->train).c_str());
+    if (in.deck) std::printf("%s", async_momentum_warning(plan.schedule, plan.layout.stages(), optim_config(in.deck->train)).c_str());
   }
   write_plan(a.out, plan);
   if (!plan.ok) {

@@ -7,6 +7,7 @@
 
 #include "pipetrain/commands.hpp"
 #include "pipetrain/data.hpp"
+#include "pipetrain/optim.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/parallel.hpp"
 #include "pipetrain/profile.hpp"
@@ -18,11 +19,11 @@ namespace pt {
 namespace {
 
 std::unique_ptr<Backend> profile_backend(const Deck& deck) {
-  return deck.run.device == "cuda" ? make_cuda_backend(0) : make_host_backend();
+  return deck.run.device == Device::cuda ? make_cuda_backend(0) : make_host_backend();
 }
 
 // The precision the layers are profiled in: the deck's train.precision.
-Precision profile_precision(const Deck& deck) { return precision_from_name(deck.train.precision); }
+Precision profile_precision(const Deck& deck) { return deck.train.precision; }
 
 // Per layer: achieved GFLOP/s of its forward and backward (its FLOPs over the measured
 // seconds) and the better of the two as a fraction of the matmul peak; the shares of its
@@ -76,7 +77,7 @@ Profile measure_profile(const Deck& deck, const Model& model, int64_t mb, int re
   MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
   p = Profile::from_json(text, "profile broadcast");
   p.network = measure_network(comm, deck.run.comm_timeout_s);
-  for (auto& l : p.layers) l.optimizer_bytes = l.param_bytes * (deck.train.optimizer == "adamw" ? 2 : (deck.train.momentum > 0 ? 1 : 0));
+  for (auto& l : p.layers) l.optimizer_bytes = l.param_bytes * static_cast<double>(deck.train.optimizer->state_names(optim_config(deck.train)).size());
   return p;
 }
 

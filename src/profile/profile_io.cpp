@@ -26,7 +26,7 @@ std::string Profile::to_json() const {
   net["p2p"] = p2p;
   net["allreduce"] = ar;
   nlohmann::json j = {{"format", "pipetrain-profile-1"}, {"source", source}, {"device", device},
-                      {"precision", precision}, {"microbatch", microbatch}, {"input_bytes", input_bytes},
+                      {"precision", precision_name(precision)}, {"microbatch", microbatch}, {"input_bytes", input_bytes},
                       {"optimizer_s_per_byte", optimizer_s_per_byte}, {"layers", layers_j}, {"network", net}};
   return j.dump(2) + "\n";
 }
@@ -44,7 +44,7 @@ Profile Profile::from_json(const std::string& text, const std::string& path) {
       fail(Exit::bad_input, path + ": not a pipetrain profile (format '" + j.value("format", "") + "', expected 'pipetrain-profile-1')", true);
     p.source = j.value("source", path);
     p.device = j.value("device", "");
-    p.precision = j.value("precision", "fp32");
+    p.precision = precision_from_name(j.value("precision", "fp32"));
     p.microbatch = j.at("microbatch").get<int64_t>();
     p.input_bytes = j.value("input_bytes", 0.0);
     p.optimizer_s_per_byte = j.value("optimizer_s_per_byte", 0.0);

@@ -62,6 +62,46 @@ std::vector<LayerProfile> summarise(const Model& model, const Timings& t, int64_
   return out;
 }
 
+// The profiled stage's parameters (initialised as a run's), a synthetic input (valid token
+// ids for a token model) and labels, in backend memory.
+void fill_profile_inputs(Backend& be, const Model& model, const Stage& st, uint64_t seed, int64_t mb, WeightStore& weights,
+                         Stage::Slot& slot) {
+  const int64_t per_sample = model.layer(model.size() - 1).labels_per_sample();
+  std::vector<float> host(static_cast<size_t>(st.num_params()));
+  st.init_params(host.data(), seed);
+  be.from_host(weights.latest(), host.data(), host.size());
+  std::vector<float> x(static_cast<size_t>(mb * st.in_shape().numel()));
+  const uint64_t key = rng_key(seed, Stream::synthetic, 12345);
+  const bool tokens = st.in_shape().is_tokens;  // token ids must be valid rows of the embedding
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = tokens ? static_cast<float>(rng_below(key, i, static_cast<uint64_t>(model.classes()))) : 2.0f * rng_uniform(key, i) - 1.0f;
+  be.from_host(slot.input, x.data(), x.size());
+  std::vector<int32_t> lab(static_cast<size_t>(mb * per_sample));
+  for (size_t i = 0; i < lab.size(); ++i) lab[i] = static_cast<int32_t>(static_cast<int64_t>(i) % model.classes());
+  be.labels_from_host(slot.labels, lab.data(), lab.size());
+}
+
+// Seconds per parameter byte of an SGD-with-momentum update over the whole parameter buffer
+// (the master, as a run updates it), median of `reps` after `warmup`.
+double optimizer_seconds_per_byte(Backend& be, WeightStore& weights, Buffer& grads, int reps, int warmup) {
+  const size_t n = weights.size();
+  OptimConfig t;
+  t.optimizer = find_optimizer("sgd");
+  t.lr = 0.01;
+  t.momentum = 0.9;
+  t.lr_schedule = find_lr_schedule("constant");
+  Optimizer opt(t, be, n, 100);
+  std::vector<double> ts;
+  for (int rep = 0; rep < warmup + reps; ++rep) {
+    be.synchronize();
+    const double t0 = now_s();
+    opt.step(weights.latest(), grads.data(), 0.0f);
+    be.synchronize();
+    if (rep >= warmup) ts.push_back(now_s() - t0);
+  }
+  return n > 0 ? median(ts) / static_cast<double>(n * 4) : 0.0;
+}
+
 }  // namespace
 
 std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_t mb, int reps, uint64_t seed,
@@ -78,20 +118,7 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
   const int64_t per_sample = model.layer(L - 1).labels_per_sample();  // T for a language model's head
   int32_t* labels = be.alloc_int(static_cast<size_t>(mb * per_sample));
   Stage::Slot slot = st.carve(slot_mem.data(), labels);
-  {
-    std::vector<float> host(static_cast<size_t>(st.num_params()));
-    st.init_params(host.data(), seed);
-    be.from_host(weights.latest(), host.data(), host.size());
-    std::vector<float> x(static_cast<size_t>(mb * st.in_shape().numel()));
-    const uint64_t key = rng_key(seed, Stream::synthetic, 12345);
-    const bool tokens = st.in_shape().is_tokens;  // token ids must be valid rows of the embedding
-    for (size_t i = 0; i < x.size(); ++i)
-      x[i] = tokens ? static_cast<float>(rng_below(key, i, static_cast<uint64_t>(model.classes()))) : 2.0f * rng_uniform(key, i) - 1.0f;
-    be.from_host(slot.input, x.data(), x.size());
-    std::vector<int32_t> lab(static_cast<size_t>(mb * per_sample));
-    for (size_t i = 0; i < lab.size(); ++i) lab[i] = static_cast<int32_t>(static_cast<int64_t>(i) % model.classes());
-    be.labels_from_host(labels, lab.data(), lab.size());
-  }
+  fill_profile_inputs(be, model, st, seed, mb, weights, slot);
   const float* params = weights.read_latest();
   const size_t scratch = static_cast<size_t>(mb * st.max_numel());
   Buffer dy(be, scratch), dx(be, scratch);
@@ -127,24 +154,7 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
     }
   }
   std::vector<LayerProfile> out = summarise(model, Timings{tf, tb, tw, kc}, mb, bf16);
-  // optimizer: time an SGD/AdamW-like update over the whole parameter buffer
-  if (optimizer_s_per_byte) {
-    Deck::Train t;
-    t.optimizer = "sgd";
-    t.lr = 0.01;
-    t.momentum = 0.9;
-    t.lr_schedule = "constant";
-    Optimizer opt(t, be, static_cast<size_t>(st.num_params()), 100);
-    std::vector<double> ts;
-    for (int rep = 0; rep < warmup + reps; ++rep) {
-      be.synchronize();
-      const double t0 = now_s();
-      opt.step(weights.latest(), grads.data(), 0.0f);  // the master, as a run updates it
-      be.synchronize();
-      if (rep >= warmup) ts.push_back(now_s() - t0);
-    }
-    *optimizer_s_per_byte = st.num_params() > 0 ? median(ts) / static_cast<double>(st.num_params() * 4) : 0.0;
-  }
+  if (optimizer_s_per_byte) *optimizer_s_per_byte = optimizer_seconds_per_byte(be, weights, grads, reps, warmup);
   be.release_int(labels);
   return out;
 }

@@ -5,6 +5,7 @@
 
 #include "pipetrain/commands.hpp"
 #include "pipetrain/data.hpp"
+#include "pipetrain/deck.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/report.hpp"
 

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "../util/h5.hpp"
+#include "pipetrain/deck.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/report.hpp"
 
@@ -17,6 +18,18 @@ static std::vector<int64_t> dims_of(const Shape& s) {
   std::vector<int64_t> d;
   for (int i = 0; i < s.rank; ++i) d.push_back(s.d[i]);
   return d;
+}
+
+// A layer's deck keys as attributes: numbers first (floats as doubles, integers and booleans
+// (0/1) as integers), then the strings that are set (lm_head's tie).
+static void write_layer_settings(hid_t g, const std::vector<std::pair<std::string, KeyValue>>& settings, const std::string& tmp) {
+  for (const auto& [key, v] : settings) {
+    if (auto f = std::get_if<double>(&v)) h5::attr_double(g, key, *f, tmp);
+    else if (auto i = std::get_if<int64_t>(&v)) h5::attr_int(g, key, *i, tmp);
+    else if (auto b = std::get_if<bool>(&v)) h5::attr_int(g, key, *b ? 1 : 0, tmp);
+  }
+  for (const auto& [key, v] : settings)
+    if (auto s = std::get_if<std::string>(&v); s && !s->empty()) h5::attr_string(g, key, *s, tmp);
 }
 
 // A layer's parameters (a tied tensor is a soft link to the holder's dataset: stored once)
@@ -50,7 +63,7 @@ void write_weights_h5(const std::string& path, const Model& model, const std::ve
     h5::attr_ints(f.id(), "input_shape", dims_of(model.layer(0).in_shape()), tmp);
     h5::attr_int(f.id(), "classes", model.layer(model.size() - 1).in_shape().numel(), tmp);
     h5::attr_int(f.id(), "layers", model.size(), tmp);
-    h5::attr_string(f.id(), "data_source", deck.data.source, tmp);
+    h5::attr_string(f.id(), "data_source", enum_name(deck.data.source), tmp);
     h5::attr_string(f.id(), "input_transform",
                     input.identity ? "identity: x = raw (float samples used as stored)"
                                    : "x = (raw * input_scale - input_mean) * input_inv_std in float32, raw = uint8 pixel; "
@@ -70,11 +83,7 @@ void write_weights_h5(const std::string& path, const Model& model, const std::ve
       h5::attr_int(g.id(), "index", i, tmp);
       h5::attr_ints(g.id(), "in_shape", dims_of(l.in_shape()), tmp);
       h5::attr_ints(g.id(), "out_shape", dims_of(l.out_shape()), tmp);
-      for (const LayerSetting& s : layer_settings(l.spec())) {
-        if (s.kind == 'f') h5::attr_double(g.id(), s.key, s.f, tmp);
-        else h5::attr_int(g.id(), s.key, s.i, tmp);
-      }
-      if (!l.spec().tie.empty()) h5::attr_string(g.id(), "tie", l.spec().tie, tmp);
+      write_layer_settings(g.id(), layer_settings(l.spec()), tmp);
       write_layer_tensors(g.id(), model, i, per_layer[static_cast<size_t>(i)],
                           per_layer_state.empty() ? nullptr : &per_layer_state[static_cast<size_t>(i)], tmp);
     }

@@ -183,7 +183,7 @@ Layout Layout::from_deck(const Deck& d, int layers, int ranks, const ScheduleDef
   std::vector<int> first = {0};
   for (auto v : d.parallel.split) first.push_back(static_cast<int>(v));
   const int K = static_cast<int>(first.size());
-  const Placement pl = d.parallel.placement == "auto" ? def.placement : placement_from_name(d.parallel.placement);
+  const Placement pl = d.parallel.placement.value_or(def.placement);
   if (pl != def.placement)
     fail(Exit::bad_input, d.where("parallel.placement") + ": key 'parallel.placement': schedule " + def.name +
                               " runs on the " + placement_name(def.placement) + " placement, not " + placement_name(pl) +

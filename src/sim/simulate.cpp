@@ -107,7 +107,7 @@ MemoryBreakdown worker_memory(const Profile& p, const Schedule& s, int rank, dou
     m.activations += n * per_unit * scale;
     m.buffers += n * ((st + 1 < L.stages() ? t.out : 0.0) + (st > 0 ? t.in : 0.0)) * scale;
     m.gradients += t.params;
-    m.weights += weight_copies(versions, p.precision == "bf16") * t.params;
+    m.weights += weight_copies(versions, p.precision == Precision::bf16) * t.params;
     m.optimizer += t.opt_bytes;
   }
   return m;

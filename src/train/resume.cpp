@@ -60,7 +60,7 @@ void check_against_deck(const std::string& dir, const CheckpointMeta& meta, cons
 bool same_layout(const CheckpointMeta& meta, const ParallelContext& ctx, const TrainSetup& setup) {
   const std::vector<int> split(setup.layout.first.begin() + 1, setup.layout.first.end() - 1);
   return meta.ranks == ctx.size() && meta.split == split && meta.replicas == setup.layout.replicas &&
-         meta.placement == placement_name(setup.layout.placement) && meta.schedule == setup.def->name &&
+         enum_from_name<Placement>(meta.placement) == setup.layout.placement && meta.schedule == setup.def->name &&
          meta.microbatches == setup.microbatches;
 }
 

@@ -181,7 +181,7 @@ nlohmann::json summary_json(const RunOutputs& o, const Totals& t, nlohmann::json
   const int R = o.ctx.size();
   nlohmann::json s = {
       {"status", o.status}, {"deck", o.deck.path}, {"schedule", o.setup.def->name},
-      {"valid_gradients", o.setup.def->valid_gradients}, {"precision", o.deck.train.precision}, {"ranks", R}, {"stages", layout.stages()},
+      {"valid_gradients", o.setup.def->valid_gradients}, {"precision", enum_name(o.deck.train.precision)}, {"ranks", R}, {"stages", layout.stages()},
       {"placement", placement_name(layout.placement)},
       {"split", std::vector<int>(layout.first.begin() + 1, layout.first.end() - 1)}, {"replicas", layout.replicas},
       {"microbatches", o.setup.microbatches}, {"microbatch_size", o.setup.mb_size}, {"batch_size", o.deck.train.batch_size},
@@ -251,7 +251,7 @@ void write_run_outputs(const RunOutputs& o) {
   std::printf("wrote %s/{summary.json, metrics.jsonl, trace.json, weights.h5, deck.toml}\n", o.run_dir.c_str());
   std::printf("PERF schedule=%s precision=%s ranks=%d stages=%d replicas=%s microbatches=%d samples_per_s=%.1f bubble=%.3f "
               "test_accuracy=%.4f train_wall_s=%.2f network_bytes_per_sample=%.0f comm_reduction_vs_bsp=%.3f\n",
-              o.setup.def->name.c_str(), o.deck.train.precision.c_str(), ctx.size(), o.setup.layout.stages(), o.setup.layout.replication().c_str(),
+              o.setup.def->name.c_str(), enum_name(o.deck.train.precision), ctx.size(), o.setup.layout.stages(), o.setup.layout.replication().c_str(),
               o.setup.microbatches, t.samples / std::max(1e-9, o.train_time_this_run), t.bubble / ctx.size(), o.final_accuracy,
               o.train_time, t.network(), t.reduction());
   std::fflush(stdout);

@@ -43,9 +43,9 @@ std::string tie_conflict(const Deck& deck, const ScheduleDef& def, const Layout&
     return s;
   };
   for (size_t l = 0; l < layers.size(); ++l) {
-    if (layers[l].tie.empty()) continue;
+    if (layers[l].tie_name().empty()) continue;
     for (size_t k = 0; k < layers.size(); ++k)
-      if (layers[k].name == layers[l].tie && stage_of_layer(k) != stage_of_layer(l)) {
+      if (layers[k].name == layers[l].tie_name() && stage_of_layer(k) != stage_of_layer(l)) {
         std::string flush;
         for (const ScheduleDef* d : schedule_defs())
           if (d->flush) flush += (flush.empty() ? "" : ", ") + d->name;

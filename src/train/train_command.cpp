@@ -108,8 +108,8 @@ void Trainer::setup() {
   ctx_ = std::make_unique<ParallelContext>(MPI_COMM_WORLD, setup_.layout, deck_.run.comm_timeout_s);
   run_dir_ = deck_.run.output_dir + "/" + deck_.run.name;
   ckpt_dir_ = deck_.checkpoint.dir.empty() ? run_dir_ + "/checkpoints" : deck_.checkpoint.dir;
-  be_ = deck_.run.device == "cuda" ? make_cuda_backend(0) : make_host_backend();
-  be_->set_precision(precision_from_name(deck_.train.precision));  // GEMM and convolution inputs
+  be_ = deck_.run.device == Device::cuda ? make_cuda_backend(0) : make_host_backend();
+  be_->set_precision(deck_.train.precision);  // GEMM and convolution inputs
   build_stages();
   const size_t lag = static_cast<size_t>(setup_.layout.stages()) + 1;
   policy_ = std::make_unique<CheckpointPolicy>(deck_, args_, *ctx_, setup_.boundary_stride(), lag, &g_signal);
@@ -138,8 +138,8 @@ void Trainer::build_stages() {
   cfg.batch_size = deck_.train.batch_size;
   cfg.eval_mb = eval_mb;
   cfg.debug_versions = deck_.run.debug_versions;
-  cfg.skip_nonfinite = deck_.train.nonfinite == "skip";
-  cfg.nccl_allreduce = deck_.parallel.allreduce == "nccl";
+  cfg.skip_nonfinite = deck_.train.nonfinite == Nonfinite::skip;
+  cfg.nccl_allreduce = deck_.parallel.allreduce == Allreduce::nccl;
   cfg.trace_limit = 200000;
   std::vector<StageRuntime*> rts;
   for (auto& r : stages_) rts.push_back(r.get());
@@ -327,7 +327,7 @@ CheckpointMeta Trainer::meta(int64_t step, bool epoch_complete) const {
   m.microbatches = setup_.microbatches;
   m.batch_size = deck_.train.batch_size;
   m.seed = deck_.run.seed;
-  m.optimizer = deck_.train.optimizer;
+  m.optimizer = deck_.train.optimizer->name;
   m.model_hash = std::to_string(deck_.model_hash());
   m.model_text = deck_.model_text();
   m.ranks = ctx_->size();

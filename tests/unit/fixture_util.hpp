@@ -19,6 +19,7 @@
 #include "../../src/util/h5.hpp"
 #include "pipetrain/backend.hpp"
 #include "pipetrain/deck.hpp"
+#include "pipetrain/optim.hpp"
 #include "test_support.hpp"
 
 namespace pt::test {
@@ -194,11 +195,11 @@ inline std::string fmt(double v) {
 
 // A valid deck whose [train] comes from --set overrides: the settings object is the one
 // the trainer would build, defaults and validation included.
-inline Deck::Train train_settings(const std::vector<std::string>& sets) {
+inline OptimConfig train_settings(const std::vector<std::string>& sets) {
   const std::string text =
       "[data]\nsource = \"synthetic\"\nshape = [4]\nclasses = 2\n[model]\n"
       "[[model.layers]]\ntype = \"linear\"\nout = 2\n[[model.layers]]\ntype = \"softmax_cross_entropy\"\n";
-  return parse_deck_text(text, "optim.toml", sets).train;
+  return optim_config(parse_deck_text(text, "optim.toml", sets).train);
 }
 
 inline std::vector<std::string> sets_from(const Fixture& fx, const std::string& prefix = "") {

@@ -103,7 +103,7 @@ void check_model(Backend& backend, const std::string& tag, const std::string& na
     note_ratio(tag + name + " " + oname + " loss", {std::fabs(loss - loss_ref) / (1e-6 + 1e-5 * loss_ref), 0, loss, loss_ref});
     EXPECT_NEAR(loss, loss_ref, 1e-6 + 1e-5 * loss_ref);
     st.backward(s, params.data(), grads.data(), nullptr, nullptr, ctx, n, {});
-    Optimizer opt(deck.train, *be, w0.size(), 1);
+    Optimizer opt(optim_config(deck.train), *be, w0.size(), 1);
     opt.step(params.data(), grads.data(), 1.0f);
     const auto w1 = to_host(*be, params.data(), w0.size());
 

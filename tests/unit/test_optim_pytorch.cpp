@@ -22,7 +22,7 @@ const Tol kState{1e-7, 1e-5};
 void check_optimizer(Backend& backend, const std::string& tag, const std::string& name) {
   SCOPED_TRACE(tag + "fixture optim_" + name);
   Fixture fx("optim_" + name);
-  const Deck::Train cfg = train_settings(sets_from(fx));
+  const OptimConfig cfg = train_settings(sets_from(fx));
   const auto w0 = fx.floats("w0"), grads = fx.floats("grads"), wref = fx.floats("w");
   const auto lrs = fx.doubles("lr");
   const size_t n = w0.size();
@@ -80,8 +80,8 @@ TEST(Optim, NamesExactlyTheStateItHolds) {
   for (auto& tb : test_backends())
     for (const char* kind : {"sgd", "adamw"})
       for (size_t n : {size_t{0}, size_t{3}}) {
-        Deck::Train cfg;
-        cfg.optimizer = kind;
+        OptimConfig cfg;
+        cfg.optimizer = find_optimizer(kind);
         cfg.momentum = 0.9;
         Optimizer opt(cfg, *tb.be, n, 10);
         EXPECT_EQ(opt.state_names().size(), opt.state().size()) << tb.tag << kind << " n = " << n;
@@ -104,7 +104,7 @@ TEST(LrSchedule, MatchesDocumentedRules) {
     ASSERT_TRUE(g) << name;
     const auto sd = [&](const char* k) { return h5::read_attr_double(g.id(), k, fx.path()); };
     const auto si = [&](const char* k) { return h5::read_attr_int(g.id(), k, fx.path()); };
-    const Deck::Train cfg = train_settings({
+    const OptimConfig cfg = train_settings({
         "train.lr=" + fmt(sd("lr")),
         "train.lr_schedule=\"" + h5::read_attr_string(g.id(), "lr_schedule", fx.path()) + "\"",
         "train.warmup_steps=" + std::to_string(si("warmup_steps")),

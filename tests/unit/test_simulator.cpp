@@ -194,8 +194,8 @@ TEST(Simulator, Bf16StashesCostHalf) {
   const ClusterModel net = ClusterModel::single(1e9);
   const Layout l = one_layer_stages(4);
   for (const char* prec : {"fp32", "bf16"}) {
-    p.precision = prec;
-    const bool bf16 = p.precision == "bf16";
+    p.precision = precision_from_name(prec);
+    const bool bf16 = p.precision == Precision::bf16;
     for (std::string k : {"pipedream", "1f1b", "2bw"}) {
       const int M = k == "pipedream" ? 1 : 4;
       const SimResult r = run(p, k, l, M, 4, net);

@@ -13,7 +13,7 @@
 
 namespace pt {
 
-const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
+const char* precision_name(Precision p) { return enum_name(p); }
 
 double achieved_gflops(double flops, double seconds) {
   return flops > 0 && seconds > 0 ? flops / seconds * 1e-9 : 0.0;

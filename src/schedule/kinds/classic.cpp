@@ -70,6 +70,7 @@ PT_REGISTER_SCHEDULE(one_f_one_b, [] {
   ScheduleDef d = flush_entry("1f1b", "1F1B with a flush per minibatch (PipeDream-Flush): one forward, one backward",
                               one_f_one_b_memory(), 0);
   d.memory_reference = true;
+  d.deck_default = true;
   return d;
 }())
 PT_REGISTER_SCHEDULE(model_parallel, [] {
