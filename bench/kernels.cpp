@@ -1,18 +1,24 @@
 // build/pt_bench_kernels (bench/kernels.sh): the host backend's GEMM and convolution kernels
-// on this machine, against this machine's own limit measured in the same run.
+// on this machine, against this machine's matmul limit measured in the same run by code that
+// is not pipetrain's.
 // Contract: prints the CPU model (/proc/cpuinfo), OpenBLAS's core, oneDNN's version and
-// effective ISA and the thread count; then the oneDNN matmul peak at 1024^3 in fp32 and bf16;
-// then for every training GEMM of the MLP, the transformer (T = 128, D = 256) and the CNN, and
-// every convolution of input/fashion_cnn.toml (and a 3-channel stem): GFLOP/s of OpenBLAS fp32
-// (im2col + OpenBLAS for convolutions), oneDNN fp32 and oneDNN bf16 (median of REPS samples,
-// min-max), each as a fraction of the 1024^3 peak of its precision, the kernel the fp32 rule
-// picks, and the oneDNN implementation names. The three variants and the two peaks are
-// interleaved sample by sample, so the neighbours' load hits them alike and each fraction
-// compares numbers taken at the same time. Every call goes through the Backend interface (bf16
-// includes rounding the inputs). --csv FILE writes one row per shape and variant.
+// effective ISA and the thread count; then the machine peak per precision: the best median of
+// oneDNN's matmul called directly (machine_peak.hpp; weights plain and in the layout oneDNN
+// picks, reordered once) at 1024^3 and 4096x4096x1024, sampled before and after the rows, and
+// of the external measurements given with --external (bench/torch_matmul.py: torch.matmul),
+// naming where the peak came from; then for every training GEMM of the MLP, tinygpt (T = 128,
+// D = 256), gpt2_small (T = 256, D = 768) and the CNN, and every convolution of
+// input/fashion_cnn.toml (and a 3-channel stem): GFLOP/s of OpenBLAS fp32 (im2col + OpenBLAS
+// for convolutions), oneDNN fp32 and oneDNN bf16 through pipetrain's Backend (median of REPS
+// samples, min-max), each as a fraction of the machine peak of its precision, the kernel the
+// fp32 rule picks, and the oneDNN implementation names. Beside each row pipetrain's own 1024^3
+// GEMM is sampled, interleaved with the row, as a load check ("own" columns; not the peak).
+// Every row call goes through the Backend interface (bf16 includes rounding the inputs).
+// --csv FILE writes one row per shape and variant.
 // Times are the calling thread's CPU time (the kernels run one thread, on it), so time slices
 // lost to other jobs on a shared machine do not count; --clock wall times the wall clock.
 // Usage: pt_bench_kernels [--reps N] [--ms M] [--csv FILE] [--only SUBSTRING] [--clock cpu|wall]
+//                         [--external FILE]   (lines "NAME PREC SHAPE GFLOPS ...", e.g. torch_matmul.py's)
 #include <omp.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,6 +35,7 @@
 #include <vector>
 
 #include "../src/kernels/host/host_backend.hpp"
+#include "machine_peak.hpp"
 #include "pipetrain/backend.hpp"
 #include "pipetrain/commands.hpp"
 #include "pipetrain/error.hpp"
@@ -39,7 +46,7 @@ namespace {
 struct Options {
   int reps = 7;         // samples per variant
   double ms = 20;       // minimum milliseconds per sample (calls are repeated within one)
-  std::string csv, only;
+  std::string csv, only, external;
 };
 
 struct Stats {
@@ -78,9 +85,9 @@ bool cpu_flag(const std::string& flag) {
   return false;
 }
 
-// The three kernel families (each its own host backend), then the 1024^3 peaks of fp32 and
-// bf16, measured alongside every row so a fraction compares two numbers taken under the same
-// load of the machine.
+// The three kernel families (each its own host backend), then pipetrain's own 1024^3 GEMM in
+// fp32 and bf16, sampled alongside every row as a load check (the peak is the machine's,
+// MachinePeak, measured by code that is not pipetrain's).
 enum Variant { kBlas, kDnn32, kDnn16, kPeak32, kPeak16, kVariants };
 constexpr int kFamilies = 3;
 const char* const kVariantName[kFamilies] = {"OpenBLAS fp32", "oneDNN fp32", "oneDNN bf16"};
@@ -135,6 +142,80 @@ std::vector<Stats> measure(Backends& b, const Row& r, const Row& peak, const Opt
   std::vector<Stats> out;
   for (auto& g : gf) out.push_back(stats(g));
   return out;
+}
+
+// ---- the machine peak: raw oneDNN (machine_peak.hpp) and external measurements ----------
+
+struct PeakCandidate {
+  std::string source;  // "oneDNN blocked 1024x1024x1024", "torch 4096x4096x1024"
+  bool bf16 = false;
+  std::string impl;
+  std::vector<double> samples;  // GFLOP/s (raw oneDNN: both rounds)
+  Stats st;
+};
+
+struct MachinePeak {
+  std::vector<PeakCandidate> candidates;
+  double gflops[2] = {0, 0};  // fp32, bf16: the best candidate's median
+  std::string source[2];
+  double of(bool bf16) const { return gflops[bf16 ? 1 : 0]; }
+};
+
+std::vector<PeakShape> peak_shapes() { return {{1024, 1024, 1024}, {4096, 4096, 1024}}; }
+
+// One round of the raw matmuls, interleaved: `reps` samples of each, each sample at least
+// opt.ms milliseconds of calls (calibrated after a warm-up call).
+void sample_raw(std::vector<std::unique_ptr<RawMatmul>>& mats, std::vector<PeakCandidate>& cands, const Options& opt) {
+  std::vector<int> inner(mats.size());
+  for (size_t i = 0; i < mats.size(); ++i) {
+    mats[i]->call();
+    const double t0 = now_s();
+    mats[i]->call();
+    inner[i] = std::max(1, static_cast<int>(opt.ms * 1e-3 / std::max(1e-7, now_s() - t0)));
+  }
+  for (int r = 0; r < opt.reps; ++r)
+    for (size_t i = 0; i < mats.size(); ++i) {
+      const double t0 = now_s();
+      for (int k = 0; k < inner[i]; ++k) mats[i]->call();
+      cands[i].samples.push_back(achieved_gflops(mats[i]->shape().flops() * inner[i], now_s() - t0));
+    }
+}
+
+// Lines "NAME PREC SHAPE MEDIAN [MIN MAX]" (bench/torch_matmul.py writes "torch bf16 1024x1024x1024 ...").
+void read_external(const std::string& path, std::vector<PeakCandidate>& cands) {
+  std::ifstream in(path);
+  PT_REQUIRE(in, Exit::bad_input, "pt_bench_kernels: cannot read --external " << path);
+  for (std::string line; std::getline(in, line);) {
+    char name[64], prec[16], shape[64];
+    double med = 0;
+    if (std::sscanf(line.c_str(), "%63s %15s %63s %lf", name, prec, shape, &med) != 4) continue;
+    PeakCandidate c;
+    c.source = std::string(name) + " " + shape;
+    c.bf16 = std::string(prec) == "bf16";
+    c.impl = name;
+    c.samples.push_back(med);
+    cands.push_back(c);
+  }
+}
+
+MachinePeak finish_peak(std::vector<PeakCandidate> cands) {
+  MachinePeak p;
+  for (PeakCandidate& c : cands) {
+    c.st = stats(c.samples);
+    const int k = c.bf16 ? 1 : 0;
+    if (c.st.median > p.gflops[k]) p.gflops[k] = c.st.median, p.source[k] = c.source;
+  }
+  p.candidates = std::move(cands);
+  return p;
+}
+
+void print_peak(const MachinePeak& p) {
+  std::printf("machine peak candidates (median, min-max GFLOP/s of this thread's time):\n");
+  for (const PeakCandidate& c : p.candidates)
+    std::printf("  %-4s %-34s %7.1f (%.1f-%.1f)  %s\n", c.bf16 ? "bf16" : "fp32", c.source.c_str(), c.st.median, c.st.lo,
+                c.st.hi, c.impl.c_str());
+  std::printf("machine peak: fp32 %.1f GFLOP/s (%s), bf16 %.1f GFLOP/s (%s)\n", p.gflops[0], p.source[0].c_str(),
+              p.gflops[1], p.source[1].c_str());
 }
 
 std::vector<float> filled(size_t n, unsigned seed) {
@@ -230,14 +311,20 @@ std::vector<Row> all_rows() {
     linear_rows(rows, g, "fc2", B, 512, 512);
     linear_rows(rows, g, "fc3", B, 512, 10);
   }
-  const int64_t R = 8 * 128;  // transformer: 8 sequences of T = 128, D = 256, 8 heads of 32
-  linear_rows(rows, "transformer", "qkv ", R, 256, 768);
-  linear_rows(rows, "transformer", "proj", R, 256, 256);
-  linear_rows(rows, "transformer", "up  ", R, 256, 1024);
-  linear_rows(rows, "transformer", "down", R, 1024, 256);
-  rows.push_back(gemm_row("transformer", "attn S=QK^T  64x[128x32]x[32x128]", false, true, 128, 128, 32, 64, 0.0f));
-  rows.push_back(gemm_row("transformer", "attn O=PV    64x[128x128]x[128x32]", false, false, 128, 32, 128, 64, 0.0f));
-  rows.push_back(gemm_row("transformer", "attn dV=P^TdO 64x[128x128]x[128x32]", true, false, 128, 32, 128, 64, 0.0f));
+  const int64_t R = 8 * 128;  // tinygpt: 8 sequences of T = 128, D = 256, 8 heads of 32
+  linear_rows(rows, "tinygpt", "qkv ", R, 256, 768);
+  linear_rows(rows, "tinygpt", "proj", R, 256, 256);
+  linear_rows(rows, "tinygpt", "up  ", R, 256, 1024);
+  linear_rows(rows, "tinygpt", "down", R, 1024, 256);
+  const int64_t R2 = 4 * 256;  // gpt2_small: a microbatch of 4 sequences of T = 256, D = 768, 12 heads of 64
+  linear_rows(rows, "gpt2_small", "qkv ", R2, 768, 2304);
+  linear_rows(rows, "gpt2_small", "proj", R2, 768, 768);
+  linear_rows(rows, "gpt2_small", "up  ", R2, 768, 3072);
+  linear_rows(rows, "gpt2_small", "down", R2, 3072, 768);
+  linear_rows(rows, "gpt2_small", "head", R2, 768, 256);
+  rows.push_back(gemm_row("tinygpt", "attn S=QK^T  64x[128x32]x[32x128]", false, true, 128, 128, 32, 64, 0.0f));
+  rows.push_back(gemm_row("tinygpt", "attn O=PV    64x[128x128]x[128x32]", false, false, 128, 32, 128, 64, 0.0f));
+  rows.push_back(gemm_row("tinygpt", "attn dV=P^TdO 64x[128x128]x[128x32]", true, false, 128, 32, 128, 64, 0.0f));
   conv_rows(rows, "conv0", conv_geom(1, 28, 32, 3, 1), 128);  // fashion_cnn
   conv_rows(rows, "conv1", conv_geom(32, 14, 64, 3, 1), 128);
   conv_rows(rows, "conv0", conv_geom(1, 28, 32, 3, 1), 32);
@@ -259,63 +346,90 @@ void print_machine() {
   std::printf("threads: oneDNN (OpenMP) %d, OMP_NUM_THREADS=%s\n", omp_get_max_threads(), omp ? omp : "(unset)");
 }
 
-// fraction of a family's median against the peak of its precision measured alongside
-double fraction(const std::vector<Stats>& st, int v) {
-  return st[static_cast<size_t>(v)].median / st[static_cast<size_t>(v == kDnn16 ? kPeak16 : kPeak32)].median;
+// fraction of a family's median against the machine peak of its precision
+double fraction(const std::vector<Stats>& st, int v, const MachinePeak& mp) {
+  return st[static_cast<size_t>(v)].median / mp.of(v == kDnn16);
 }
 
-void print_row(const Row& r, const std::vector<Stats>& st, const std::string& impl32, const std::string& impl16) {
+void print_row(const Row& r, const std::vector<Stats>& st, const std::string& impl32, const std::string& impl16,
+               const MachinePeak& mp) {
   std::printf("%-12s %-44s %8.4f", r.group.c_str(), r.name.c_str(), r.flops * 1e-9);
   for (int v = 0; v < kFamilies; ++v) {
     const Stats& x = st[static_cast<size_t>(v)];
     char cell[64];
-    std::snprintf(cell, sizeof cell, "%.0f (%.0f-%.0f) %.2f", x.median, x.lo, x.hi, fraction(st, v));
+    std::snprintf(cell, sizeof cell, "%.0f (%.0f-%.0f) %.2f", x.median, x.lo, x.hi, fraction(st, v, mp));
     std::printf("  %-22s", cell);
   }
   std::printf("  %4.0f %4.0f  %-8s %s | %s\n", st[kPeak32].median, st[kPeak16].median,
               r.rule_onednn ? "oneDNN" : "OpenBLAS", impl32.c_str(), impl16.c_str());
 }
 
-void print_header(const std::vector<Stats>& ps, const Options& opt) {
-  std::printf("peak: oneDNN matmul 1024^3 fp32 %.1f GFLOP/s (%.1f-%.1f), bf16 %.1f GFLOP/s (%.1f-%.1f); "
-              "OpenBLAS sgemm %.1f (%.1f-%.1f)\n",
-              ps[kDnn32].median, ps[kDnn32].lo, ps[kDnn32].hi, ps[kDnn16].median, ps[kDnn16].lo, ps[kDnn16].hi,
-              ps[kBlas].median, ps[kBlas].lo, ps[kBlas].hi);
-  std::printf("GFLOP/s: median of %d samples of >= %.0f ms of %s time (min-max), then the fraction of the 1024^3\n"
-              "peak of the precision measured alongside the row (interleaved; its medians in the 'pk' columns)\n",
+void print_header(const Options& opt) {
+  std::printf("GFLOP/s through pipetrain's Backend: median of %d samples of >= %.0f ms of %s time (min-max), then the\n"
+              "fraction of the machine peak of its precision; 'own' = pipetrain's 1024^3 GEMM sampled alongside (load check)\n",
               opt.reps, opt.ms, g_wall_clock ? "wall-clock" : "thread CPU");
   std::printf("%-12s %-44s %8s  %-22s  %-22s  %-22s  %4s %4s  %-8s %s\n", "group", "shape", "GFLOP", kVariantName[kBlas],
-              kVariantName[kDnn32], kVariantName[kDnn16], "pk32", "pk16", "fp32 rule", "oneDNN impl fp32 | bf16");
+              kVariantName[kDnn32], kVariantName[kDnn16], "own32", "own16", "fp32 rule", "oneDNN impl fp32 | bf16");
 }
 
 void csv_rows(std::ofstream& csv, const Row& r, const std::vector<Stats>& st, const std::string& i32,
-              const std::string& i16) {
+              const std::string& i16, const MachinePeak& mp) {
   for (int v = 0; v < kFamilies; ++v)
     csv << r.group << ",\"" << r.name << "\"," << r.flops * 1e-9 << "," << kVariantName[v] << "," << st[v].median << ","
-        << st[v].lo << "," << st[v].hi << "," << fraction(st, v) << "," << st[v == kDnn16 ? kPeak16 : kPeak32].median
+        << st[v].lo << "," << st[v].hi << "," << fraction(st, v, mp) << "," << mp.of(v == kDnn16) << ",\""
+        << mp.source[v == kDnn16 ? 1 : 0] << "\"," << st[v == kDnn16 ? kPeak16 : kPeak32].median
         << "," << (r.rule_onednn ? "oneDNN" : "OpenBLAS") << "," << (v == kBlas ? "openblas" : v == kDnn32 ? i32 : i16)
         << "\n";
 }
 
+// The raw oneDNN matmuls of the machine peak: both shapes, both precisions, plain and blocked.
+std::vector<std::unique_ptr<RawMatmul>> raw_matmuls(std::vector<PeakCandidate>& cands) {
+  std::vector<std::unique_ptr<RawMatmul>> mats;
+  for (const PeakShape& sh : peak_shapes())
+    for (bool bf16 : {false, true})
+      for (bool blocked : {false, true}) {
+        mats.push_back(std::make_unique<RawMatmul>(sh, bf16, blocked));
+        PeakCandidate c;
+        c.source = mats.back()->name().substr(0, mats.back()->name().find(bf16 ? " bf16" : " fp32")) + " " + sh.text();
+        c.bf16 = bf16;
+        c.impl = mats.back()->impl();
+        cands.push_back(c);
+      }
+  return mats;
+}
+
 int run(const Options& opt) {
   print_machine();
+  std::vector<PeakCandidate> cands;
+  std::vector<std::unique_ptr<RawMatmul>> mats = raw_matmuls(cands);
+  std::fprintf(stderr, "machine peak, round 1 ...\n");
+  sample_raw(mats, cands, opt);  // before the rows
   Backends b;
-  const Row peak = gemm_row("peak", "matmul [1024x1024]x[1024x1024]", false, false, 1024, 1024, 1024, 1, 0.0f);
-  print_header(measure(b, peak, peak, opt), opt);
+  const Row own = gemm_row("own", "matmul [1024x1024]x[1024x1024]", false, false, 1024, 1024, 1024, 1, 0.0f);
+  std::vector<Row> rows = all_rows();
+  rows.insert(rows.begin(), own);
+  struct Done { const Row* r; std::vector<Stats> st; std::string i32, i16; };
+  std::vector<Done> done;
+  for (const Row& r : rows) {
+    if (!opt.only.empty() && (r.group + " " + r.name).find(opt.only) == std::string::npos) continue;
+    std::fprintf(stderr, "  %s %s\n", r.group.c_str(), r.name.c_str());
+    done.push_back({&r, measure(b, r, own, opt), r.impl(kDnn32), r.impl(kDnn16)});
+  }
+  std::fprintf(stderr, "machine peak, round 2 ...\n");
+  sample_raw(mats, cands, opt);  // after the rows: a drifting host moves both rounds' samples
+  if (!opt.external.empty()) read_external(opt.external, cands);
+  const MachinePeak mp = finish_peak(cands);
+  print_peak(mp);
+  print_header(opt);
   std::ofstream csv;
   if (!opt.csv.empty()) {
     csv.open(opt.csv);
-    csv << "group,shape,gflop,variant,median_gflops,min_gflops,max_gflops,fraction_of_peak,peak_gflops,fp32_rule,impl\n";
+    csv << "group,shape,gflop,variant,median_gflops,min_gflops,max_gflops,fraction_of_peak,peak_gflops,peak_source,own_gflops,"
+           "fp32_rule,impl\n";
   }
-  std::vector<Row> rows = all_rows();
-  rows.insert(rows.begin(), peak);
-  for (const Row& r : rows) {
-    if (!opt.only.empty() && (r.group + " " + r.name).find(opt.only) == std::string::npos) continue;
-    const std::vector<Stats> st = measure(b, r, peak, opt);
-    const std::string i32 = r.impl(kDnn32), i16 = r.impl(kDnn16);
-    print_row(r, st, i32, i16);
-    if (csv) csv_rows(csv, r, st, i32, i16);
-    std::fflush(stdout);
+  for (const Done& d : done) {
+    print_row(*d.r, d.st, d.i32, d.i16, mp);
+    if (csv) csv_rows(csv, *d.r, d.st, d.i32, d.i16, mp);
   }
   return 0;
 }
@@ -331,8 +445,10 @@ Options parse(int argc, char** argv) {
     else if (a == "--csv") o.csv = v;
     else if (a == "--only") o.only = v;
     else if (a == "--clock") g_wall_clock = v == "wall";
+    else if (a == "--external") o.external = v;
     else fail(Exit::bad_input,
-              "pt_bench_kernels: unknown option " + a + " (--reps N, --ms M, --csv FILE, --only TEXT, --clock cpu|wall)");
+              "pt_bench_kernels: unknown option " + a +
+                  " (--reps N, --ms M, --csv FILE, --only TEXT, --clock cpu|wall, --external FILE)");
   }
   return o;
 }

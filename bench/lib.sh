@@ -17,3 +17,15 @@ best_coretype() {
   if grep -q avx512f /proc/cpuinfo && grep -q avx512bw /proc/cpuinfo; then echo SkylakeX
   elif grep -q avx2 /proc/cpuinfo; then echo Haswell; fi
 }
+
+# cpu_bf16_case: the CPU model and which bf16 goals can be judged on it (every benchmark prints it)
+cpu_bf16_case() {
+  local model flags
+  model=$(grep -m1 '^model name' /proc/cpuinfo | sed 's/^[^:]*: *//')
+  flags=" $(grep -m1 '^flags' /proc/cpuinfo) "
+  case "$flags" in
+    *" amx_bf16 "*) echo "$model: AMX (amx_bf16): the AMX goals apply" ;;
+    *" avx512_bf16 "*) echo "$model: AVX512-BF16 without AMX: the AMX goals cannot be judged here (their AVX512-BF16 forms apply)" ;;
+    *) echo "$model: no bf16 instructions: bf16 speed goals cannot be judged here" ;;
+  esac
+}
