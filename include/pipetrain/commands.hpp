@@ -37,7 +37,7 @@ struct ProfileArgs : DeckArgs {
   long long microbatch = 0;  // 0 = the deck's microbatch size
 };
 
-// `plan` and `simulate` (src/plan/command.cpp, src/sim/command.cpp; docs/PLANNER.md).
+// `plan` and `simulate` (src/plan/plan_command.cpp, src/sim/simulate_command.cpp; docs/PLANNER.md).
 struct PlannerArgs : DeckArgs {
   int ranks = 0;
   std::string profile;                  // profile.json or graph.txt

@@ -1,6 +1,6 @@
 // The input deck: a TOML file plus --set overrides, parsed and validated into one
 // settings object that is the only source of run settings. Every key is declared once with
-// its member (keys.hpp): the sections' keys in src/deck/deck.cpp, each layer type's beside
+// its member (keys.hpp): the sections' keys in src/deck/schema.cpp, each layer type's beside
 // its class in src/layers. Enumerations are parsed once into enums; train.optimizer and
 // train.lr_schedule into their registry entries (optim.hpp).
 #pragma once

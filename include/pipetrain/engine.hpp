@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "pipetrain/data.hpp"
+#include "pipetrain/deck.hpp"
 #include "pipetrain/optim.hpp"
 #include "pipetrain/parallel.hpp"
 #include "pipetrain/schedule_ir.hpp"

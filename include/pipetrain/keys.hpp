@@ -7,7 +7,7 @@
 // A value travels between the parser, the printers and weights.h5 as a KeyValue; the key
 // alone converts it to and from its member's type, so a key cannot write a member of another
 // type, and a default of another kind does not compile. The deck's sections
-// (src/deck/deck.cpp), the [[cluster.levels]] tables and every layer type (its own .cpp in
+// (src/deck/schema.cpp), the [[cluster.levels]] tables and every layer type (its own .cpp in
 // src/layers, layers.hpp) declare their keys this way; toml++ stays in src/deck.
 #pragma once
 #include <cstdint>

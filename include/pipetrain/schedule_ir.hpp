@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "pipetrain/deck.hpp"
 #include "pipetrain/placement.hpp"
 
 namespace pt {
 
+struct Deck;
 struct ScheduleDef;
 
 // Stages, their placement on rank groups, and replicas per group. A rank group (pipeline

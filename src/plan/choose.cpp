@@ -258,7 +258,8 @@ class Chooser {
   void baselines() {
     const int64_t bb = o_.bsp_batch > 0 ? o_.bsp_batch : B_;
     Layout dpl = Layout::make({0}, L_, {N_});
-    plan_.bsp = run_candidate(p_, net_, "bsp", flagged_schedule(&ScheduleDef::data_parallel), N_, bb, dpl, 0.0, o_);
+    const ScheduleDef& dp = flagged_schedule(&ScheduleDef::data_parallel);
+    plan_.bsp = run_candidate(p_, net_, dp.name, dp, N_, bb, dpl, 0.0, o_);
     plan_.has_bsp = plan_.bsp.sim.ok;
     if (L_ >= N_ && N_ > 1) {
       const PlanCandidate sb = straight_baseline();

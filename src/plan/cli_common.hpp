@@ -34,14 +34,14 @@ struct PlannerInputs {
 // Reads or measures everything the planner and simulator need; every rank calls it.
 PlannerInputs planner_inputs(const PlannerArgs& a, bool need_profile_from_deck = true);
 
-// Helpers of the plan command (src/plan/command.cpp):
+// Helpers of the plan command (src/plan/plan_command.cpp):
 std::string int_list(const std::vector<int>& v);             // "[1, 2]"
 void print_prediction(const char* label, const Plan& plan);  // the simulated time, bubble, memory
 void write_plan(const std::string& out, const Plan& plan);   // plan.json when out is set; flushes stdout
 // A plan of one given layout (schedule, 1 microbatch), replayed by the simulator.
 Plan plan_from_layout(const PlannerInputs& in, int ranks, int64_t batch, const std::string& schedule, const Layout& layout,
                       double objective);
-// `plan --cost-model pipedream[,...]` (src/plan/pipedream_command.cpp)
+// `plan --cost-model pipedream[,...]` (src/plan/plan_pipedream_command.cpp)
 int cmd_plan_pipedream(const PlanArgs& a, const PlannerInputs& in);
 
 }  // namespace pt

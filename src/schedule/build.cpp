@@ -1,6 +1,7 @@
 // make_schedule: a registered generator's compute actions, then the common passes: update
 // insertion, version assignment (the one version rule) and communication lowering for any
 // placement. Also the Schedule's group arithmetic and the evaluation schedule.
+#include <array>
 #include <climits>
 #include <map>
 
@@ -202,19 +203,23 @@ void generate_eval(Schedule& S) {
   }
 }
 
-const ScheduleDef& eval_def(Placement p) {
-  static std::map<Placement, ScheduleDef> defs;
-  ScheduleDef& d = defs[p];
-  if (d.name.empty()) {
-    d.name = "eval";
-    d.doc = "forward-only pass over the test set";
-    d.deck_choice = d.planner = d.training = false;
-    d.placement = p;
-    d.versions = VersionRule{};
-    d.versions.read = [](const VersionQuery&) { return 0; };  // the first: nothing is updated
-    d.generate = generate_eval;
-  }
+ScheduleDef make_eval_def(Placement p) {
+  ScheduleDef d;
+  d.name = "eval";
+  d.doc = "forward-only pass over the test set";
+  d.deck_choice = d.planner = d.training = false;
+  d.placement = p;
+  d.versions = VersionRule{};
+  d.versions.read = [](const VersionQuery&) { return 0; };  // the first: nothing is updated
+  d.generate = generate_eval;
   return d;
+}
+
+// One entry per placement, built once (thread-safe: tests run ranks as threads).
+const ScheduleDef& eval_def(Placement p) {
+  static const std::array<ScheduleDef, 3> defs = {make_eval_def(Placement::contiguous), make_eval_def(Placement::looped),
+                                                   make_eval_def(Placement::v)};
+  return defs[static_cast<size_t>(p)];
 }
 
 }  // namespace

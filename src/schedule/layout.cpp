@@ -3,25 +3,19 @@
 #include <numeric>
 #include <sstream>
 
+#include "pipetrain/deck.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
 
-const char* placement_name(Placement p) {
-  switch (p) {
-    case Placement::contiguous: return "contiguous";
-    case Placement::looped: return "looped";
-    case Placement::v: return "v";
-  }
-  return "?";
-}
+const char* placement_name(Placement p) { return enum_name(p); }
 
 Placement placement_from_name(const std::string& n) {
-  if (n == "contiguous") return Placement::contiguous;
-  if (n == "looped") return Placement::looped;
-  if (n == "v") return Placement::v;
-  fail(Exit::bad_input, "unknown placement '" + n + "'; known: contiguous, looped, v", true);
+  if (const auto p = enum_from_name<Placement>(n)) return *p;
+  std::string known;
+  for (const std::string& k : enum_names<Placement>()) known += (known.empty() ? "" : ", ") + k;
+  fail(Exit::bad_input, "unknown placement '" + n + "'; known: " + known, true);
 }
 
 bool placement_fits(Placement p, int K, int groups) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "pipetrain/deck.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/registry.hpp"
 #include "pipetrain/schedule_registry.hpp"
@@ -17,6 +18,9 @@ NamedRegistry<ScheduleDef>& registry() { return NamedRegistry<ScheduleDef>::inst
 
 bool register_schedule(ScheduleDef def) {
   PT_CHECK(def.generate, "schedule '" << def.name << "' registered without a generator");
+  PT_CHECK(def.versions.read && def.versions.formula, "schedule '" << def.name << "': its VersionRule needs read and formula");
+  PT_CHECK(def.flush == (def.staleness(2) == 0),
+           "schedule '" << def.name << "': an asynchronous entry sets VersionRule::staleness (and a flush one leaves it 0)");
   return registry().add(std::move(def), "schedule");
 }
 
@@ -55,9 +59,11 @@ Placement recorded_placement(const std::string& recorded, const std::string& sch
   const ScheduleDef* d = find_schedule(schedule);
   if (!d) fail(Exit::bad_input, where + ": unknown schedule '" + schedule + "'", true);
   if (recorded.empty()) return d->placement;
-  for (Placement p : {Placement::contiguous, Placement::looped, Placement::v})
-    if (recorded == placement_name(p)) return p;
-  fail(Exit::bad_input, where + ": unknown placement '" + recorded + "'; known: contiguous, looped, v", true);
+  try {
+    return placement_from_name(recorded);
+  } catch (const Error& e) {
+    fail(Exit::bad_input, where + ": " + e.what(), true);
+  }
 }
 
 const ScheduleDef& flagged_schedule(bool ScheduleDef::*role) {

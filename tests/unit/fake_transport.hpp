@@ -3,14 +3,18 @@
 // the first send posted meets the first receive posted (MPI's non-overtaking order). A
 // message is copied from the sender's buffer into the receiver's when both sides have
 // posted, so a send stays pending, and its buffer is read, until its receive is posted (as
-// under MPI's rendezvous protocol): a buffer reused before its send completed is caught.
+// under MPI's rendezvous protocol): a buffer reused before its send completed delivers its
+// new contents, which the bitwise comparisons of the tests catch.
 // Sizes must match. Allreduces are of one replica (the sum is the buffer itself). When a
-// rank fails, every other rank's next test() throws instead of waiting for its deadline.
+// rank fails, every other rank's next post() or test() throws instead of waiting for its
+// deadline, and a failing rank's transport withdraws its unmatched posts as it is destroyed
+// while unwinding (before the buffers they name), so no peer copies into freed memory.
 // run_ranks runs one body per rank in its own thread and rethrows the first failure.
 #pragma once
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -59,6 +63,7 @@ class FakeNetwork {
   // side is waiting, else queued. Returns its token.
   uint64_t post(const Key& key, const float* src, float* dst, size_t n) {
     std::lock_guard<std::mutex> g(mu_);
+    if (failed_) fail_here();
     const uint64_t token = next_++;
     auto& other = (src ? recvs_ : sends_)[key];
     if (other.empty()) {
@@ -94,6 +99,21 @@ class FakeNetwork {
           return;
         }
   }
+  // Drop every unmatched post of `rank` (its transport is going away with its buffers); if
+  // any was still waiting, the run cannot finish: the network fails.
+  void withdraw(int rank) {
+    std::lock_guard<std::mutex> g(mu_);
+    bool pending = false;
+    for (auto* box : {&sends_, &recvs_})
+      for (auto& [key, q] : *box) {
+        const int mine = box == &sends_ ? std::get<0>(key) : std::get<1>(key);
+        if (mine != rank || q.empty()) continue;
+        pending = true;
+        q.clear();
+      }
+    if (pending && !failed_) why_ = "rank " + std::to_string(rank) + " ended with messages still posted";
+    failed_ = failed_ || pending;
+  }
   [[noreturn]] void fail_here() { ::pt::fail(Exit::internal, "fake network: another rank failed: " + why_); }
 
   std::mutex mu_;
@@ -108,6 +128,11 @@ class FakeNetwork {
 class FakeTransport final : public Transport {
  public:
   FakeTransport(FakeNetwork& net, int rank) : net_(net), rank_(rank) {}
+  // Unwinding from a failure: withdraw this rank's posts before its buffers go (a normal end
+  // leaves them for the tests' unmatched() check).
+  ~FakeTransport() override {
+    if (std::uncaught_exceptions() > 0) net_.withdraw(rank_);
+  }
   std::string describe() const override { return "fake (threads of one process)"; }
   void isend(const float* buf, size_t n, int peer, int tag, MPI_Comm, Request* req) override {
     req->set_token(net_.post({rank_, peer, tag}, buf, nullptr, n));

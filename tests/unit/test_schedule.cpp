@@ -9,6 +9,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "pipetrain/deck.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/schedule_registry.hpp"
 
