@@ -102,6 +102,7 @@ struct Deck {
   struct Cluster {
     std::vector<ClusterLevel> levels;
     double memory = 0;  // bytes per rank, 0 = no cap
+    double peak_gflops = 0;  // the machine's matmul peak per rank in the run's precision, 0 = unknown
   } cluster;
 
   // Where a key was set ("deck.toml:12:1" or "--set train.lr=-1"), or "default".

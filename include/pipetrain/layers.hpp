@@ -120,6 +120,11 @@ class Layer {
 
   virtual double flops_forward() const { return static_cast<double>(out_.numel()); }  // per sample
   virtual double flops_backward() const { return 2.0 * static_cast<double>(in_.numel()); }
+  // Model FLOPs per sample of the attention scores (QK^T and PV), forward and backward, as
+  // PaLM counts them: 12 T^2 D for self-attention over T positions of width D, the causal mask
+  // not discounted; 0 for layers without attention. Model FLOPs utilisation adds it to 6 N
+  // per token (model_flops_per_sample in run_outputs.cpp).
+  virtual double attention_model_flops() const { return 0.0; }
 
  protected:
   [[noreturn]] void shape_error(const std::string& msg) const;

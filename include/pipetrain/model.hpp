@@ -19,6 +19,10 @@ class Model {
   Shape input_shape() const { return input_; }
   int64_t classes() const { return classes_; }
   int64_t num_params(int first, int last) const;
+  // Model FLOPs of one training sample as model FLOPs utilisation counts them (PaLM, appendix
+  // B): 6 N per label position (token), N the parameters with a tied weight counted once,
+  // plus each layer's attention_model_flops(). Recomputation is not counted.
+  double model_flops_per_sample() const;
 
   std::string table() const;       // human-readable layer table
   std::string table_json() const;  // the same as a JSON list

@@ -133,7 +133,10 @@ std::vector<Key<Deck>> checkpoint_cluster_keys() {
        key("keep", &C::keep, 2, key_ge(1), "committed checkpoints kept; older ones are pruned after a commit")});
   for (Key<Deck>& k : section_keys("cluster", &Deck::cluster,
                                    {key("memory", &Deck::Cluster::memory, 0.0, key_ge(0),
-                                        "planner: memory cap per rank in bytes (0 = none)")}))
+                                        "planner: memory cap per rank in bytes (0 = none)"),
+                                    key("peak_gflops", &Deck::Cluster::peak_gflops, 0.0, key_ge(0),
+                                        "the machine's matmul peak per rank in the run's precision, GFLOP/s (bench/kernels.sh "
+                                        "measures it); token models then report mfu, model FLOPs utilisation (0 = not reported)")}))
     s.push_back(std::move(k));
   return s;
 }

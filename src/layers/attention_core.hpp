@@ -21,6 +21,7 @@ class AttentionCore {
 
   int64_t num_params() const { return qkv_.size() + proj_.size(); }
   void init_params(float* host, uint64_t seed, int layer, int first_tensor) const;  // N(0, 0.02), zero biases
+  double model_flops() const { return 12.0 * static_cast<double>(T_) * static_cast<double>(T_) * static_cast<double>(D_); }
   int64_t saved_per_sample() const { return 4 * T_ * D_ + H_ * T_ * T_; }
   int64_t keep_per_sample() const { return 3 * T_ * D_; }
   int64_t forward_work() const;   // per sample

@@ -58,6 +58,7 @@ class TransformerBlock final : public Layer {
     return attn_.flops_forward() + 4.0 * TD * F_ + 2 * 8.0 * TD + 20.0 * T_ * F_ + 2 * TD;
   }
   double flops_backward() const override { return 2.0 * flops_forward(); }
+  double attention_model_flops() const override { return attn_.model_flops(); }
 
  private:
   // Parameter offsets: ln1, attention, ln2, fc1, fc2.

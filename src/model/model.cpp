@@ -82,6 +82,18 @@ int64_t Model::num_params(int first, int last) const {
   return n;
 }
 
+double Model::model_flops_per_sample() const {
+  const double tokens = static_cast<double>(layer(size() - 1).labels_per_sample());
+  double n = 0, attention = 0;
+  for (int i = 0; i < size(); ++i) {
+    const std::vector<ParamTensor> ps = layer(i).params();
+    for (size_t k = 0; k < ps.size(); ++k)
+      if (layer(i).tied_to(static_cast<int>(k)).empty()) n += static_cast<double>(ps[k].size);
+    attention += layer(i).attention_model_flops();
+  }
+  return 6.0 * n * tokens + attention;
+}
+
 std::string Model::table() const {
   std::ostringstream o;
   char line[256];

@@ -176,6 +176,20 @@ nlohmann::json per_rank(const RunOutputs& o, const std::vector<double>& all, Tot
   return ranks;
 }
 
+// Tokens/s, model FLOP/s and, given cluster.peak_gflops, model FLOPs utilisation: achieved
+// model FLOP/s over peak x ranks. Empty for models without tokens.
+nlohmann::json token_rates(const RunOutputs& o, double samples_per_s) {
+  if (o.token_unit.empty()) return nlohmann::json::object();
+  const Model& model = *o.setup.model;
+  const double tokens = static_cast<double>(model.layer(model.size() - 1).labels_per_sample());
+  const double flops = model.model_flops_per_sample(), peak = o.deck.cluster.peak_gflops * 1e9 * o.ctx.size();
+  return {{"tokens_per_s", samples_per_s * tokens},
+          {"model_flops_per_token", flops / tokens},
+          {"model_gflops_per_s", samples_per_s * flops / 1e9},
+          {"peak_gflops_per_rank", peak > 0 ? nlohmann::json(o.deck.cluster.peak_gflops) : nlohmann::json()},
+          {"mfu", peak > 0 ? nlohmann::json(samples_per_s * flops / peak) : nlohmann::json()}};
+}
+
 nlohmann::json summary_json(const RunOutputs& o, const Totals& t, nlohmann::json ranks) {
   const Layout& layout = o.setup.layout;
   const int R = o.ctx.size();
@@ -203,6 +217,8 @@ nlohmann::json summary_json(const RunOutputs& o, const Totals& t, nlohmann::json
       {"communication_reduction_vs_bsp", t.reduction()}, {"skipped_updates", static_cast<int64_t>(t.skipped)},
       {"device", o.stages.front()->stage->backend().describe()}, {"blas", blas_description()}, {"seed", o.deck.run.seed},
       {"model_hash", std::to_string(o.deck.model_hash())}, {"per_rank", std::move(ranks)}};
+  const nlohmann::json rates = token_rates(o, t.samples / std::max(1e-9, o.train_time_this_run));
+  for (auto& [k, v] : rates.items()) s[k] = v;
   for (auto& [k, v] : o.extra.items()) s[k] = v;
   return s;
 }
@@ -249,11 +265,19 @@ void write_run_outputs(const RunOutputs& o) {
   write_trace(o, traces);
   write_weights_h5(o.run_dir + "/weights.h5", model, per_layer, o.deck, o.input, per_layer_state);
   std::printf("wrote %s/{summary.json, metrics.jsonl, trace.json, weights.h5, deck.toml}\n", o.run_dir.c_str());
+  const double sps = t.samples / std::max(1e-9, o.train_time_this_run);
+  const nlohmann::json rates = token_rates(o, sps);
+  char token_fields[96] = "";
+  if (!rates.empty()) {
+    char mfu[32] = "na";
+    if (!rates["mfu"].is_null()) std::snprintf(mfu, sizeof mfu, "%.4f", rates["mfu"].get<double>());
+    std::snprintf(token_fields, sizeof token_fields, " tokens_per_s=%.1f mfu=%s", rates["tokens_per_s"].get<double>(), mfu);
+  }
   std::printf("PERF schedule=%s precision=%s ranks=%d stages=%d replicas=%s microbatches=%d samples_per_s=%.1f bubble=%.3f "
-              "test_accuracy=%.4f train_wall_s=%.2f network_bytes_per_sample=%.0f comm_reduction_vs_bsp=%.3f\n",
+              "test_accuracy=%.4f train_wall_s=%.2f network_bytes_per_sample=%.0f comm_reduction_vs_bsp=%.3f%s\n",
               o.setup.def->name.c_str(), enum_name(o.deck.train.precision), ctx.size(), o.setup.layout.stages(), o.setup.layout.replication().c_str(),
-              o.setup.microbatches, t.samples / std::max(1e-9, o.train_time_this_run), t.bubble / ctx.size(), o.final_accuracy,
-              o.train_time, t.network(), t.reduction());
+              o.setup.microbatches, sps, t.bubble / ctx.size(), o.final_accuracy,
+              o.train_time, t.network(), t.reduction(), token_fields);
   std::fflush(stdout);
   if (o.deck.run.plots) write_run_plots(o.run_dir);
 }

@@ -25,6 +25,7 @@ struct RunOutputs {
   double final_train_loss = 0, final_test_loss = 0, final_accuracy = 0;
   std::string last_checkpoint;
   InputTransform input;  // how samples become model inputs (weights.h5 records it)
+  std::string token_unit;  // "byte" or "token" for token models (tokens/s and mfu), else ""
   nlohmann::json extra = nlohmann::json::object();  // more summary fields (e.g. the plan)
 };
 

@@ -378,6 +378,7 @@ void Trainer::finish(bool stopped) {
   out.final_accuracy = reporter_->final_accuracy();
   out.last_checkpoint = policy_->last_checkpoint();
   out.input = data_.train->input_transform();
+  out.token_unit = data_.train->token_unit();
   if (!plan_json_.empty()) {  // the plan of parallel.split = "auto", and its prediction beside the measurement
     const nlohmann::json plan = nlohmann::json::parse(plan_json_);
     out.extra["plan"] = plan;

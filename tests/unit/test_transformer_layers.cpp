@@ -191,4 +191,17 @@ TEST(StageState, LayoutInitialValuesAndUse) {
   EXPECT_EQ(state, trained) << "evaluation must not update the running statistics";
 }
 
+// Model FLOPs utilisation's numerator (PaLM's count): 6 N per token plus 12 T^2 D per
+// attention layer; the tied head's weight is the embedding's and counts once, an untied head
+// adds its 13 x 8 matrix. The numbers are written out here, not taken from the layers' flops.
+TEST(ModelFlops, SixNPerTokenPlusTheAttentionScores) {
+  const Built tied(gpt_deck("tie = \"emb\"\n"), Shape::tokens(5), 13), free(gpt_deck(""), Shape::tokens(5), 13);
+  // the tied head keeps its own copy of the embedding's matrix: num_params counts it twice
+  const double T = 5, D = 8, N = static_cast<double>(tied.model.num_params(0, tied.model.size())) - 13 * 8;
+  EXPECT_DOUBLE_EQ(tied.model.model_flops_per_sample(), 6 * N * T + 2 * 12 * T * T * D);
+  EXPECT_DOUBLE_EQ(free.model.model_flops_per_sample() - tied.model.model_flops_per_sample(), 6 * 13 * 8 * T);
+  EXPECT_EQ(tied.model.layer(0).attention_model_flops(), 0.0);
+  EXPECT_DOUBLE_EQ(tied.model.layer(2).attention_model_flops(), 12 * T * T * D);
+}
+
 }  // namespace pt::test
