@@ -108,7 +108,18 @@ def train_window_offset(seed, epoch, i, region_len, seq_len):
 
 
 def learning_rate(t, update, total):
-    """src/optim/optimizer.cpp learning_rate(): schedule, then linear warm-up."""
+    """src/optim/optimizer.cpp learning_rate(): schedule, then linear warm-up; cosine never goes
+    below min_lr again once the ramped rate has reached it."""
+    lr = ramped_rate(t, update, total)
+    if t.get("lr_schedule", "constant") != "cosine" or lr >= float(t.get("min_lr", 0.0)):
+        return lr
+    if update >= int(t.get("warmup_steps", 0)):
+        return lr
+    lo = float(t.get("min_lr", 0.0))
+    return lo if any(ramped_rate(t, u, total) >= lo for u in range(update)) else lr
+
+
+def ramped_rate(t, update, total):
     lr = float(t.get("lr", 0.05))
     sched = t.get("lr_schedule", "constant")
     if sched == "step":

@@ -62,6 +62,7 @@ class Trainer final : public TrainControl {
   void setup();
   void build_stages();
   void resume_and_open();
+  bool nothing_left() const;  // resumed at or past the run's last step
   void banner() const;
   bool run_segment(std::vector<int64_t>& perm, int64_t& perm_epoch);
   bool end_segment(bool epoch_end, double t_seg);
@@ -154,9 +155,12 @@ std::vector<const StageRuntime*> Trainer::held() const {
   return out;
 }
 
-// The newest checkpoint every rank can verify (with --resume), then the run's files.
+// The newest checkpoint every rank can verify (with --resume), then the run's files. A
+// checkpoint at or past the run's last step leaves nothing to do: the run's files stay as
+// they are (nothing_left).
 void Trainer::resume_and_open() {
   if (!args_.resume.empty()) resume_ = choose_resume(args_.resume, deck_, setup_, *ctx_, held(), total_steps_);
+  if (nothing_left()) return;
   policy_->prepare(ckpt_dir_);  // before step 1: the directory exists and every rank can write it
   if (ctx_->is_reporter()) {
     make_dirs(run_dir_);
@@ -197,15 +201,26 @@ void Trainer::banner() const {
               static_cast<long long>(total_steps_), static_cast<long long>(spe_),
               !setup_.def->valid_gradients ? "  ** ablation baseline: backward uses the latest weights, gradients are INVALID **" : "");
   std::printf("run directory: %s; checkpoints: %s\n", run_dir_.c_str(), ckpt_dir_.c_str());
+  std::printf("%s", warmup_warning(deck_, total_steps_).c_str());
   if (resume_.valid)
     std::printf("resuming from %s (step %lld, epoch %lld%s)\n", resume_.step_dir.c_str(), static_cast<long long>(resume_.meta.step),
                 static_cast<long long>(resume_.meta.epoch + 1), resume_.resliced ? ", re-sliced for this layout" : "");
   std::fflush(stdout);
 }
 
+bool Trainer::nothing_left() const { return resume_.valid && resume_.meta.step >= total_steps_; }
+
 int Trainer::run() {
   setup();
   resume_and_open();
+  if (nothing_left()) {
+    if (ctx_->rank() == 0)
+      std::printf("resume: nothing left to do: %s is at step %lld and this run ends at step %lld (train.max_steps / "
+                  "train.epochs); the run's outputs in %s are left as they were\n", resume_.step_dir.c_str(),
+                  static_cast<long long>(resume_.meta.step), static_cast<long long>(total_steps_), run_dir_.c_str());
+    std::fflush(stdout);
+    return 0;
+  }
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   banner();

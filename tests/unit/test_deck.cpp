@@ -218,6 +218,25 @@ TEST_P(BadDeckTest, IsLocatedBadInput) {
 INSTANTIATE_TEST_SUITE_P(Deck, BadDeckTest, ::testing::ValuesIn(bad_decks()),
                          [](const ::testing::TestParamInfo<BadDeck>& i) { return std::string(i.param.name); });
 
+// A warm-up longer than the run: a warning naming train.warmup_steps and the key that ends
+// the run (train.max_steps, or train.epochs), each with where it was set.
+TEST(Deck, WarmupLongerThanTheRunWarnsNamingBothKeys) {
+  const Deck d = parse_deck_text(with_line(24, "lr = 0.1\nwarmup_steps = 100\nmax_steps = 50\nlr_schedule = \"cosine\"\nmin_lr = 0.01"),
+                                 "deck.toml", {});
+  const std::string w = warmup_warning(d, 50);
+  EXPECT_EQ(w.rfind("warning: deck.toml:25:16: key 'train.warmup_steps': 100 warm-up steps are more than the run's 50 steps "
+                    "(train.max_steps = 50 set at deck.toml:26:13): the learning rate never reaches train.lr = 0.1 and ends the "
+                    "run at 0.01;", 0), 0u) << w;
+  EXPECT_EQ(w.back(), '\n');
+  EXPECT_EQ(warmup_warning(d, 100), "");
+  EXPECT_EQ(warmup_warning(parse_deck_text(kBase, "deck.toml", {}), 1), "");  // no warm-up
+  const Deck e = parse_deck_text(kBase, "deck.toml", {"train.warmup_steps=30", "train.epochs=2"});
+  const std::string we = warmup_warning(e, 20);
+  EXPECT_NE(we.find("warning: command line '--set train.warmup_steps=30': key 'train.warmup_steps': 30 warm-up "
+                                    "steps are more than the run's 20 steps (train.epochs = 2 set at command line '--set train.epochs=2')"),
+            std::string::npos) << we;
+}
+
 TEST(Deck, BadDeckTableIsLarge) { EXPECT_GE(bad_decks().size(), 20u); }
 
 TEST(Deck, MessageFormatIsExact) {
