@@ -79,6 +79,7 @@ struct Deck {
     Precision precision = Precision::fp32;
     double lr = 0, momentum = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0;
     double gamma = 0, min_lr = 0, target_accuracy = 0, target_loss = 0;
+    double clip_grad_norm = 0;  // 0 = off (clip.hpp)
     bool nesterov = false;
   } train;
 

@@ -141,6 +141,7 @@ void Trainer::build_stages() {
   cfg.debug_versions = deck_.run.debug_versions;
   cfg.skip_nonfinite = deck_.train.nonfinite == Nonfinite::skip;
   cfg.nccl_allreduce = deck_.parallel.allreduce == Allreduce::nccl;
+  cfg.clip_grad_norm = deck_.train.clip_grad_norm;
   cfg.trace_limit = 200000;
   std::vector<StageRuntime*> rts;
   for (auto& r : stages_) rts.push_back(r.get());
@@ -252,7 +253,7 @@ bool Trainer::run_segment(std::vector<int64_t>& perm, int64_t& perm_epoch) {
   clock_.epoch_start = steps_done_;
   epoch_steps_ = mid_cut ? resume_state_->front().epoch_steps : TrainSetup::segment_steps(steps_done_, spe_, total_steps_, deck_.train.eval_every);
   if (in_epoch == 0 && !mid_cut) reporter_->start_epoch(), epoch_time_ = 0;
-  const Schedule ir = make_schedule(*setup_.def, setup_.layout, epoch_steps_, setup_.microbatches);
+  const Schedule ir = setup_.schedule(epoch_steps_);
   if (std::string err = validate(ir); !err.empty()) fail(Exit::internal, "schedule invalid: " + err);
   if (perm_epoch != clock_.epoch) {
     perm = epoch_permutation(data_.train->size(), static_cast<uint64_t>(deck_.run.seed), clock_.epoch), perm_epoch = clock_.epoch;

@@ -144,6 +144,8 @@ std::vector<BadDeck> bad_decks() {
                            "[[model.layers]]\ntype = \"maxpool2d\"\nkernel = 2\npadding = 2\n"
                            "[[model.layers]]\ntype = \"softmax_cross_entropy\"\n",
        {}, "deck.toml:13:11", {"key 'model.layers[1].padding': must be at most half the kernel, kernel / 2 = 1", "got 2"}},
+      {"clip_grad_norm_negative", with_line(24, "lr = 0.1\nclip_grad_norm = -1"), {}, "deck.toml:25:18",
+       {"key 'train.clip_grad_norm': must be >= 0, got -1"}},
       {"cluster_level_incomplete", std::string(kBase) + "[[cluster.levels]]\nranks = 2\n", {}, "deck.toml:28:1",
        {"key 'cluster.levels[0]': needs 'ranks' and 'bandwidth'"}},
       // --set: the same errors, located at the command-line argument
@@ -344,6 +346,7 @@ const char* kEverything =
     "[[model.layers]]\ntype = \"linear\"\nout = 5\n"
     "[[model.layers]]\ntype = \"softmax_cross_entropy\"\n"
     "[train]\nbatch_size = 12\nlr = 0.123456789012345\nweight_decay = 1e-4\noptimizer = \"adamw\"\nlr_schedule = \"cosine\"\n"
+    "clip_grad_norm = 0.5\n"
     "[parallel]\nsplit = [2, 5]\nreplicas = [1, 2, 1]\nmicrobatches = 3\nschedule = \"gpipe\"\n"
     "[checkpoint]\nevery_seconds = 0.1\n"
     "[cluster]\nmemory = 1.5e10\n[[cluster.levels]]\nranks = 2\nbandwidth = 1.25e10\nlatency = 2e-6\n"
