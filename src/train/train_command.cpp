@@ -217,7 +217,7 @@ int Trainer::run() {
   if (nothing_left()) {
     if (ctx_->rank() == 0)
       std::printf("resume: nothing left to do: %s is at step %lld and this run ends at step %lld (train.max_steps / "
-                  "train.epochs); the run's outputs in %s are left as they were\n", resume_.step_dir.c_str(),
+                  "train.epochs); nothing is written: %s stays as it was\n", resume_.step_dir.c_str(),
                   static_cast<long long>(resume_.meta.step), static_cast<long long>(total_steps_), run_dir_.c_str());
     std::fflush(stdout);
     return 0;

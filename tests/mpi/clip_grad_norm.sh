@@ -3,9 +3,10 @@
 # the embedding) with a threshold that acts at every step is bitwise one process at 2 and 4
 # ranks under 1f1b, zb-h1, interleaved-1f1b and zb-v (the per-tensor sums of squares of every
 # stage gathered by the IR's GRAD_NORM; the tied matrix counted once): weights, every step's
-# loss and grad_norm. A clipped pipedream run (each stage against its share of the threshold)
-# is bitwise `pipetrain emulate`'s. `pipetrain schedule` shows the GRAD_NORM collective valid.
-# A warm-up longer than the run is a warning naming both keys.
+# loss and grad_norm; also stopped at step 2 and resumed. A clipped pipedream run (each stage
+# against its share of the threshold) is bitwise `pipetrain emulate`'s. Negative control: the
+# same run unclipped ends with other weights and losses. `pipetrain schedule` shows the
+# GRAD_NORM collective valid. A warm-up longer than the run is a warning naming both keys.
 set -u
 source "$(dirname "$0")/lib.sh"
 out=$(mktemp -d /tmp/pt_clip.XXXXXX)
@@ -26,6 +27,13 @@ train "$out" ref 1 "${gpt[@]}" --set 'parallel.split=[]' --set parallel.schedule
 expect "every step logs grad_norm, and the threshold acts at each (norm > 0.5)" \
   bash -c "test \$(grep -c '\"grad_norm\"' '$out/ref/metrics.jsonl') = 4 &&
            grep -o '\"grad_norm\":[^,}]*' '$out/ref/metrics.jsonl' | cut -d: -f2 | awk '\$1 <= 0.5 { bad = 1 } END { exit bad }'"
+# negative control: the same run unclipped ends with other weights and other losses, so the
+# bitwise matches below are of runs that clipping changed
+train "$out" noclip 1 "${gpt[@]}" --set 'parallel.split=[]' --set parallel.schedule=1f1b --set train.clip_grad_norm=0
+expect "negative control: clipping changed the weights (unclipped run differs from the clipped one)" \
+  bash -c "'$PT_BIN' compare '$out/ref' '$out/noclip' --rtol 0 --quiet >'$out/noclip.compare' 2>&1; test \$? = 10"
+expect "negative control: clipping changed the losses" \
+  bash -c "! diff <(grep -o '\"loss\":[^,]*' '$out/ref/metrics.jsonl') <(grep -o '\"loss\":[^,]*' '$out/noclip/metrics.jsonl') >/dev/null"
 # name np split schedule (tinygpt: layers 0-7, 7 the tied head)
 cases=(
   "1f1b_2 2 [4] 1f1b"
@@ -45,6 +53,12 @@ for c in "${cases[@]}"; do
   expect "$name: every step's grad_norm is one process's ($(wc -l <"$out/$name.norms") steps)" \
     bash -c "test -s '$out/ref.norms' && cmp -s '$out/ref.norms' '$out/$name.norms'"
 done
+
+# checkpoint and resume with clipping on: stopped at step 2 on 2 ranks (zb-h1), resumed to
+# step 4, bitwise one process (the cut's place recomputed in the IR with GRAD_NORM)
+train "$out" res 2 "${gpt[@]}" --set 'parallel.split=[4]' --set parallel.schedule=zb-h1 --stop-at-step 2 &&
+  train "$out" res 2 "${gpt[@]}" --set 'parallel.split=[4]' --set parallel.schedule=zb-h1 --resume "$out/res" &&
+  compare "$out/ref" "$out/res" 0 && same_losses "$out/ref" "$out/res"
 
 # the warm-up warning (train.warmup_steps 100 of tinygpt against 4 steps)
 train "$out" warm 1 "${gpt[@]}" --set 'parallel.split=[]' --set train.warmup_steps=100 --set train.max_steps=2
