@@ -27,6 +27,12 @@ batches, and compare the per-step training losses.
 
        max relative per-step loss difference: 3.1e-07 (step 17)
 
+   With train.clip_grad_norm > 0 the twin clips with torch.nn.utils.clip_grad_norm_ after the
+   backward passes of a step, and each step's gradient norm before clipping (the value it
+   returns) is compared with metrics.jsonl's grad_norm under the same tolerance:
+
+       max relative per-step grad_norm difference: 2.0e-07 (step 3); clipping acted on 20 of 20 steps
+
    and checks the logged learning rates against the schedule's (they must agree to 1e-9).
    The final weights of both are compared too (printed, not a pass criterion: AdamW's
    normalised steps amplify rounding differences in near-zero gradients).
@@ -37,9 +43,9 @@ interleaved-1f1b, zb-*: each update uses the gradient of the current weights; th
 asynchronous pipedream family and 2bw are refused), data from fashion-mnist, hdf5, text or
 tokens (synthetic samples exist only inside pipetrain).
 
-Exit codes: 0 within the tolerance; 10 a loss (or learning rate) differs beyond it; 2 bad
-input (deck, options, something a twin cannot reproduce); 3 pipetrain failed or a file could
-not be read; 4 python3-torch, python3-h5py or python3-numpy is missing.
+Exit codes: 0 within the tolerance; 10 a loss (or learning rate, or gradient norm) differs
+beyond it; 2 bad input (deck, options, something a twin cannot reproduce); 3 pipetrain failed
+or a file could not be read; 4 python3-torch, python3-h5py or python3-numpy is missing.
 """
 
 import argparse
@@ -108,7 +114,18 @@ def train_window_offset(seed, epoch, i, region_len, seq_len):
 
 
 def learning_rate(t, update, total):
-    """src/optim/optimizer.cpp learning_rate(): schedule, then linear warm-up."""
+    """src/optim/optimizer.cpp learning_rate(): schedule, then linear warm-up; cosine never goes
+    below min_lr again once the ramped rate has reached it."""
+    lr = ramped_rate(t, update, total)
+    if t.get("lr_schedule", "constant") != "cosine" or lr >= float(t.get("min_lr", 0.0)):
+        return lr
+    if update >= int(t.get("warmup_steps", 0)):
+        return lr
+    lo = float(t.get("min_lr", 0.0))
+    return lo if any(ramped_rate(t, u, total) >= lo for u in range(update)) else lr
+
+
+def ramped_rate(t, update, total):
     lr = float(t.get("lr", 0.05))
     sched = t.get("lr_schedule", "constant")
     if sched == "step":
@@ -374,16 +391,18 @@ def twin(a, deck, run_dir, np, torch, h5py):
           f"batch {B} in {M} microbatch{'es' if M > 1 else ''} of {mb}, {train.get('optimizer', 'sgd')}, "
           f"{total} steps, layout {deck.get('parallel', {}).get('split')} {deck.get('parallel', {}).get('schedule')}")
     t0 = time.time()
-    ours, lrs = train_steps(model, loss_fn, data, train, total, spe, B, M, per_sample, torch)
+    ours, lrs, norms = train_steps(model, loss_fn, data, train, total, spe, B, M, per_sample, torch)
     elapsed = time.time() - t0
     wide = None
     if a.float64:
         with h5py.File(wpath, "r") as wf:
             model64, _ = tp.build(deck, wf, torch)
-        wide, _ = train_steps(model64.double(), loss_fn, data, train, total, spe, B, M, per_sample, torch, torch.float64)
+        wide, _, _ = train_steps(model64.double(), loss_fn, data, train, total, spe, B, M, per_sample, torch, torch.float64)
     print(f"{'step':>5} {'pipetrain':>12} {'pytorch':>12} {'rel. diff':>10} {'lr':>11}" +
+          (f" {'grad norm':>12} {'torch norm':>12} {'rel. diff':>10}" if norms else "") +
           (f" {'float64':>12} {'f32 vs f64':>10}" if wide else ""))
     worst, worst_step, worst_lr, worst64, worst64_step = 0.0, 0, 0.0, 0.0, 0
+    worst_norm, worst_norm_step = 0.0, 0
     for k in range(1, total + 1):
         ref, got = float(steps[k - 1]["loss"]), ours[k - 1]
         rel = abs(got - ref) / max(abs(ref), 1e-30)
@@ -394,6 +413,15 @@ def twin(a, deck, run_dir, np, torch, h5py):
         lr_ref = float(steps[k - 1].get("lr", lrs[k - 1]))
         worst_lr = max(worst_lr, abs(lrs[k - 1] - lr_ref) / max(abs(lr_ref), 1e-30))
         line = f"{k:5d} {ref:12.6f} {got:12.6f} {rel:10.2e} {lrs[k - 1]:11.4e}"
+        if norms:
+            n_ref = steps[k - 1].get("grad_norm")
+            n_ref = math.nan if n_ref is None else float(n_ref)
+            n_rel = abs(norms[k - 1] - n_ref) / max(abs(n_ref), 1e-30)
+            if not math.isfinite(n_rel):
+                n_rel = math.inf
+            if n_rel > worst_norm or worst_norm_step == 0:
+                worst_norm, worst_norm_step = n_rel, k
+            line += f" {n_ref:12.6g} {norms[k - 1]:12.6g} {n_rel:10.2e}"
         if wide:
             r64 = abs(got - wide[k - 1]) / max(abs(wide[k - 1]), 1e-30)
             if r64 > worst64:
@@ -408,7 +436,11 @@ def twin(a, deck, run_dir, np, torch, h5py):
         print(f"PyTorch float32 vs float64 (rounding alone, amplified by this trajectory): max {worst64:.2e} "
               f"(step {worst64_step})")
     print(f"max relative per-step loss difference: {worst:.2e} (step {worst_step})")
-    ok = worst <= a.tol and worst_lr <= 1e-9
+    if norms:
+        clipped = sum(1 for n in norms if n > float(train.get("clip_grad_norm", 0.0)))
+        print(f"max relative per-step grad_norm difference: {worst_norm:.2e} (step {worst_norm_step}); "
+              f"clipping acted on {clipped} of {total} steps")
+    ok = worst <= a.tol and worst_lr <= 1e-9 and worst_norm <= a.tol
     print(("PASS" if ok else "FAIL") + f": tolerance {a.tol:g}" + ("" if worst_lr <= 1e-9 else "; the learning rates differ"))
     if not ok and wide and worst <= 2 * worst64:
         print("note: PyTorch's own float32 run is as far from its float64 run: the trajectory amplifies rounding "
@@ -419,11 +451,14 @@ def twin(a, deck, run_dir, np, torch, h5py):
 def train_steps(model, loss_fn, data, train, total, spe, B, M, per_sample, torch, dtype=None):
     """pipetrain's steps in PyTorch: per step the lr of learning_rate(), M microbatches of B/M
     samples, each forward separately (batch norm: microbatch statistics), loss / B (tokens: / (B T)),
-    gradients summed, one optimizer step. Returns the step losses and learning rates."""
+    gradients summed, with train.clip_grad_norm > 0 torch.nn.utils.clip_grad_norm_ over every
+    parameter (a tied one once), one optimizer step. Returns the step losses, learning rates and
+    gradient norms before clipping (empty without clipping)."""
     model.train()
     opt = make_optimizer(train, list(model.parameters()), torch)
+    clip = float(train.get("clip_grad_norm", 0.0))
     mb = B // M
-    losses, lrs = [], []
+    losses, lrs, norms = [], [], []
     for k in range(1, total + 1):
         epoch, t = (k - 1) // spe, (k - 1) % spe
         idx = data.perm(epoch)[t * B:(t + 1) * B]
@@ -439,10 +474,12 @@ def train_steps(model, loss_fn, data, train, total, spe, B, M, per_sample, torch
             loss = loss_fn(model(x), y) / (B * per_sample)
             loss.backward()
             step_loss += float(loss)
+        if clip > 0:
+            norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
         opt.step()
         losses.append(step_loss)
         lrs.append(lr)
-    return losses, lrs
+    return losses, lrs, norms
 
 
 if __name__ == "__main__":

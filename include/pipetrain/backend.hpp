@@ -241,6 +241,10 @@ class Backend {
   // Reductions returned to the host.
   virtual double sum(size_t n, const float* x) = 0;
   virtual bool all_finite(size_t n, const float* x) = 0;
+  // Sum of the squares of n floats in double, in a fixed order (element k on lane k mod 16,
+  // then the lanes in order): the same bits for the same values whatever the layout (the
+  // global gradient norm, train.clip_grad_norm). Default: a host copy, then the host's sum.
+  virtual double sum_squares(size_t n, const float* x);
 
   // Optimizer updates on flat buffers (PyTorch semantics, see src/optim/optimizer.cpp).
   virtual void sgd_update(size_t n, float* w, const float* g, float* momentum_buf, float lr, float momentum,

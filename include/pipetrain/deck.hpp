@@ -79,6 +79,7 @@ struct Deck {
     Precision precision = Precision::fp32;
     double lr = 0, momentum = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0;
     double gamma = 0, min_lr = 0, target_accuracy = 0, target_loss = 0;
+    double clip_grad_norm = 0;  // 0 = off (clip.hpp)
     bool nesterov = false;
   } train;
 
@@ -122,6 +123,11 @@ Deck parse_deck_text(const std::string& text, const std::string& path, const std
 
 // What an Optimizer needs from [train] (its registry entries and hyperparameters).
 OptimConfig optim_config(const Deck::Train& t);
+
+// A warm-up longer than the run (train.warmup_steps above its `total_steps` steps, which
+// train.max_steps or train.epochs decide): a warning line naming both keys and where each was
+// set, ending in a newline; "" otherwise. The learning rate then never reaches train.lr.
+std::string warmup_warning(const Deck& d, int64_t total_steps);
 
 // Documentation of every key: used by `pipetrain keys` and to generate docs/DECK.md.
 struct KeyDoc {

@@ -110,6 +110,10 @@ struct UpdateReport {
   int64_t samples = 0;
   double lr = 0;
   bool skipped = false;     // non-finite gradients dropped under train.nonfinite = "skip"
+  // train.clip_grad_norm: the gradient norm before clipping (a flush schedule: the whole
+  // model's, the same on every stage; an asynchronous one: this stage's update's); -1 when
+  // clipping is off.
+  double grad_norm = -1;
 };
 
 // One hosted stage's state at a consistent cut (see consistent_cut): what a checkpoint holds
@@ -167,6 +171,7 @@ struct ExecutorConfig {
   bool debug_versions = false;
   bool skip_nonfinite = false;
   bool nccl_allreduce = false;  // parallel.allreduce = "nccl" (CUDA backend)
+  double clip_grad_norm = 0;    // train.clip_grad_norm (0 = off; clip.hpp)
   int64_t trace_limit = 0;  // timeline events kept for trace.json
 };
 
@@ -206,11 +211,14 @@ class StageRuntime {
   StagePools pools;
 
   // The update group in progress: the summed loss of its finished units, whether one of its
-  // gradients was not finite (train.nonfinite = "skip"), and its replica allreduce.
+  // gradients was not finite (train.nonfinite = "skip"), and its replica allreduce. Once
+  // `reduced` (at its GRAD_NORM or its update) the allreduce has completed, the loss is the
+  // replicas' sum, `skip` says whether the update is dropped and the tied gradients are summed.
   struct Group {
     double loss = 0;
     bool nonfinite = false;
     Request allreduce;
+    bool reduced = false, skip = false;
   } group;
 
   // Evaluation: two input and two output buffers of eval_mb samples and the last stage's
@@ -261,8 +269,9 @@ class Executor {
   void clear_version_log() { version_log_.clear(); }
 
  private:
-  struct Step;  // the state of one train() call
-  struct Tie;   // a parameter tensor held by two stages (tied embeddings): gradients summed per update
+  struct Step;      // the state of one train() call
+  struct Tie;       // a parameter tensor held by two stages (tied embeddings): gradients summed per update
+  struct GradNorm;  // train.clip_grad_norm: this rank's tensors of the norm and the last norm
   using Handler = void (Executor::*)(const Action&, Step&);
   static const Handler kHandlers[kOpCount];
 
@@ -285,6 +294,12 @@ class Executor {
   void cut_at(const Action& a, int64_t version, Step& st);
   void find_ties();
   void apply_ties(const Action& a);  // before a stage's update: sum its tied gradients with the partner's
+  // Before a stage's update (or the rank's GRAD_NORM): its replica allreduce completed, the
+  // group's loss, the skip decision, the tied gradients summed. Once per group.
+  void reduce_group(StageRuntime& r, const Action& a);
+  void init_clipping();
+  // The coefficient a stage's update scales its gradients by, and the norm behind it (-1 off).
+  float clip_coefficient_of(StageRuntime& r, const Action& a, double* norm);
 
   // One handler per op (kHandlers): what each does to which buffer is in executor.cpp.
   void on_forward(const Action& a, Step& st);
@@ -297,6 +312,7 @@ class Executor {
   void on_recv_grad(const Action& a, Step& st);
   void on_allreduce(const Action& a, Step& st);
   void on_optimizer_step(const Action& a, Step& st);
+  void on_grad_norm(const Action& a, Step& st);
 
   std::vector<WorkerState> capture(const Schedule& ir, size_t position, const std::vector<size_t>& crossing);
   void restore(const Schedule& ir, const std::vector<WorkerState>& states);
@@ -330,6 +346,7 @@ class Executor {
   std::vector<TimelineEvent> timeline_;
   std::vector<VersionRecord> version_log_;
   std::vector<Tie> ties_;
+  std::unique_ptr<GradNorm> norm_;  // null when clipping is off
 };
 
 }  // namespace pt

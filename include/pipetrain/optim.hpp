@@ -57,6 +57,9 @@ struct LrScheduleDef {
   std::string doc;
   // The learning rate of update t (0-based) out of `total`, before the linear warm-up.
   std::function<double(const OptimConfig&, int64_t update, int64_t total)> rate;
+  // train.min_lr is a floor the rate never falls below once it has reached it, the warm-up
+  // included (a warm-up longer than the run: learning_rate()).
+  bool min_lr_floor = false;
 };
 
 bool register_optimizer(OptimizerDef d);
@@ -71,7 +74,9 @@ std::vector<const OptimizerDef*> optimizers();  // by name
 std::vector<const LrScheduleDef*> lr_schedules();
 
 // Learning rate of update t (0-based) out of `total` updates: the schedule's, times
-// (t + 1) / warmup_steps while t < warmup_steps.
+// (t + 1) / warmup_steps while t < warmup_steps. A schedule with a min_lr floor (cosine)
+// never goes below train.min_lr again once the ramped rate has reached it: with a warm-up
+// longer than the run the ramp would otherwise carry the decayed rate under the floor.
 double learning_rate(const OptimConfig& c, int64_t update, int64_t total);
 
 class Optimizer {

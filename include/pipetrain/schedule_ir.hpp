@@ -63,10 +63,13 @@ struct Layout {
 
 // FORWARD F, fused BACKWARD B, or its halves: BACKWARD_INPUT I (the input gradient, on the
 // critical path) and BACKWARD_WEIGHT W (the weight gradient, movable into bubbles).
+// GRAD_NORM (train.clip_grad_norm under a flush schedule): the rank's share of the global
+// gradient norm of one update group, a collective of every rank (Schedule::grad_norm).
 enum class Op : uint8_t {
-  forward, backward, backward_input, backward_weight, send_act, recv_act, send_grad, recv_grad, allreduce, optimizer_step
+  forward, backward, backward_input, backward_weight, send_act, recv_act, send_grad, recv_grad, allreduce, optimizer_step,
+  grad_norm
 };
-constexpr int kOpCount = 10;
+constexpr int kOpCount = 11;
 const char* op_name(Op op);  // "FORWARD", ...
 bool is_compute(Op op);      // F, B, I, W: read a weight version
 bool is_backward(Op op);     // B or I: consumes the gradient, produces the input gradient
@@ -75,12 +78,13 @@ bool is_comm(Op op);
 struct Action {
   Op op;
   int16_t stage;    // the stage this action works on
-  int32_t mb;       // unit id within the IR (allreduce/optimizer_step: update group)
+  int32_t mb;       // unit id within the IR (allreduce/optimizer_step/grad_norm: update group)
   int32_t version;  // compute: weight version read (relative to the IR); optimizer_step: version produced
   int32_t peer;     // communication: peer rank; otherwise -1
 };
 // Text form: "0F3" (stage 0 forwards unit 3), B, I, W; "0U1" update group 1; "0A1"
-// allreduce; "0<1:r2" receive from rank 2 (< activation, ( gradient); "0>1:r2" send.
+// allreduce; "0N1" the gradient norm of group 1 (stage: the rank's first); "0<1:r2" receive
+// from rank 2 (< activation, ( gradient); "0>1:r2" send.
 std::string action_text(const Action& a);
 
 struct Schedule {
@@ -97,6 +101,11 @@ struct Schedule {
   // entry's).
   int64_t version_stride(int stage) const;
   bool training() const;
+  // Gradient clipping (train.clip_grad_norm) under a flush schedule: every rank runs one
+  // GRAD_NORM per update group, after its last backward work of the group (and its stages'
+  // ALLREDUCEs) and before its first OPTIMIZER_STEP of it. The replay treats it as a
+  // collective of all ranks (docs/ARCHITECTURE.md, "Gradient clipping").
+  bool grad_norm = false;
   std::vector<std::vector<Action>> workers;  // by rank
 
   std::string name() const;
@@ -105,15 +114,17 @@ struct Schedule {
 };
 
 // Build the training IR of `steps` minibatches of the named kind, or the forward-only
-// evaluation IR of `units` microbatches.
-Schedule make_schedule(const ScheduleDef& def, const Layout& layout, int64_t steps, int microbatches);
-Schedule make_schedule(const std::string& name, const Layout& layout, int64_t steps, int microbatches);
+// evaluation IR of `units` microbatches. grad_norm: insert the GRAD_NORM actions (only a
+// flush schedule has them; an asynchronous one clips each stage's update locally).
+Schedule make_schedule(const ScheduleDef& def, const Layout& layout, int64_t steps, int microbatches, bool grad_norm = false);
+Schedule make_schedule(const std::string& name, const Layout& layout, int64_t steps, int microbatches, bool grad_norm = false);
 Schedule make_eval_schedule(const Layout& layout, int64_t units);
 
 // ---- replay: the one walk over the IR -------------------------------------------------
 
 struct CostModel {
-  // Seconds for a compute action of a worker (F, B, I, W, optimizer_step).
+  // Seconds for a compute action of a worker (F, B, I, W, optimizer_step; grad_norm: its
+  // local part, after the last rank arrived).
   std::function<double(int rank, const Action&)> compute;
   // Seconds from a send's post to its arrival (bytes of that message inside).
   std::function<double(int src, int dst, const Action&)> transfer;

@@ -33,7 +33,10 @@ struct TrainSetup {
   const ScheduleDef* def = nullptr;  // the schedule's registry entry
   int microbatches = 1;  // units per minibatch (the entry's units_per_minibatch)
   int64_t mb_size = 0;   // samples per unit (the entry's unit_size)
+  bool grad_norm = false;  // train.clip_grad_norm > 0: a flush schedule's IR carries GRAD_NORM
   static TrainSetup from_deck(const Deck& deck, int world_size);
+  // The training IR of a segment of `steps` minibatches (make_schedule with this setup).
+  Schedule schedule(int64_t steps) const;
 
   // Minibatches per epoch for N training samples: whole minibatches only, and a multiple of
   // boundary_stride (every stage's update group complete).

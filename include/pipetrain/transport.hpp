@@ -52,6 +52,9 @@ class Transport {
   // The same as isend/irecv for host memory whatever the backend (tied gradients); MPI here.
   virtual void isend_host(const float* buf, size_t n, int peer, int tag, MPI_Comm comm, Request* req);
   virtual void irecv_host(float* buf, size_t n, int peer, int tag, MPI_Comm comm, Request* req);
+  // In-place sum of n doubles in host memory over comm, whatever the backend (the per-tensor
+  // sums of squares of the global gradient norm); MPI here.
+  virtual void iallreduce_host(double* buf, size_t n, MPI_Comm comm, Request* req);
   // Whether *req completed (a null request has); a completed request becomes null. MPI_Test here.
   virtual bool test(Request* req);
   // Withdraw a receive that will never be matched, and wait until it is withdrawn

@@ -104,7 +104,7 @@ std::pair<Windows, Windows> text_windows(const std::string& path, int64_t bytes,
   const int64_t cut = text_train_bytes(bytes), T = d.data.seq_len;
   const Windows train{0, cut, T, true, static_cast<uint64_t>(d.run.seed)}, val{cut, bytes, T, false, 0};
   if (train.count() < kMinWindows || val.count() < kMinWindows)
-    fail(Exit::bad_input, path + ": a text corpus of " + n_of(bytes, "bytes") + " is too small for data.seq_len = " +
+    fail(Exit::bad_input, d.where("data.seq_len") + ": key 'data.seq_len': " + path + ": a text corpus of " + n_of(bytes, "bytes") + " is too small for data.seq_len = " +
                               std::to_string(T) + ": its training region (the first 95%, " + n_of(cut, "bytes") + ") holds " +
                               n_of(train.count(), "windows of ") + std::to_string(T + 1) + " bytes and its validation region (the last 5%, " +
                               n_of(bytes - cut, "bytes") + ") " + std::to_string(val.count()) + "; each needs at least " +
@@ -117,7 +117,7 @@ Windows token_windows(const std::string& path, int64_t n, bool train, const Deck
   const int64_t T = d.data.seq_len;
   const Windows w{0, n, T, train, static_cast<uint64_t>(d.run.seed)};
   if (w.count() < kMinWindows)
-    fail(Exit::bad_input, path + ": " + n_of(n, "tokens") + " make " + n_of(w.count(), train ? "training" : "test") +
+    fail(Exit::bad_input, d.where("data.seq_len") + ": key 'data.seq_len': " + path + ": " + n_of(n, "tokens") + " make " + n_of(w.count(), train ? "training" : "test") +
                               " windows for data.seq_len = " + std::to_string(T) + " (" +
                               (train ? "seq_len + 1 tokens each" : "starting every seq_len tokens") + "); at least " +
                               std::to_string(kMinWindows) + " are needed", true);

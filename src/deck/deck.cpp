@@ -18,6 +18,7 @@
 #include "pipetrain/data.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/layers.hpp"
+#include "pipetrain/optim.hpp"
 #include "pipetrain/schedule_registry.hpp"
 #include "schema.hpp"
 
@@ -532,6 +533,23 @@ SetResult apply_sets(toml::table& root, const std::vector<std::string>& sets) {
 }
 
 }  // namespace
+
+std::string warmup_warning(const Deck& d, int64_t total_steps) {
+  const Deck::Train& t = d.train;
+  if (t.warmup_steps <= total_steps) return "";
+  const bool by_max = t.max_steps > 0 && t.max_steps <= total_steps;
+  const std::string limit = by_max ? "train.max_steps = " + std::to_string(t.max_steps) + " set at " + d.where("train.max_steps")
+                                   : "train.epochs = " + std::to_string(t.epochs) + " set at " + d.where("train.epochs");
+  const OptimConfig c = optim_config(t);
+  char last[32];
+  std::snprintf(last, sizeof last, "%.4g", learning_rate(c, total_steps - 1, total_steps));
+  std::ostringstream o;
+  o << "warning: " << d.where("train.warmup_steps") << ": key 'train.warmup_steps': " << t.warmup_steps
+    << " warm-up steps are more than the run's " << total_steps << " steps (" << limit
+    << "): the learning rate never reaches train.lr = " << deck_text::fmt_num(t.lr) << " and ends the run at "
+    << last << "; lower train.warmup_steps or train more steps\n";
+  return o.str();
+}
 
 // ---------------------------------------------------------------------------
 

@@ -70,10 +70,18 @@ std::vector<Key<Deck>> train_optimizer_keys() {
        key("beta2", &T::beta2, 0.999, key_between(0, 1, true), "adamw beta2"),
        key("eps", &T::eps, 1e-8, key_gt(0), "adamw epsilon"),
        key("lr_schedule", &T::lr_schedule, "constant", "learning-rate schedule over optimizer steps"),
-       key("warmup_steps", &T::warmup_steps, 0, key_ge(0), "linear warm-up from lr/warmup_steps to lr over this many steps"),
+       key("warmup_steps", &T::warmup_steps, 0, key_ge(0),
+           "linear warm-up from lr/warmup_steps to lr over this many steps (more than the run's steps: a warning naming "
+           "both keys)"),
        key("step_size", &T::step_size, 1000, key_gt(0), "step schedule: multiply by gamma every step_size steps"),
        key("gamma", &T::gamma, 0.1, key_gt(0), "step schedule factor"),
-       key("min_lr", &T::min_lr, 0.0, key_ge(0), "cosine schedule: final learning rate")});
+       key("min_lr", &T::min_lr, 0.0, key_ge(0),
+           "cosine schedule: final learning rate; once reached (warm-up included) the rate never falls below it"),
+       key("clip_grad_norm", &T::clip_grad_norm, 0.0, key_ge(0),
+           "clip the gradient's global L2 norm to this before each update, as torch.nn.utils.clip_grad_norm_ (0 = off): "
+           "over every parameter of the model (all stages, a tied weight once), in fp32 after the replica reduction; "
+           "metrics.jsonl records grad_norm, the norm before clipping. Asynchronous schedules clip each stage's update "
+           "against its share max * sqrt(stage parameters / model parameters) (docs/ARCHITECTURE.md, \"Gradient clipping\")")});
 }
 
 std::vector<Key<Deck>> train_run_keys() {

@@ -8,9 +8,12 @@
 // units: r_s minibatches averaged for minibatch units, the M microbatches of a batch summed
 // with loss scale 1/B otherwise). In bf16 (train.precision) forward and backward read the
 // bf16 copy of the version (round_bf16 of every parameter), as the runtime's WeightStore
-// does; the versions kept and updated are fp32.
+// does; the versions kept and updated are fp32. train.clip_grad_norm clips each update as
+// the runtime does (clip.hpp). Tied layers are not summed here (tied models train under
+// flush schedules, checked against one process instead).
 #include "emulator.hpp"
 
+#include "pipetrain/clip.hpp"
 #include "pipetrain/error.hpp"
 
 namespace pt {
@@ -174,13 +177,38 @@ void SequentialEmulator::backward(int64_t sample0, const std::vector<int64_t>& v
   }
 }
 
+// train.clip_grad_norm: the coefficient of stage s's update, as the runtime's
+// (executor_clip.cpp): under a flush schedule the whole model's norm (every stage updates
+// after the same unit; `flush_norm` computes it from every stage's gradient), under an
+// asynchronous one the stage's own update against its share of the threshold.
+float SequentialEmulator::clip_coefficient_of(int s, bool flush_norm) {
+  const double max_norm = deck_.train.clip_grad_norm;
+  if (max_norm <= 0) return 1.0f;
+  const Model& model = *setup_.model;
+  if (setup_.def->flush) {
+    if (flush_norm) {
+      std::vector<double> sums(static_cast<size_t>(norm_tensor_count(model)), 0.0);
+      for (StageState& x : st_) sums_of_squares(*be_, x.grads.data(), norm_tensors(*x.stage), sums);
+      norm_ = total_norm(sums);
+    }
+    return clip_coefficient(norm_, max_norm);
+  }
+  StageState& x = st_[static_cast<size_t>(s)];
+  const std::vector<NormTensor> tensors = norm_tensors(*x.stage);
+  const double norm = stage_norm(*be_, x.grads.data(), tensors) / static_cast<double>(setup_.version_stride(s));
+  return clip_coefficient(norm, stage_clip_threshold(max_norm, norm_floats(tensors), model_norm_floats(model)));
+}
+
 // The updates of the groups unit m completes: a group is M units x the stage's stride.
 void SequentialEmulator::update(int64_t m) {
+  bool first = true;
   for (int s = 0; s < K_; ++s) {
     StageState& x = st_[static_cast<size_t>(s)];
     const int64_t stride = setup_.version_stride(s);
     if ((m + 1) % (M_ * stride) != 0) continue;
     std::vector<float> w = x.versions.at(x.latest);
+    apply_clip(*be_, x.grads.data(), static_cast<size_t>(x.stage->num_params()), clip_coefficient_of(s, first));
+    first = false;
     x.opt->step(w.data(), x.grads.data(), 1.0f / static_cast<float>(stride));
     be_->fill(x.grads.data(), 0.0f, static_cast<size_t>(x.stage->num_params()));
     x.latest += stride;

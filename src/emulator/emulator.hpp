@@ -36,6 +36,7 @@ class SequentialEmulator {
   void forward(int64_t sample0, const std::vector<int64_t>& vf);
   void backward(int64_t sample0, const std::vector<int64_t>& vb);
   void update(int64_t m);
+  float clip_coefficient_of(int s, bool flush_norm);
   void drop_versions(const std::vector<int64_t>& vf, const std::vector<int64_t>& vb);
 
   const Deck& deck_;
@@ -53,6 +54,7 @@ class SequentialEmulator {
   std::vector<float> host_x_;
   std::vector<int32_t> host_labels_;
   std::vector<int64_t> idx_;
+  double norm_ = 0;  // a flush schedule's gradient norm of the update group being applied
 };
 
 }  // namespace pt

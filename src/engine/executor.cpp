@@ -18,13 +18,14 @@ namespace pt {
 const Executor::Handler Executor::kHandlers[kOpCount] = {
     &Executor::on_forward,   &Executor::on_backward,  &Executor::on_backward_input, &Executor::on_backward_weight,
     &Executor::on_send_act,  &Executor::on_recv_act,  &Executor::on_send_grad,      &Executor::on_recv_grad,
-    &Executor::on_allreduce, &Executor::on_optimizer_step};
+    &Executor::on_allreduce, &Executor::on_optimizer_step, &Executor::on_grad_norm};
 
 Executor::Executor(ParallelContext& ctx, std::vector<StageRuntime*> stages, Backend& be, const Dataset& train,
                    const Dataset& test, const ExecutorConfig& cfg, std::unique_ptr<Transport> transport)
     : ctx_(ctx), stages_(std::move(stages)), be_(be), train_(train), test_(test), cfg_(cfg),
       tr_(transport ? std::move(transport) : make_transport(be, cfg.nccl_allreduce)) {
   find_ties();
+  init_clipping();
   int64_t mb = cfg.eval_mb, in = 1;
   for (StageRuntime* r : stages_) mb = std::max(mb, r->stage->train_mb()), in = std::max(in, r->in.shape.numel());
   host_x_.resize(static_cast<size_t>(mb * in));
@@ -216,37 +217,31 @@ void Executor::on_allreduce(const Action& a, Step& st) {
   stats_.bytes_allreduce_network += 2 * (reps - 1) * st.bytes / reps;
 }
 
-/// OPTIMIZER_STEP: waits for the stage's allreduce, applies the gradients to the version the
-/// IR names (in place, or to a copy when the latest version is still read: stashing),
-/// clears the accumulator, reports, and after the rank's last update of a version asks the
-/// trainer whether to cut a checkpoint there.
+/// OPTIMIZER_STEP: waits for the stage's allreduce and sums tied gradients (unless the
+/// rank's GRAD_NORM did), clips the gradients (train.clip_grad_norm), applies them to the
+/// version the IR names (in place, or to a copy when the latest version is still read:
+/// stashing), clears the accumulator, reports, and after the rank's last update of a version
+/// asks the trainer whether to cut a checkpoint there.
 void Executor::on_optimizer_step(const Action& a, Step& st) {
   StageRuntime& r = rt(a.stage);
   const size_t n = static_cast<size_t>(r.stage->num_params());
   const int64_t stride = ir_->version_stride(a.stage);
-  double loss_sum = r.group.loss;
-  if (ir_->layout.replicas_of(a.stage) > 1) {
-    wait(&r.group.allreduce, [&] { return "ALLREDUCE of update " + std::to_string(a.mb) + " among the replicas of stage " + std::to_string(a.stage); });
-    tr_->finish_allreduce(r.grads.data());
-    float l = 0;
-    be_.to_host(&l, r.grads.data() + n, 1);
-    loss_sum = l;
-  }
-  const bool skip = cfg_.skip_nonfinite && (r.group.nonfinite || !be_.all_finite(n, r.grads.data()));
-  apply_ties(a);
+  reduce_group(r, a);
   UpdateReport rep;
+  const float coefficient = clip_coefficient_of(r, a, &rep.grad_norm);
+  const bool skip = r.group.skip || (cfg_.skip_nonfinite && !std::isfinite(rep.grad_norm));  // a non-finite norm: every stage
   rep.stage = a.stage;
   rep.lr = r.opt->current_lr();
   float* w = r.weights->begin_update(a.version);
-  if (!skip) r.opt->step(w, r.grads.data(), 1.0f / static_cast<float>(stride));
+  if (!skip) apply_clip(be_, r.grads.data(), n, coefficient), r.opt->step(w, r.grads.data(), 1.0f / static_cast<float>(stride));
   else r.opt->set_updates(r.opt->updates() + 1), ++stats_.skipped_updates;
   be_.fill(r.grads.data(), 0.0f, n + 1);
   rep.minibatches = r.weights->latest_id();
-  rep.loss_sum = loss_sum;
+  rep.loss_sum = r.group.loss;
   rep.samples = stride * cfg_.batch_size;
   rep.skipped = skip;
   r.group.loss = 0;
-  r.group.nonfinite = false;
+  r.group.nonfinite = r.group.reduced = r.group.skip = false;
   control_->on_update(rep);
   fault_at_step(ctx_.rank(), a.stage, rep.minibatches);
   if (st.i == st.last_update_of(a.version)) cut_at(a, rep.minibatches, st);

@@ -2,6 +2,7 @@
 #pragma once
 #include <map>
 
+#include "pipetrain/clip.hpp"
 #include "pipetrain/engine.hpp"
 
 namespace pt {
@@ -17,6 +18,17 @@ struct Executor::Tie {
   int64_t emb_offset, head_offset;  // floats into each stage's flat parameters
   int64_t size;
   int64_t done_group = -1;          // both copies local: the group whose sum is already in both
+};
+
+// train.clip_grad_norm: per held stage (stages_' order) its tensors of the norm, the
+// per-tensor sums of squares of the model, and the norm of the latest GRAD_NORM's group.
+struct Executor::GradNorm {
+  std::vector<std::vector<NormTensor>> tensors;
+  std::vector<int64_t> floats;  // per held stage: floats of its tensors (its share of the threshold)
+  int64_t model_floats = 0;
+  std::vector<double> sums;     // one per tensor of the model
+  double norm = 0;
+  int32_t group = -1;           // the update group `norm` belongs to
 };
 
 struct Executor::Step {

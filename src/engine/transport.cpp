@@ -37,6 +37,10 @@ void Transport::irecv_host(float* buf, size_t n, int peer, int tag, MPI_Comm com
   MPI_Irecv(buf, count_of(n), MPI_FLOAT, peer, tag, comm, req->mpi());
 }
 
+void Transport::iallreduce_host(double* buf, size_t n, MPI_Comm comm, Request* req) {
+  MPI_Iallreduce(MPI_IN_PLACE, buf, count_of(n), MPI_DOUBLE, MPI_SUM, comm, req->mpi());
+}
+
 bool Transport::test(Request* req) {
   if (*req->mpi() == MPI_REQUEST_NULL) return true;
   int done = 0;

@@ -1,9 +1,18 @@
 // The Backend interface's default compositions (backend.hpp): operations a backend may
 // override with a fused kernel, written here in terms of its primitive operations.
+#include <vector>
+
+#include "host/vec_math.hpp"
 #include "pipetrain/backend.hpp"
 #include "pipetrain/error.hpp"
 
 namespace pt {
+
+double Backend::sum_squares(size_t n, const float* x) {
+  std::vector<float> h(n);
+  to_host(h.data(), x, n);
+  return host::sum_squares(h.data(), static_cast<int64_t>(n));
+}
 
 void Backend::linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
                              float* y, bool x_packed, bool y_packed) {

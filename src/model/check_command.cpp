@@ -17,6 +17,8 @@ int cmd_check(const CheckArgs& a) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const Deck deck = load_deck(a.deck, a.sets);
   if (a.ranks > 0) size = a.ranks;
+  // the run's length needs the data; train.max_steps bounds it
+  if (rank == 0 && !a.json && deck.train.max_steps > 0) std::printf("%s", warmup_warning(deck, deck.train.max_steps).c_str());
   if (deck.parallel.split_auto) {  // the model only: the layout is planned when training starts
     const DataInfo info = data_info(deck);
     const Model model(deck, info.shape, info.classes);

@@ -1,6 +1,7 @@
 // The learning-rate schedules over optimizer updates t of `total` (before the warm-up,
 // optimizer.cpp): constant lr; step lr * gamma^floor(t / step_size); cosine from lr to
-// min_lr over the whole run, min_lr + (lr - min_lr) (1 + cos(pi min(t, total) / total)) / 2.
+// min_lr over the whole run, min_lr + (lr - min_lr) (1 + cos(pi min(t, total) / total)) / 2,
+// never below min_lr once the warm-up has reached it (optimizer.cpp).
 #include <algorithm>
 #include <cmath>
 
@@ -35,6 +36,7 @@ LrScheduleDef cosine() {
     const double frac = total > 0 ? std::min(1.0, static_cast<double>(update) / static_cast<double>(total)) : 0.0;
     return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(M_PI * frac));
   };
+  d.min_lr_floor = true;
   return d;
 }
 

@@ -22,9 +22,21 @@ const LrScheduleDef* find_lr_schedule(const std::string& name) {
 std::vector<const OptimizerDef*> optimizers() { return NamedRegistry<OptimizerDef>::instance().all(); }
 std::vector<const LrScheduleDef*> lr_schedules() { return NamedRegistry<LrScheduleDef>::instance().all(); }
 
-double learning_rate(const OptimConfig& t, int64_t update, int64_t total) {
+namespace {
+
+double ramped(const OptimConfig& t, int64_t update, int64_t total) {
   double lr = t.lr_schedule->rate(t, update, total);
   if (update < t.warmup_steps) lr *= static_cast<double>(update + 1) / static_cast<double>(t.warmup_steps);
+  return lr;
+}
+
+}  // namespace
+
+double learning_rate(const OptimConfig& t, int64_t update, int64_t total) {
+  const double lr = ramped(t, update, total);
+  if (!t.lr_schedule->min_lr_floor || lr >= t.min_lr || update >= t.warmup_steps) return lr;
+  for (int64_t u = 0; u < update; ++u)  // inside the warm-up only: at most warmup_steps rates
+    if (ramped(t, u, total) >= t.min_lr) return t.min_lr;
   return lr;
 }
 

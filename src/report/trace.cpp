@@ -25,6 +25,8 @@ std::string chrome_trace_json(const std::vector<TraceEvent>& events, const Layou
       name = "step";
     } else if (e.op == Op::allreduce) {
       name = "allreduce";
+    } else if (e.op == Op::grad_norm) {
+      name = "grad norm";
     } else {
       name = std::string(op_name(e.op)) + " " + std::to_string(e.mb);
     }

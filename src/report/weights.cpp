@@ -61,7 +61,7 @@ void write_weights_h5(const std::string& path, const Model& model, const std::ve
     h5::attr_string(f.id(), "format", "pipetrain-weights", tmp);
     h5::attr_int(f.id(), "format_version", 2, tmp);
     h5::attr_ints(f.id(), "input_shape", dims_of(model.layer(0).in_shape()), tmp);
-    h5::attr_int(f.id(), "classes", model.layer(model.size() - 1).in_shape().numel(), tmp);
+    h5::attr_int(f.id(), "classes", model.classes(), tmp);  // the data's classes: a token model's vocabulary
     h5::attr_int(f.id(), "layers", model.size(), tmp);
     h5::attr_string(f.id(), "data_source", enum_name(deck.data.source), tmp);
     h5::attr_string(f.id(), "input_transform",

@@ -48,9 +48,12 @@ std::map<int, GroupCounter> group_counters(const Schedule& S, int rank) {
 // ALLREDUCE starts as soon as its group is done, but the worker's OPTIMIZER_STEPs of group
 // g come together after its last backward work of g on any stage, so that no update waits
 // (for a replica or a tied gradient) while the worker still owes another stage's backward.
+// With S.grad_norm the worker's GRAD_NORM of g comes right before its first OPTIMIZER_STEP
+// of g (after the ALLREDUCEs of g): the rank's last backward work of g is done there.
 class UpdateInserter {
  public:
-  UpdateInserter(const Schedule& S, int w) : S_(S), counters_(group_counters(S, w)), multi_(counters_.size() > 1) {}
+  UpdateInserter(const Schedule& S, int w)
+      : S_(S), counters_(group_counters(S, w)), multi_(counters_.size() > 1), first_(static_cast<int16_t>(counters_.begin()->first)) {}
 
   std::vector<Action> run(const std::vector<Action>& acts) {
     for (auto& [s, c] : counters_) complete(s);
@@ -69,12 +72,16 @@ class UpdateInserter {
     while (c.done < static_cast<int64_t>(c.left.size()) && c.left[static_cast<size_t>(c.done)] == 0) {
       const int32_t g = static_cast<int32_t>(c.done++);
       if (S_.layout.replicas_of(s) > 1) out_.push_back({Op::allreduce, static_cast<int16_t>(s), g, -1, -1});
-      if (!multi_) out_.push_back({Op::optimizer_step, static_cast<int16_t>(s), g, -1, -1});
+      if (!multi_) norm(g), out_.push_back({Op::optimizer_step, static_cast<int16_t>(s), g, -1, -1});
     }
     while (multi_ && all_done(stepped_)) {
+      norm(static_cast<int32_t>(stepped_));
       for (auto& [st, cc] : counters_) out_.push_back({Op::optimizer_step, static_cast<int16_t>(st), static_cast<int32_t>(stepped_), -1, -1});
       ++stepped_;
     }
+  }
+  void norm(int32_t g) {
+    if (S_.grad_norm) out_.push_back({Op::grad_norm, first_, g, -1, -1});
   }
   bool all_done(int64_t g) const {
     for (auto& [st, cc] : counters_)
@@ -85,6 +92,7 @@ class UpdateInserter {
   const Schedule& S_;
   std::map<int, GroupCounter> counters_;
   bool multi_;
+  int16_t first_;  // the worker's first stage: GRAD_NORM's stage field
   int64_t stepped_ = 0;
   std::vector<Action> out_;
 };
@@ -155,12 +163,13 @@ MessageKey message_key(int rank, const Action& a) {
   return {send ? rank : a.peer, send ? a.peer : rank, grad ? 1 : 0, message_boundary(a), a.mb};
 }
 
-Schedule make_schedule(const ScheduleDef& def, const Layout& layout, int64_t steps, int microbatches) {
+Schedule make_schedule(const ScheduleDef& def, const Layout& layout, int64_t steps, int microbatches, bool grad_norm) {
   Schedule S;
   S.def = &def;
   S.layout = layout;
   S.steps = steps;
   S.microbatches = def.units_per_minibatch(microbatches);
+  S.grad_norm = grad_norm && def.flush && def.training;
   PT_CHECK(layout.placement == def.placement, def.name << " runs on the " << placement_name(def.placement)
                                                        << " placement, the layout is " << placement_name(layout.placement));
   PT_CHECK(S.units() < INT32_MAX, "schedule too long: " << S.units() << " units");
@@ -179,6 +188,7 @@ Schedule make_schedule(const ScheduleDef& def, const Layout& layout, int64_t ste
 
 double unit_makespan(const Schedule& compute_only) {
   Schedule S = compute_only;
+  S.grad_norm = false;  // a generator's choice never depends on clipping
   insert_updates(S);
   assign_versions(S);
   lower_comm(S);
@@ -186,8 +196,8 @@ double unit_makespan(const Schedule& compute_only) {
   return rp.ok ? rp.makespan : 1e300;
 }
 
-Schedule make_schedule(const std::string& name, const Layout& layout, int64_t steps, int microbatches) {
-  return make_schedule(schedule_def(name), layout, steps, microbatches);
+Schedule make_schedule(const std::string& name, const Layout& layout, int64_t steps, int microbatches, bool grad_norm) {
+  return make_schedule(schedule_def(name), layout, steps, microbatches, grad_norm);
 }
 
 namespace {

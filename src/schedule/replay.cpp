@@ -1,6 +1,8 @@
 // The replay engine: walks every worker's action list at once, matching each receive with
-// its send and each allreduce among a stage's replicas, timing actions with a cost model.
-// A state where no worker can move is a deadlock, reported with what each one waits for.
+// its send, each allreduce among a stage's replicas and each GRAD_NORM among all workers
+// (a collective: the k-th GRAD_NORM of every worker, after its pending allreduces), timing
+// actions with a cost model. A state where no worker can move is a deadlock, reported with
+// what each one waits for.
 #include <algorithm>
 #include <map>
 #include <sstream>
@@ -76,6 +78,9 @@ class Replayer {
       posted_.erase(it);
     } else if (a.op == Op::allreduce) {
       if (!arrive(w, i, a, t)) return false;
+    } else if (a.op == Op::grad_norm) {
+      if (!grad_norm(w, i, a, t, &start)) return false;
+      end = start + c_.compute(w, a);
     } else if (a.op == Op::optimizer_step && pending_.count({w, a.stage})) {
       double rend;
       if (!reduce_done(w, a.stage, &rend)) return false;
@@ -126,6 +131,35 @@ class Replayer {
     return true;
   }
 
+  // GRAD_NORM: once the worker's pending allreduces are done it arrives at the collective
+  // (its k-th); it proceeds when every worker has arrived, from the last arrival.
+  bool grad_norm(int w, size_t i, const Action& a, double t, double* start) {
+    NormWait& nw = norm_wait_[w];
+    if (nw.k < 0) {
+      nw.ready = std::max(nw.ready, t);
+      for (auto it = pending_.lower_bound({w, -1}); it != pending_.end() && it->first.first == w; it = pending_.lower_bound({w, -1})) {
+        double rend;
+        if (!reduce_done(w, it->first.second, &rend)) return false;
+        nw.ready = std::max(nw.ready, rend);
+      }
+      nw.k = norm_count_[w]++;
+      Reduce& rd = norms_[nw.k];
+      if (rd.group >= 0 && rd.group != a.mb) {
+        fail_with(worker_name(S_.layout, w) + " action " + std::to_string(i) + ": GRAD_NORM " + std::to_string(nw.k) +
+                  " is for group " + std::to_string(a.mb) + " but another rank's is for group " + std::to_string(rd.group));
+        return false;
+      }
+      rd.group = a.mb;
+      ++rd.arrived;
+      rd.last = std::max(rd.last, nw.ready);
+    }
+    const Reduce& rd = norms_[nw.k];
+    if (rd.arrived < R_) return false;
+    *start = rd.last;
+    nw = NormWait{};
+    return true;
+  }
+
   void fail_with(const std::string& e) {
     out_.ok = false;
     out_.error = e;
@@ -141,6 +175,7 @@ class Replayer {
       err << "  " << worker_name(S_.layout, w) << " blocked at action " << i << ": " << op_name(a.op) << " mb " << a.mb;
       if (a.peer >= 0) err << " from rank " << a.peer;
       if (a.op == Op::optimizer_step) err << " (waiting for its replicas' ALLREDUCE)";
+      if (a.op == Op::grad_norm) err << " (waiting for every rank's GRAD_NORM of group " << a.mb << ")";
       err << "\n";
     }
     if (!err.str().empty()) return fail_with("deadlock: no worker can proceed:\n" + err.str());
@@ -164,6 +199,13 @@ class Replayer {
   std::map<std::pair<int, int>, Reduce> reduces_;           // (stage, k)
   std::map<std::pair<int, int>, int> reduce_count_;         // (worker, stage) -> allreduces so far
   std::map<std::pair<int, int>, std::pair<int, size_t>> pending_;  // (worker, stage) -> (k, action index)
+  struct NormWait {
+    int k = -1;        // the collective the worker arrived at, -1 before its arrival
+    double ready = 0;  // when its allreduces were done
+  };
+  std::map<int, NormWait> norm_wait_;  // by worker
+  std::map<int, int> norm_count_;      // worker -> GRAD_NORMs arrived at so far
+  std::map<int, Reduce> norms_;        // k -> arrivals
 };
 
 }  // namespace

@@ -94,7 +94,7 @@ int cmd_schedule(const ScheduleArgs& a) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const Deck deck = even_split(load_deck(a.deck, a.sets), a.ranks, rank);
   TrainSetup setup = TrainSetup::from_deck(deck, a.ranks);
-  Schedule s = make_schedule(*setup.def, setup.layout, a.steps, setup.microbatches);
+  Schedule s = setup.schedule(a.steps);  // with GRAD_NORM under train.clip_grad_norm, as the run
   const std::string err = validate(s);
   if (rank != 0) return err.empty() ? 0 : 1;
   if (a.json) {

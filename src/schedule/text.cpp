@@ -21,6 +21,7 @@ const char* op_name(Op op) {
     case Op::recv_grad: return "RECV_GRAD";
     case Op::allreduce: return "ALLREDUCE";
     case Op::optimizer_step: return "OPTIMIZER_STEP";
+    case Op::grad_norm: return "GRAD_NORM";
   }
   return "?";
 }
@@ -40,6 +41,7 @@ std::string action_text(const Action& a) {
     case Op::backward_weight: return s + "W" + m;
     case Op::optimizer_step: return s + "U" + m;
     case Op::allreduce: return s + "A" + m;
+    case Op::grad_norm: return s + "N" + m;
     case Op::recv_act: return s + "<" + m + ":r" + std::to_string(a.peer);
     case Op::recv_grad: return s + "(" + m + ":r" + std::to_string(a.peer);
     case Op::send_act: return s + ">" + m + ":r" + std::to_string(a.peer);

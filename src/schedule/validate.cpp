@@ -1,6 +1,7 @@
-// Schedule validation (structure, routing, the backward halves, update placement, the
-// version rule, then a replay for deadlocks and unmatched messages) and the per-worker
-// memory measures: units in flight, weight versions held, peak activations.
+// Schedule validation (structure, routing, the backward halves, update and GRAD_NORM
+// placement, the version rule, then a replay for deadlocks, unmatched messages and
+// collectives) and the per-worker memory measures: units in flight, weight versions held,
+// peak activations.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -57,7 +58,8 @@ class Validator {
  private:
   std::string worker(int w) {
     const std::vector<int> hosted = L_.stages_of_rank(w);
-    std::map<int, LaneState> lanes;
+    std::map<int, LaneState>& lanes = lanes_;
+    lanes.clear(), norms_ = 0;
     const auto& acts = S_.workers[static_cast<size_t>(w)];
     for (size_t i = 0; i < acts.size(); ++i) {
       const Action& a = acts[i];
@@ -76,6 +78,27 @@ class Validator {
       if (l.weight_order != l.input_order)
         return who + ": weight gradients (W) run in another order than input gradients (I); gradient sums would differ";
     }
+    if (S_.grad_norm && norms_ != S_.groups(hosted.front()))
+      return "rank " + std::to_string(w) + ": " + std::to_string(norms_) + " GRAD_NORMs, expected one per update group (" +
+             std::to_string(S_.groups(hosted.front())) + ")";
+    return "";
+  }
+
+  // GRAD_NORM of group g: one per group in order, after the rank's every backward of g on
+  // every stage it holds (their gradients are final), before any update of g (update()).
+  std::string grad_norm(int w, size_t i) {
+    const Action& a = S_.workers[static_cast<size_t>(w)][i];
+    auto at = [&](const std::string& msg) { return where(S_, w, i) + ": " + msg; };
+    if (!S_.training() || !S_.grad_norm) return at("GRAD_NORM in a schedule without gradient clipping");
+    if (a.mb != norms_) return at("GRAD_NORM of group " + std::to_string(a.mb) + ", expected group " + std::to_string(norms_));
+    for (int s : L_.stages_of_rank(w)) {
+      int64_t need = 0;
+      for (int64_t m : replica_units(S_, s, L_.replica_of(w))) need += S_.group_of(s, m) == a.mb;
+      const int64_t done = lanes_[s].finished_in_group[a.mb];
+      if (done != need)
+        return at("before " + std::to_string(need - done) + " backward(s) of stage " + std::to_string(s) + " in its group finished");
+    }
+    ++norms_;
     return "";
   }
 
@@ -120,6 +143,7 @@ class Validator {
       case Op::send_grad: return l.input_done.count(a.mb) ? "" : at("sends a gradient before its BACKWARD");
       case Op::allreduce: return L_.replicas_of(s) > 1 ? "" : at("ALLREDUCE on an unreplicated stage");
       case Op::optimizer_step: return update(w, i, l);
+      case Op::grad_norm: return grad_norm(w, i);
     }
     return "";
   }
@@ -157,6 +181,7 @@ class Validator {
     const int64_t want = l.latest + S_.version_stride(a.stage);
     if (a.version != want) return at("produces version " + std::to_string(a.version) + ", expected " + std::to_string(want));
     if (a.mb != l.steps) return at("updates group " + std::to_string(a.mb) + ", expected " + std::to_string(l.steps));
+    if (S_.grad_norm && norms_ <= a.mb) return at("updates before the rank's GRAD_NORM of its group");
     int64_t need = 0;
     for (int64_t m : replica_units(S_, a.stage, L_.replica_of(w))) need += S_.group_of(a.stage, m) == a.mb;
     if (l.finished_in_group[a.mb] != need)
@@ -192,6 +217,8 @@ class Validator {
   const int64_t U_;
   std::vector<std::vector<int>> fwd_count_, bwd_count_;
   std::vector<int32_t> v0_;
+  std::map<int, LaneState> lanes_;  // the worker being checked: by stage
+  int64_t norms_ = 0;               // its GRAD_NORMs so far
 };
 
 }  // namespace

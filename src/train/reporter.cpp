@@ -68,14 +68,18 @@ void Reporter::on_update(const UpdateReport& r, const TrainClock& clock) {
   const int64_t done_here = std::max<int64_t>(1, step - clock.epoch_start);
   const double eta = static_cast<double>(total_steps_ - step) * (now - clock.t_epoch0) / static_cast<double>(done_here);
   const std::string tokens = unit_.empty() ? "" : "  " + human_rate(sps * static_cast<double>(labels_per_sample_)) + " tokens/s";
-  std::printf("step %lld/%lld  epoch %lld  loss %s  lr %.4g  %s samples/s%s  elapsed %s  ETA %s%s\n",
+  const bool clipping = deck_.train.clip_grad_norm > 0;
+  char norm[48] = "";
+  if (clipping) std::snprintf(norm, sizeof norm, "  grad norm %.4g", r.grad_norm);
+  std::printf("step %lld/%lld  epoch %lld  loss %s  lr %.4g%s  %s samples/s%s  elapsed %s  ETA %s%s\n",
               static_cast<long long>(step), static_cast<long long>(total_steps_), static_cast<long long>(clock.epoch + 1),
-              loss_words(loss).c_str(), r.lr, human_rate(sps).c_str(), tokens.c_str(), human_time(elapsed).c_str(),
+              loss_words(loss).c_str(), r.lr, norm, human_rate(sps).c_str(), tokens.c_str(), human_time(elapsed).c_str(),
               human_time(eta).c_str(), r.skipped ? "  (non-finite gradient: update skipped)" : "");
   std::fflush(stdout);
   nlohmann::json j = {{"type", "step"}, {"step", step}, {"epoch", clock.epoch}, {"loss", loss}, {"lr", r.lr},
                       {"samples_per_s", sps}, {"elapsed_s", elapsed}};
   if (!unit_.empty()) j["tokens_per_s"] = sps * static_cast<double>(labels_per_sample_), j["bits_per_" + unit_] = loss / std::log(2.0);
+  if (clipping) j["grad_norm"] = r.grad_norm;  // this step's, before clipping (null when not finite)
   metrics_->append(j.dump());
   last_train_loss_ = loss;
   interval_start_ = now;

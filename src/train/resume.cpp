@@ -67,7 +67,7 @@ bool same_layout(const CheckpointMeta& meta, const ParallelContext& ctx, const T
 // The rank's action index of the cut at meta.step in a segment of `steps` steps (a flush
 // schedule has nothing in flight there).
 int64_t position_in(const TrainSetup& setup, const ParallelContext& ctx, const CheckpointMeta& meta, int64_t steps) {
-  const Schedule ir = make_schedule(*setup.def, setup.layout, steps, setup.microbatches);
+  const Schedule ir = setup.schedule(steps);
   const Cut cut = consistent_cut(ir, meta.step - meta.epoch_start);
   PT_CHECK(cut.crossing[static_cast<size_t>(ctx.rank())].empty(), "flush schedule cut with messages in flight");
   return static_cast<int64_t>(cut.position[static_cast<size_t>(ctx.rank())]);
@@ -85,6 +85,8 @@ std::vector<WorkerState> load_states(const std::string& dir, const CheckpointMet
           if (v.first == st.latest) latest.push_back(v);
         st.versions = latest;
         st.units.clear(), st.crossing.clear(), st.position = 0;
+      } else if (setup.def->flush) {  // the cut's place in this run's IR (with or without GRAD_NORM)
+        st.position = position_in(setup, ctx, meta, meta.epoch_steps);
       }
     return out;
   }

@@ -207,7 +207,10 @@ nlohmann::json summary_json(const RunOutputs& o, const Totals& t, nlohmann::json
       {"target_accuracy", o.deck.train.target_accuracy > 0 ? nlohmann::json(o.deck.train.target_accuracy) : nlohmann::json()},
       {"target_loss", o.deck.train.target_loss > 0 ? nlohmann::json(o.deck.train.target_loss) : nlohmann::json()},
       {"time_to_target_s", o.time_to_target >= 0 ? nlohmann::json(o.time_to_target) : nlohmann::json()},
-      {"train_wall_s", o.train_time}, {"samples_per_s", t.samples / std::max(1e-9, o.train_time_this_run)},
+      // the whole run's (a resumed run: every segment since step 0), and this process's part
+      {"train_wall_s", o.train_time},
+      {"samples_per_s", static_cast<double>(o.last_step * o.deck.train.batch_size) / std::max(1e-9, o.train_time)},
+      {"samples_per_s_this_run", t.samples / std::max(1e-9, o.train_time_this_run)},
       {"bubble_fraction", t.bubble / R}, {"bytes_p2p_per_sample", t.p2p / std::max(1.0, t.samples)},
       {"bytes_allreduce_per_sample", t.ar / std::max(1.0, t.samples)},
       // the paper's accounting: bytes all ranks put on the network per sample (p2p messages,

@@ -24,6 +24,7 @@ TrainSetup TrainSetup::from_deck(const Deck& deck, int world_size) {
     fail(Exit::bad_input, deck.where("parallel.microbatches") + ": key 'parallel.microbatches' (schedule " + t.def->name +
                               ", " + t.layout.str() + "): " + why, true);
   t.mb_size = t.def->unit_size(deck.train.batch_size, static_cast<int>(deck.parallel.microbatches));
+  t.grad_norm = deck.train.clip_grad_norm > 0;
   if (const std::string why = tie_conflict(deck, *t.def, t.layout); !why.empty())
     fail(Exit::bad_input, deck.where("parallel.schedule") + ": key 'parallel.schedule': " + why, true);
   if (deck.train.eval_every % t.boundary_stride() != 0)
@@ -33,6 +34,8 @@ TrainSetup TrainSetup::from_deck(const Deck& deck, int world_size) {
          true);
   return t;
 }
+
+Schedule TrainSetup::schedule(int64_t steps) const { return make_schedule(*def, layout, steps, microbatches, grad_norm); }
 
 std::string tie_conflict(const Deck& deck, const ScheduleDef& def, const Layout& layout) {
   if (def.flush) return "";

@@ -62,6 +62,7 @@ class Trainer final : public TrainControl {
   void setup();
   void build_stages();
   void resume_and_open();
+  bool nothing_left() const;  // resumed at or past the run's last step
   void banner() const;
   bool run_segment(std::vector<int64_t>& perm, int64_t& perm_epoch);
   bool end_segment(bool epoch_end, double t_seg);
@@ -140,6 +141,7 @@ void Trainer::build_stages() {
   cfg.debug_versions = deck_.run.debug_versions;
   cfg.skip_nonfinite = deck_.train.nonfinite == Nonfinite::skip;
   cfg.nccl_allreduce = deck_.parallel.allreduce == Allreduce::nccl;
+  cfg.clip_grad_norm = deck_.train.clip_grad_norm;
   cfg.trace_limit = 200000;
   std::vector<StageRuntime*> rts;
   for (auto& r : stages_) rts.push_back(r.get());
@@ -154,9 +156,12 @@ std::vector<const StageRuntime*> Trainer::held() const {
   return out;
 }
 
-// The newest checkpoint every rank can verify (with --resume), then the run's files.
+// The newest checkpoint every rank can verify (with --resume), then the run's files. A
+// checkpoint at or past the run's last step leaves nothing to do: the run's files stay as
+// they are (nothing_left).
 void Trainer::resume_and_open() {
   if (!args_.resume.empty()) resume_ = choose_resume(args_.resume, deck_, setup_, *ctx_, held(), total_steps_);
+  if (nothing_left()) return;
   policy_->prepare(ckpt_dir_);  // before step 1: the directory exists and every rank can write it
   if (ctx_->is_reporter()) {
     make_dirs(run_dir_);
@@ -197,15 +202,26 @@ void Trainer::banner() const {
               static_cast<long long>(total_steps_), static_cast<long long>(spe_),
               !setup_.def->valid_gradients ? "  ** ablation baseline: backward uses the latest weights, gradients are INVALID **" : "");
   std::printf("run directory: %s; checkpoints: %s\n", run_dir_.c_str(), ckpt_dir_.c_str());
+  std::printf("%s", warmup_warning(deck_, total_steps_).c_str());
   if (resume_.valid)
     std::printf("resuming from %s (step %lld, epoch %lld%s)\n", resume_.step_dir.c_str(), static_cast<long long>(resume_.meta.step),
                 static_cast<long long>(resume_.meta.epoch + 1), resume_.resliced ? ", re-sliced for this layout" : "");
   std::fflush(stdout);
 }
 
+bool Trainer::nothing_left() const { return resume_.valid && resume_.meta.step >= total_steps_; }
+
 int Trainer::run() {
   setup();
   resume_and_open();
+  if (nothing_left()) {
+    if (ctx_->rank() == 0)
+      std::printf("resume: nothing left to do: %s is at step %lld and this run ends at step %lld (train.max_steps / "
+                  "train.epochs); nothing is written: %s stays as it was\n", resume_.step_dir.c_str(),
+                  static_cast<long long>(resume_.meta.step), static_cast<long long>(total_steps_), run_dir_.c_str());
+    std::fflush(stdout);
+    return 0;
+  }
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   banner();
@@ -237,7 +253,7 @@ bool Trainer::run_segment(std::vector<int64_t>& perm, int64_t& perm_epoch) {
   clock_.epoch_start = steps_done_;
   epoch_steps_ = mid_cut ? resume_state_->front().epoch_steps : TrainSetup::segment_steps(steps_done_, spe_, total_steps_, deck_.train.eval_every);
   if (in_epoch == 0 && !mid_cut) reporter_->start_epoch(), epoch_time_ = 0;
-  const Schedule ir = make_schedule(*setup_.def, setup_.layout, epoch_steps_, setup_.microbatches);
+  const Schedule ir = setup_.schedule(epoch_steps_);
   if (std::string err = validate(ir); !err.empty()) fail(Exit::internal, "schedule invalid: " + err);
   if (perm_epoch != clock_.epoch) {
     perm = epoch_permutation(data_.train->size(), static_cast<uint64_t>(deck_.run.seed), clock_.epoch), perm_epoch = clock_.epoch;

@@ -4,7 +4,8 @@
 # located message, before anything is written (no run directory). Deck and layout errors are
 # the same on every rank and are printed once, not once per rank. A missing data folder is
 # found while opening the data, which every rank does for itself: it is also exit code 2 (as a
-# missing deck or HDF5 file), printed by each rank that gets to it before the job is aborted.
+# missing deck or HDF5 file), printed by each rank that gets to it before the job is aborted;
+# so is a data.seq_len too large for the corpus, located at the deck's key.
 # Usage: tests/mpi/deck_errors.sh   (PT_BIN, MPIRUN_FLAGS as set by tests/run_tests.sh)
 set -u
 cd "$(dirname "$0")/../.."
@@ -123,6 +124,36 @@ check "missing_data: exit code 2" test "$rc" -eq 2
 check "missing_data: message names the --set and the folder" test "$(count "$log" "$msg")" -ge 1
 check "missing_data: at most once per rank" test "$(count "$log" "$msg")" -le 2
 check "missing_data: no run directory written" test ! -e "$tmp/out"
+
+echo "oversized data.seq_len (found while opening the data: located at the deck's key)"
+head -c 3000 /usr/share/games/fortunes/food >"$tmp/corpus.txt" 2>/dev/null || printf '%03000d' 0 >"$tmp/corpus.txt"
+cat >"$tmp/text.toml" <<EOF
+[run]
+name = "text"
+output_dir = "$tmp/out"
+[data]
+source = "text"
+path = "$tmp/corpus.txt"
+seq_len = 4096
+[model]
+[[model.layers]]
+type = "embedding"
+name = "tok"
+dim = 8
+[[model.layers]]
+type = "lm_head"
+tie = "tok"
+[train]
+max_steps = 2
+batch_size = 4
+EOF
+rm -rf "$tmp/out"
+run seq_len "$tmp/text.toml"
+msg="$tmp/text.toml:7:11: key 'data.seq_len': $tmp/corpus.txt: a text corpus of 3000 bytes is too small for data.seq_len = 4096"
+check "seq_len: exit code 2" test "$rc" -eq 2
+check "seq_len: message names the deck's file:line" test "$(count "$log" "$msg")" -ge 1
+check "seq_len: at most once per rank" test "$(count "$log" "$msg")" -le 2
+check "seq_len: no run directory written" test ! -e "$tmp/out"
 
 if [ "$failures" = 0 ]; then echo "all checks passed"; exit 0; fi
 echo "$failures check(s) failed"

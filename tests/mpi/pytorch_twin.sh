@@ -10,6 +10,10 @@
 #    names, *.dat, symlinks and subfolders skipped);
 #  - fashion_resnet on 2 ranks, split [4], gpipe with 4 microbatches of 32 (batch norm with
 #    each microbatch's statistics), train.lr 0.003 (see below);
+#  - train.clip_grad_norm against torch.nn.utils.clip_grad_norm_ (tinygpt, 20 steps): 1.0 on 2
+#    ranks under zb-h1 (the norm spans both ranks, the tied matrix counted once) and 0.05 on
+#    one rank (below every step's norm), each step's loss and grad_norm within 1e-5; the same
+#    clipped run against a twin that does not clip is reported as a difference (exit 10);
 #  - tools/to_pytorch.py --check on both twins' pipetrain runs: the trained model rebuilt in
 #    PyTorch (batch-norm running statistics, text validation windows) scores summary.json's
 #    final test accuracy to 4 decimals;
@@ -55,6 +59,7 @@ twin() {
   local line
   line=$(grep -h '^max relative per-step loss difference' "$out/$name.log" || tail -1 "$out/$name.log")
   echo "  $name: $line"
+  grep -h '^max relative per-step grad_norm difference' "$out/$name.log" | sed "s/^/  $name: /"
   if [ "$rc" != "$want" ]; then
     echo "FAIL $name: exit $rc, expected $want"; tail -25 "$out/$name.log" | sed 's/^/    | /'; failures=$((failures + 1))
   else
@@ -76,6 +81,19 @@ if [ -n "$corpus" ]; then
   twin tinygpt_2ranks 0 "${tiny[@]}" --ranks 2 --set 'parallel.split=[4]' --set parallel.schedule=1f1b \
     --set parallel.microbatches=2 --out "$out/tinygpt_run"
   evaluate tinygpt "$out/tinygpt_run/twin"
+  # train.clip_grad_norm against torch.nn.utils.clip_grad_norm_: the global norm over both
+  # ranks with the tied matrix once (1.0, the GPT-2 recipe's), and a threshold below every
+  # step's norm on one rank; losses and grad_norm within 1e-5 at every step
+  twin tinygpt_clip_2ranks 0 "${tiny[@]}" --ranks 2 --set 'parallel.split=[4]' --set parallel.schedule=zb-h1 \
+    --set parallel.microbatches=2 --set train.clip_grad_norm=1.0 --tol 1e-5
+  twin tinygpt_clip_every_step 0 "${tiny[@]}" --set train.clip_grad_norm=0.05 --tol 1e-5
+  expect "the small threshold clipped every one of the 20 steps" \
+    grep -q 'clipping acted on 20 of 20 steps' "$out/tinygpt_clip_every_step.log"
+  # negative control: a clipped run against a PyTorch twin that does not clip differs (no
+  # warm-up, so that clipping moves AdamW's first steps: 1.3e-3 at step 3 against 1e-5)
+  twin tinygpt_clip_unclipped_twin 10 input/tinygpt.toml --steps 3 --set data.path="$corpus" --set data.seq_len=64 \
+    --set train.batch_size=8 --set train.warmup_steps=0 --set train.clip_grad_norm=0.05 \
+    --torch-set train.clip_grad_norm=0 --tol 1e-5
   twin tinygpt_other_seed 10 input/tinygpt.toml --steps 2 --set data.path="$corpus" --set data.seq_len=64 \
     --set train.batch_size=8 --torch-set run.seed=2
   twin tinygpt_dropout 2 "${tiny[@]}" --set model.layers.3.dropout=0.1

@@ -5,12 +5,16 @@
 // posted, so a send stays pending, and its buffer is read, until its receive is posted (as
 // under MPI's rendezvous protocol): a buffer reused before its send completed delivers its
 // new contents, which the bitwise comparisons of the tests catch.
-// Sizes must match. Allreduces are of one replica (the sum is the buffer itself). When a
-// rank fails, every other rank's next post() or test() throws instead of waiting for its
-// deadline, and a failing rank's transport withdraws its unmatched posts as it is destroyed
-// while unwinding (before the buffers they name), so no peer copies into freed memory.
+// Sizes must match. Allreduces of a stage's gradients are of one replica (the sum is the
+// buffer itself); host allreduces of doubles (the gradient norm's sums) are collectives of
+// every rank run_ranks started: the k-th posted by each rank meet, and when the last one
+// arrives the sums, added in rank order, are written to every buffer. When a rank fails,
+// every other rank's next post() or test() throws instead of waiting for its deadline, and a
+// failing rank's transport withdraws its unmatched posts as it is destroyed while unwinding
+// (before the buffers they name), so no peer copies into freed memory.
 // run_ranks runs one body per rank in its own thread and rethrows the first failure.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -41,7 +45,12 @@ class FakeNetwork {
     size_t n = 0;
     for (auto* box : {&sends_, &recvs_})
       for (auto& [key, q] : *box) n += q.size();
+    for (auto& [k, c] : colls_) n += c.size();
     return n;
+  }
+  void set_ranks(int ranks) {
+    std::lock_guard<std::mutex> g(mu_);
+    ranks_ = ranks;
   }
   void fail(const std::string& why) {
     std::lock_guard<std::mutex> g(mu_);
@@ -84,6 +93,26 @@ class FakeNetwork {
     ++delivered_;
     return token;
   }
+  // rank's next host allreduce of n doubles in buf; returns its token
+  uint64_t allreduce(int rank, double* buf, size_t n) {
+    std::lock_guard<std::mutex> g(mu_);
+    const uint64_t token = next_++;
+    std::vector<Coll>& c = colls_[coll_posted_[rank]++];
+    c.push_back({rank, buf, n, token});
+    if (static_cast<int>(c.size()) < ranks_) return token;
+    std::sort(c.begin(), c.end(), [](const Coll& a, const Coll& b) { return a.rank < b.rank; });
+    std::vector<double> sum(n, 0.0);
+    for (const Coll& x : c) {
+      if (x.n != n) failed_ = true, why_ = "host allreduces of different sizes";
+      for (size_t i = 0; i < n && x.n == n; ++i) sum[i] += x.buf[i];
+    }
+    for (const Coll& x : c) {
+      if (x.n == n) std::memcpy(x.buf, sum.data(), n * sizeof(double));
+      done_.insert(x.token);
+    }
+    colls_.erase(coll_posted_[rank] - 1);
+    return token;
+  }
   bool test(uint64_t token) {
     std::lock_guard<std::mutex> g(mu_);
     if (failed_) fail_here();
@@ -116,8 +145,17 @@ class FakeNetwork {
   }
   [[noreturn]] void fail_here() { ::pt::fail(Exit::internal, "fake network: another rank failed: " + why_); }
 
+  struct Coll {
+    int rank;
+    double* buf;
+    size_t n;
+    uint64_t token;
+  };
   std::mutex mu_;
   std::map<Key, std::deque<Post>> sends_, recvs_;
+  std::map<int64_t, std::vector<Coll>> colls_;  // k -> the k-th host allreduce of the ranks posted so far
+  std::map<int, int64_t> coll_posted_;          // rank -> host allreduces it posted
+  int ranks_ = 1;
   std::set<uint64_t> done_;
   uint64_t next_ = 1;
   int64_t delivered_ = 0;
@@ -147,6 +185,7 @@ class FakeTransport final : public Transport {
   void irecv_host(float* buf, size_t n, int peer, int tag, MPI_Comm, Request* req) override {
     req->set_token(net_.post({peer, rank_, kHost + tag}, nullptr, buf, n));
   }
+  void iallreduce_host(double* buf, size_t n, MPI_Comm, Request* req) override { req->set_token(net_.allreduce(rank_, buf, n)); }
   bool test(Request* req) override {
     if (!req->pending()) return true;
     if (!net_.test(req->token())) return false;
@@ -170,6 +209,7 @@ class FakeTransport final : public Transport {
 inline void run_ranks(FakeNetwork& net, int ranks, const std::function<void(int)>& body) {
   std::vector<std::exception_ptr> errors(static_cast<size_t>(ranks));
   std::vector<std::thread> threads;
+  net.set_ranks(ranks);
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
       try {

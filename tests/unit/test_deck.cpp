@@ -144,6 +144,8 @@ std::vector<BadDeck> bad_decks() {
                            "[[model.layers]]\ntype = \"maxpool2d\"\nkernel = 2\npadding = 2\n"
                            "[[model.layers]]\ntype = \"softmax_cross_entropy\"\n",
        {}, "deck.toml:13:11", {"key 'model.layers[1].padding': must be at most half the kernel, kernel / 2 = 1", "got 2"}},
+      {"clip_grad_norm_negative", with_line(24, "lr = 0.1\nclip_grad_norm = -1"), {}, "deck.toml:25:18",
+       {"key 'train.clip_grad_norm': must be >= 0, got -1"}},
       {"cluster_level_incomplete", std::string(kBase) + "[[cluster.levels]]\nranks = 2\n", {}, "deck.toml:28:1",
        {"key 'cluster.levels[0]': needs 'ranks' and 'bandwidth'"}},
       // --set: the same errors, located at the command-line argument
@@ -217,6 +219,25 @@ TEST_P(BadDeckTest, IsLocatedBadInput) {
 
 INSTANTIATE_TEST_SUITE_P(Deck, BadDeckTest, ::testing::ValuesIn(bad_decks()),
                          [](const ::testing::TestParamInfo<BadDeck>& i) { return std::string(i.param.name); });
+
+// A warm-up longer than the run: a warning naming train.warmup_steps and the key that ends
+// the run (train.max_steps, or train.epochs), each with where it was set.
+TEST(Deck, WarmupLongerThanTheRunWarnsNamingBothKeys) {
+  const Deck d = parse_deck_text(with_line(24, "lr = 0.1\nwarmup_steps = 100\nmax_steps = 50\nlr_schedule = \"cosine\"\nmin_lr = 0.01"),
+                                 "deck.toml", {});
+  const std::string w = warmup_warning(d, 50);
+  EXPECT_EQ(w.rfind("warning: deck.toml:25:16: key 'train.warmup_steps': 100 warm-up steps are more than the run's 50 steps "
+                    "(train.max_steps = 50 set at deck.toml:26:13): the learning rate never reaches train.lr = 0.1 and ends the "
+                    "run at 0.01;", 0), 0u) << w;
+  EXPECT_EQ(w.back(), '\n');
+  EXPECT_EQ(warmup_warning(d, 100), "");
+  EXPECT_EQ(warmup_warning(parse_deck_text(kBase, "deck.toml", {}), 1), "");  // no warm-up
+  const Deck e = parse_deck_text(kBase, "deck.toml", {"train.warmup_steps=30", "train.epochs=2"});
+  const std::string we = warmup_warning(e, 20);
+  EXPECT_NE(we.find("warning: command line '--set train.warmup_steps=30': key 'train.warmup_steps': 30 warm-up "
+                                    "steps are more than the run's 20 steps (train.epochs = 2 set at command line '--set train.epochs=2')"),
+            std::string::npos) << we;
+}
 
 TEST(Deck, BadDeckTableIsLarge) { EXPECT_GE(bad_decks().size(), 20u); }
 
@@ -325,6 +346,7 @@ const char* kEverything =
     "[[model.layers]]\ntype = \"linear\"\nout = 5\n"
     "[[model.layers]]\ntype = \"softmax_cross_entropy\"\n"
     "[train]\nbatch_size = 12\nlr = 0.123456789012345\nweight_decay = 1e-4\noptimizer = \"adamw\"\nlr_schedule = \"cosine\"\n"
+    "clip_grad_norm = 0.5\n"
     "[parallel]\nsplit = [2, 5]\nreplicas = [1, 2, 1]\nmicrobatches = 3\nschedule = \"gpipe\"\n"
     "[checkpoint]\nevery_seconds = 0.1\n"
     "[cluster]\nmemory = 1.5e10\n[[cluster.levels]]\nranks = 2\nbandwidth = 1.25e10\nlatency = 2e-6\n"

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "data_test_util.hpp"
@@ -42,7 +43,20 @@ const char* kMlp =
     "[[model.layers]]\ntype = \"softmax_cross_entropy\"\n"
     "[train]\nbatch_size = 8\nmax_steps = 6\neval_every = 4\neval_batch_size = 10\noptimizer = \"sgd\"\nlr = 0.02\nmomentum = 0.9\n";
 
+// A GPT with its head tied to the embedding (on a text file given by data.path).
+const char* kTiedGpt =
+    "[run]\nseed = 5\n"
+    "[data]\nsource = \"text\"\nseq_len = 8\n"
+    "[model]\n"
+    "[[model.layers]]\ntype = \"embedding\"\nname = \"tok\"\ndim = 16\n"
+    "[[model.layers]]\ntype = \"transformer_block\"\nheads = 2\n"
+    "[[model.layers]]\ntype = \"transformer_block\"\nheads = 2\n"
+    "[[model.layers]]\ntype = \"transformer_block\"\nheads = 2\n"
+    "[[model.layers]]\ntype = \"lm_head\"\ntie = \"tok\"\n"
+    "[train]\nbatch_size = 8\nmax_steps = 4\neval_every = 2\neval_batch_size = 16\noptimizer = \"adamw\"\nlr = 0.01\n";
+
 struct Options {
+  const char* deck = kMlp;
   std::vector<std::string> sets;  // deck overrides (schedule, split, microbatches, ...)
   int ranks = 1;
   double timeout_s = 120;
@@ -54,6 +68,7 @@ struct Options {
 struct Result {
   std::vector<std::vector<float>> weights;  // per layer, after training
   std::vector<double> losses;               // the last stage's summed loss per update
+  std::vector<double> norms;                // the last stage's gradient norm per update (clipping)
   Executor::EvalResult eval;                // the reporter's, at the end
   std::vector<std::vector<WorkerState>> states;  // per rank, captured at the stop
   bool stopped = false;
@@ -67,13 +82,14 @@ class Control final : public TrainControl {
   void segment(int64_t epoch, int64_t start, int64_t steps) { epoch_ = epoch, start_ = start, steps_ = steps; }
   void on_update(const UpdateReport& r) override {
     if (r.stage == last_) losses.push_back(r.loss_sum);
+    if (r.stage == last_ && r.grad_norm >= 0) norms.push_back(r.grad_norm);
   }
   CutAction at_boundary(int64_t v) override { return v == stop_at_ ? CutAction::checkpoint_and_stop : CutAction::none; }
   void save(std::vector<WorkerState>& states) override {
     for (WorkerState& st : states) st.epoch = epoch_, st.epoch_steps = steps_, st.epoch_start = start_;
     saved = states;
   }
-  std::vector<double> losses;
+  std::vector<double> losses, norms;
   std::vector<WorkerState> saved;
 
  private:
@@ -103,7 +119,7 @@ std::vector<std::unique_ptr<StageRuntime>> build_stages(Backend& be, const Deck&
 // One rank of the pipeline: segments (to the next evaluation) as the trainer runs them,
 // then the evaluation; its stages' weights, losses and states go into res.
 void run_rank(const Options& o, int rank, FakeNetwork& net, Result& res, std::mutex& mu) {
-  const Deck deck = parse_deck_text(kMlp, "executor.toml", o.sets);
+  const Deck deck = parse_deck_text(o.deck, "executor.toml", o.sets);
   const TrainSetup setup = TrainSetup::from_deck(deck, o.ranks);
   DataSplit data = open_data(deck);
   ParallelContext ctx(setup.layout, rank, o.timeout_s);
@@ -118,6 +134,7 @@ void run_rank(const Options& o, int rank, FakeNetwork& net, Result& res, std::mu
   cfg.seed = static_cast<uint64_t>(deck.run.seed);
   cfg.batch_size = B;
   cfg.eval_mb = std::min<int64_t>(deck.train.eval_batch_size, data.test->size());
+  cfg.clip_grad_norm = deck.train.clip_grad_norm;
   Executor ex(ctx, rts, *be, *data.train, *data.test, cfg, std::make_unique<FakeTransport>(net, rank));
   Control control(setup.layout.stages() - 1, o.stop_at);
   const std::vector<WorkerState>* resume = o.resume ? &(*o.resume)[static_cast<size_t>(rank)] : nullptr;
@@ -126,7 +143,7 @@ void run_rank(const Options& o, int rank, FakeNetwork& net, Result& res, std::mu
   while (done < total && !stopped) {
     const int64_t epoch = done / spe;
     const int64_t steps = resume ? resume->front().epoch_steps : TrainSetup::segment_steps(done, spe, total, deck.train.eval_every);
-    const Schedule ir = make_schedule(*setup.def, setup.layout, steps, setup.microbatches);
+    const Schedule ir = setup.schedule(steps);
     PT_CHECK(validate(ir).empty(), validate(ir));
     data.train->set_epoch(epoch);
     const std::vector<int64_t> full = epoch_permutation(N, static_cast<uint64_t>(deck.run.seed), epoch);
@@ -147,7 +164,7 @@ void run_rank(const Options& o, int rank, FakeNetwork& net, Result& res, std::mu
       const auto at = w.begin() + r->stage->param_offset(l);
       res.weights[static_cast<size_t>(l)].assign(at, at + setup.model->layer(l).num_params());
     }
-    if (r->last) res.losses = control.losses;
+    if (r->last) res.losses = control.losses, res.norms = control.norms;
   }
   if (ctx.is_reporter()) res.eval = ev;
   res.stopped = stopped;
@@ -193,8 +210,9 @@ void expect_same_weights(const Result& a, const Result& b, const std::string& wh
 }
 
 // The pipeline against the same model on one stage of one rank: weights after training,
-// every update's loss and the evaluation, bitwise.
-void expect_equals_one_stage(const Options& o) {
+// every update's loss (and gradient norm) and the evaluation, bitwise. The pipeline's result
+// goes to *out.
+void expect_equals_one_stage(const Options& o, Result* out = nullptr) {
   Options one = o;
   one.ranks = 1;
   one.sets.push_back("parallel.split=[]");
@@ -205,9 +223,11 @@ void expect_equals_one_stage(const Options& o) {
   expect_same_weights(got, ref, o.sets[0]);
   ASSERT_EQ(got.losses.size(), 6u);
   EXPECT_EQ(got.losses, ref.losses);
+  EXPECT_EQ(got.norms, ref.norms);
   EXPECT_EQ(got.eval.samples, 24);
   EXPECT_EQ(got.eval.loss_sum, ref.eval.loss_sum);
   EXPECT_EQ(got.eval.correct, ref.eval.correct);
+  if (out) *out = got;
 }
 
 TEST(Executor, OneFOneBOnThreeStagesEqualsOneStage) { expect_equals_one_stage(pipeline("1f1b", 3, "[2,4]", 4)); }
@@ -224,6 +244,51 @@ TEST(Executor, Bf16OneFOneBOnThreeStagesEqualsOneStage) {
   expect_equals_one_stage(pipeline("1f1b", 3, "[2,4]", 4, {"train.precision=\"bf16\""}));
 }
 
+// train.clip_grad_norm under flush schedules: the IR's GRAD_NORM gathers the per-tensor sums
+// of squares of every stage over the fake network, and the clipped run is bitwise one stage's,
+// norms included; the threshold is small enough that every update is clipped.
+TEST(Executor, ClippedFlushSchedulesEqualOneStage) {
+  for (const auto& [sched, ranks, split] : {std::tuple<const char*, int, const char*>{"1f1b", 3, "[2,4]"},
+                                            {"zb-h1", 3, "[2,4]"}, {"zb-v", 2, "[1,2,4]"}}) {
+    Result got;
+    expect_equals_one_stage(pipeline(sched, ranks, split, 4, {"train.clip_grad_norm=0.05"}), &got);
+    ASSERT_EQ(got.norms.size(), 6u) << sched;
+    for (double n : got.norms) EXPECT_GT(n, 0.05) << sched << ": clipping did not act";
+  }
+  // clipping changes the run (the negative control of the comparison above)
+  const Result plain = run_pipeline(pipeline("1f1b", 3, "[2,4]", 4));
+  EXPECT_TRUE(plain.norms.empty());
+  EXPECT_NE(plain.weights[4], run_pipeline(pipeline("1f1b", 3, "[2,4]", 4, {"train.clip_grad_norm=0.05"})).weights[4]);
+}
+
+// A head tied to the embedding across stages: the tied gradient counts once (the embedding's,
+// after the two are summed; the head's mirror is skipped), bitwise as one stage, on 1f1b over
+// two ranks (the tie exchanged between ranks) and zb-v (both holders on rank 0).
+TEST(Executor, ClippedTiedModelEqualsOneStage) {
+  TempDir dir;
+  write_plain(dir.file("corpus.txt"), noise(12000, 7));
+  Options base;
+  base.deck = kTiedGpt;
+  base.sets = {"data.path=" + dir.file("corpus.txt"), "train.clip_grad_norm=0.2", "parallel.microbatches=4"};
+  Options one = base;
+  one.sets.push_back("parallel.split=[]");
+  const Result ref = run_pipeline(one);
+  ASSERT_EQ(ref.norms.size(), 4u);
+  for (double n : ref.norms) EXPECT_GT(n, 0.2);
+  for (const auto& [sched, ranks, split] : {std::tuple<const char*, int, const char*>{"1f1b", 2, "[2]"}, {"zb-v", 2, "[1,2,3]"},
+                                            {"interleaved-1f1b", 2, "[1,2,3]"}}) {
+    Options o = base;
+    o.ranks = ranks;
+    o.sets.push_back(std::string("parallel.schedule=\"") + sched + "\"");
+    o.sets.push_back("parallel.split=" + std::string(split));
+    const Result got = run_pipeline(o);
+    expect_same_weights(got, ref, sched);
+    EXPECT_EQ(got.losses, ref.losses) << sched;
+    EXPECT_EQ(got.norms, ref.norms) << sched;
+    EXPECT_EQ(got.eval.loss_sum, ref.eval.loss_sum) << sched;
+  }
+}
+
 // PipeDream's stale, stashed versions against the emulator's formula (docs/ARCHITECTURE.md).
 TEST(Executor, PipedreamOnTwoStagesEqualsTheEmulator) {
   const Options o = pipeline("pipedream", 2, "[2]", 1);
@@ -237,7 +302,7 @@ TEST(Executor, PipedreamOnTwoStagesEqualsTheEmulator) {
   args.sets.push_back("run.name=\"emu\"");
   args.ranks = 2;
   ASSERT_EQ(cmd_emulate(args), 0);
-  const Deck deck = parse_deck_text(kMlp, "executor.toml", o.sets);
+  const Deck deck = parse_deck_text(o.deck, "executor.toml", o.sets);
   const TrainSetup setup = TrainSetup::from_deck(deck, 2);
   Result emu;
   emu.weights = read_weights_h5(dir.path() + "/emu/weights.h5", *setup.model);
@@ -247,6 +312,32 @@ TEST(Executor, PipedreamOnTwoStagesEqualsTheEmulator) {
   one.ranks = 1;
   one.sets.push_back("parallel.split=[]");
   EXPECT_NE(run_pipeline(one).weights[0], got.weights[0]);
+}
+
+// Asynchronous schedules clip each stage's update against its share of the threshold, as
+// the emulator does: pipedream (stale, stashed versions) and 2bw, bitwise.
+TEST(Executor, ClippedAsynchronousSchedulesEqualTheEmulator) {
+  for (const auto& [sched, mbs] : {std::pair<const char*, int>{"pipedream", 1}, {"2bw", 2}}) {
+    const Options o = pipeline(sched, 2, "[2]", mbs, {"train.clip_grad_norm=0.05"});
+    const Result got = run_pipeline(o);
+    ASSERT_EQ(got.norms.size(), 6u);
+    TempDir dir;
+    write_plain(dir.file("mlp.toml"), Bytes(kMlp, kMlp + std::strlen(kMlp)));
+    EmulateArgs args;
+    args.deck = dir.file("mlp.toml");
+    args.sets = o.sets;
+    args.sets.push_back("run.output_dir=\"" + dir.path() + "\"");
+    args.sets.push_back("run.name=\"emu\"");
+    args.ranks = 2;
+    ASSERT_EQ(cmd_emulate(args), 0);
+    const Deck deck = parse_deck_text(kMlp, "executor.toml", o.sets);
+    const TrainSetup setup = TrainSetup::from_deck(deck, 2);
+    Result emu;
+    emu.weights = read_weights_h5(dir.path() + "/emu/weights.h5", *setup.model);
+    expect_same_weights(got, emu, std::string(sched) + " clipped vs the emulator");
+    // the clipped run differs from the unclipped one (each stage's share of 0.05 acts)
+    EXPECT_NE(run_pipeline(pipeline(sched, 2, "[2]", mbs)).weights[0], got.weights[0]) << sched;
+  }
 }
 
 // Stopped after update 3 (pipedream: units forwarded and messages sent across the cut),

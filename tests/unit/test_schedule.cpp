@@ -5,6 +5,7 @@
 // versions follow the formulas; every update boundary has a consistent cut.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -335,7 +336,9 @@ TEST(Schedule, ConsistentCutsAtEveryBoundary) {
         const int M = d->per_minibatch_units ? 1 : (d->placement == Placement::looped ? 2 * K * 3 * 2 : std::max(K, 3));
         if ((d->name == "bsp" && K > 1) || (d->check && !d->check(l, M).empty())) continue;
         const int64_t L = d->per_minibatch_units ? lcm_of(reps) : 1;
-        Schedule s = make_schedule(*d, l, 4 * L, M);
+        for (bool norm : {false, true}) {  // with GRAD_NORM (train.clip_grad_norm) too
+        if (norm && !d->flush) continue;
+        Schedule s = make_schedule(*d, l, 4 * L, M, norm);
         for (int64_t v = 0; v <= 4 * L; v += L) {
           Cut cut;
           try {
@@ -361,9 +364,105 @@ TEST(Schedule, ConsistentCutsAtEveryBoundary) {
           ASSERT_TRUE(ra.ok) << d->name << " " << l.str() << " v=" << v << ": " << ra.error;
           ++cuts;
         }
+        }
       }
-  EXPECT_GT(cuts, 800);
+  EXPECT_GT(cuts, 1200);
   EXPECT_GT(crossing, 0);  // asynchronous schedules do have messages in flight at a cut
+}
+
+}  // namespace pt
+
+namespace pt {
+namespace {
+
+// The IR without its GRAD_NORMs.
+std::vector<std::vector<Action>> without_norms(const Schedule& s) {
+  std::vector<std::vector<Action>> out(s.workers.size());
+  for (size_t w = 0; w < s.workers.size(); ++w)
+    for (const Action& a : s.workers[w])
+      if (a.op != Op::grad_norm) out[w].push_back(a);
+  return out;
+}
+
+bool same_actions(const std::vector<Action>& a, const std::vector<Action>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].op != b[i].op || a[i].stage != b[i].stage || a[i].mb != b[i].mb || a[i].version != b[i].version || a[i].peer != b[i].peer)
+      return false;
+  return true;
+}
+
+}  // namespace
+
+// train.clip_grad_norm: every flush schedule's IR with GRAD_NORM is valid (the replay treats
+// it as a collective of all ranks: deadlock-free), has one per rank and group, and is the IR
+// without clipping plus those actions; asynchronous schedules get none.
+TEST(Schedule, GradNormInEveryFlushScheduleOverGrid) {
+  int checked = 0;
+  for (const ScheduleDef* d : schedule_defs())
+    for (int p = 1; p <= 4; ++p)
+      for (const auto& reps : patterns(p))
+        for (const Layout& l : layouts_for(*d, reps))
+          for (int M : {1, 2, 3, 4, 6, 8, 12}) {
+            if ((d->name == "bsp" && p > 1) || (d->per_minibatch_units && M > 1)) continue;
+            if (d->check && !d->check(l, M).empty()) continue;
+            const int64_t steps = steps_for(*d, l, 3);
+            const Schedule plain = make_schedule(*d, l, steps, M), s = make_schedule(*d, l, steps, M, true);
+            const std::string what = d->name + " " + l.str() + " M=" + std::to_string(M);
+            ASSERT_EQ(s.grad_norm, d->flush) << what;
+            ASSERT_EQ(validate(s), "") << what;
+            const auto stripped = without_norms(s);
+            for (size_t w = 0; w < s.workers.size(); ++w) {
+              ASSERT_TRUE(same_actions(stripped[w], plain.workers[w])) << what << ": rank " << w << " differs beyond GRAD_NORM";
+              const int64_t norms = static_cast<int64_t>(s.workers[w].size() - stripped[w].size());
+              ASSERT_EQ(norms, d->flush ? steps : 0) << what << ": rank " << w;
+            }
+            ++checked;
+          }
+  EXPECT_GT(checked, 1000);
+}
+
+TEST(Schedule, RejectsMisplacedGradNorm) {
+  const Schedule s = make_schedule("1f1b", straight(2, {1, 1}), 2, 4, true);
+  ASSERT_EQ(validate(s), "");
+  EXPECT_EQ(action_text(s.workers[1][std::find_if(s.workers[1].begin(), s.workers[1].end(), [](const Action& a) {
+                          return a.op == Op::grad_norm;
+                        }) - s.workers[1].begin()]),
+            "1N0");
+  auto norm_at = [](const std::vector<Action>& acts) {
+    return static_cast<size_t>(std::find_if(acts.begin(), acts.end(), [](const Action& a) { return a.op == Op::grad_norm; }) - acts.begin());
+  };
+  {  // after its update
+    Schedule t = s;
+    auto& acts = t.workers[0];
+    const size_t i = norm_at(acts);
+    ASSERT_EQ(acts[i + 1].op, Op::optimizer_step);
+    std::swap(acts[i], acts[i + 1]);
+    EXPECT_NE(validate(t).find("updates before the rank's GRAD_NORM of its group"), std::string::npos) << validate(t);
+  }
+  {  // missing on one rank
+    Schedule t = s;
+    t.workers[1].erase(t.workers[1].begin() + static_cast<long>(norm_at(t.workers[1])));
+    EXPECT_NE(validate(t).find("updates before the rank's GRAD_NORM"), std::string::npos) << validate(t);
+  }
+  {  // before the rank's backward work of its group is done
+    Schedule t = s;
+    auto& acts = t.workers[1];
+    const size_t i = norm_at(acts);
+    const Action n = acts[i];
+    acts.erase(acts.begin() + static_cast<long>(i));
+    acts.insert(acts.begin(), n);
+    EXPECT_NE(validate(t).find("GRAD_NORM mb 0: before 4 backward(s) of stage 1 in its group finished"), std::string::npos) << validate(t);
+    // the replay alone: rank 1 waits in the collective for rank 0, which waits for rank 1's gradients
+    const Replay rp = replay(t, unit_costs(t.layout));
+    EXPECT_FALSE(rp.ok);
+    EXPECT_NE(rp.error.find("waiting for every rank's GRAD_NORM of group 0"), std::string::npos) << rp.error;
+  }
+  {  // in a schedule without clipping
+    Schedule t = s;
+    t.grad_norm = false;
+    EXPECT_NE(validate(t).find("GRAD_NORM in a schedule without gradient clipping"), std::string::npos) << validate(t);
+  }
 }
 
 }  // namespace pt

@@ -2,7 +2,8 @@
 // shifted by one; training windows depend only on (seed, epoch, sample) and stay inside the
 // first 95% of a text corpus, validation windows tile the last 5%; token ids are exact
 // floats; .bin and HDF5 token files are read and checked against the vocabulary; corpus
-// folders skip *.dat, hidden files and symlinks; bad inputs are located errors.
+// folders skip *.dat, hidden files and symlinks; bad inputs are located errors; weights.h5's
+// `classes` of a token model is its vocabulary.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <sys/stat.h>
@@ -14,10 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "../../src/util/h5.hpp"
 #include "data_test_util.hpp"
 #include "pipetrain/data.hpp"
 #include "pipetrain/deck.hpp"
 #include "pipetrain/error.hpp"
+#include "pipetrain/model.hpp"
+#include "pipetrain/report.hpp"
 
 namespace pt {
 namespace {
@@ -254,6 +258,13 @@ TEST(TextData, BadPathAndTooSmallCorpusAreLocatedErrors) {
                   "each needs at least 4");
   }
   EXPECT_EQ(data_info(text_deck({"data.path=" + t.file("small.txt"), "data.seq_len=12"})).label_count, 12);
+  // the oversized data.seq_len is named where it was set: the deck's file:line, or the --set
+  m = error_of([&] { open_data(d); });
+  EXPECT_EQ(m.rfind("command line '--set data.seq_len=16': key 'data.seq_len': " + t.file("small.txt") + ": a text corpus", 0), 0u) << m;
+  const Deck in_file = parse_deck_text(std::string("[data]\nsource = \"text\"\nseq_len = 16\n") + kModel, "deck.toml",
+                                       {"data.path=" + t.file("small.txt")});
+  m = error_of([&] { data_info(in_file); });
+  EXPECT_EQ(m.rfind("deck.toml:3:11: key 'data.seq_len': " + t.file("small.txt") + ": a text corpus of 1000 bytes", 0), 0u) << m;
 }
 
 TEST(TextData, FortunesIsTheDefault) {
@@ -371,6 +382,7 @@ TEST(TokenData, BadFilesAreLocatedErrors) {
   EXPECT_HAS(m, t.file("tiny.bin") + ": 30 tokens make 3 test windows for data.seq_len = 8");
   m = error_of([&] { open_data(token_deck(t.file("tiny.bin"), t.file("ok.bin"), 256, 8)); });
   EXPECT_HAS(m, t.file("tiny.bin") + ": 30 tokens make 3 training windows for data.seq_len = 8");
+  EXPECT_EQ(m.rfind("command line '--set data.seq_len=8': key 'data.seq_len': " + t.file("tiny.bin"), 0), 0u) << m;
   write_plain(t.file("notes.h5"), {'n', 'o'});
   m = error_of([&] { read_token_h5(t.file("notes.h5"), 256); });
   EXPECT_HAS(m, t.file("notes.h5") + ": missing or not an HDF5 file");
@@ -400,6 +412,22 @@ TEST(TokenData, DeckKeys) {
   EXPECT_NE(parse_deck_text(base, "deck.toml", {"data.vocab=50257", "data.seq_len=64"}).model_hash(), d.model_hash());
   const Deck text = text_deck({});
   EXPECT_EQ(parse_deck_text(text.effective_toml(), "deck.toml", {}).effective_toml(), text.effective_toml());
+}
+
+// weights.h5's root attribute `classes` is what the model predicts: for a token model the
+// vocabulary (here 32), not the head's input size (T x D = 6 x 8 = 48).
+TEST(TokenData, WeightsH5ClassesIsTheVocabulary) {
+  const Deck d = parse_deck_text(
+      "[data]\nsource = \"tokens\"\nvocab = 32\nseq_len = 6\ntrain = \"none.bin\"\ntest = \"none.bin\"\n[model]\n"
+      "[[model.layers]]\ntype = \"embedding\"\nname = \"tok\"\ndim = 8\n[[model.layers]]\ntype = \"lm_head\"\ntie = \"tok\"\n",
+      "tokens.toml", {});
+  const Model model(d, Shape::tokens(6), 32);
+  std::vector<std::vector<float>> per_layer;
+  for (int l = 0; l < model.size(); ++l) per_layer.emplace_back(static_cast<size_t>(model.layer(l).num_params()), 0.5f);
+  TempDir t;
+  write_weights_h5(t.file("weights.h5"), model, per_layer, d, InputTransform{});
+  h5::Handle f = h5::open_file(t.file("weights.h5"));
+  EXPECT_EQ(h5::read_attr_int(f.id(), "classes", t.file("weights.h5")), 32);
 }
 
 }  // namespace

@@ -424,6 +424,8 @@ double HostBackend::sum(size_t n, const float* x) {
   Kokkos::parallel_reduce("pt::sum", Range(0, n), [=](size_t i, double& acc) { acc += x[i]; }, s);
   return s;
 }
+double HostBackend::sum_squares(size_t n, const float* x) { return host::sum_squares(x, static_cast<int64_t>(n)); }
+
 // The largest |x| bit pattern: above the largest finite float's is an infinity or a NaN
 // (an integer max vectorises; isfinite in a reduction does not).
 bool HostBackend::all_finite(size_t n, const float* x) {

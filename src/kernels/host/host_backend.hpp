@@ -105,6 +105,7 @@ class HostBackend final : public Backend {
                           float* dbeta) override;
   double sum(size_t n, const float* x) override;
   bool all_finite(size_t n, const float* x) override;
+  double sum_squares(size_t n, const float* x) override;
   void sgd_update(size_t n, float* w, const float* g, float* buf, float lr, float momentum, float weight_decay,
                   bool nesterov, float grad_scale) override;
   void adamw_update(size_t n, float* w, const float* g, float* m, float* v, double lr, double beta1, double beta2,

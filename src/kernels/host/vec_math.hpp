@@ -178,6 +178,14 @@ inline double lane_sum(int64_t n, F f) {
   return lane_total(acc);
 }
 
+// sum of x[k]^2 in double (each square exact), element k on lane k % kLanes
+inline double sum_squares(const float* x, int64_t n) {
+  return lane_sum(n, [&](int64_t k) {
+    const double v = x[k];
+    return v * v;
+  });
+}
+
 // the same in float lanes (short rows: softmax over at most a sequence length)
 template <class F>
 inline float lane_sum_f(int64_t n, F f) {
