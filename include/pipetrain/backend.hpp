@@ -278,6 +278,12 @@ class Backend {
 
 // The host backend (Kokkos Serial + OpenBLAS through KokkosBlas).
 std::unique_ptr<Backend> make_host_backend();
+// Bytes a host buffer of `bytes` keeps resident once written (the host backend writes every
+// buffer it allocates): buffers of 2 MiB or more sit on 2 MiB pages while huge pages are on
+// (PT_HUGE_PAGES is not 0 and the kernel's transparent huge pages are not "never") and take
+// whole ones; other buffers of 128 KiB or more take whole 4 KiB pages; smaller ones their bytes.
+// huge_pages = false: an allocation that never asks for them (labels, std::vector).
+int64_t host_resident_bytes(int64_t bytes, bool huge_pages = true);
 // The CUDA backend; throws a clear error in a build without CUDA=1.
 std::unique_ptr<Backend> make_cuda_backend(int device_index);
 bool cuda_backend_compiled();

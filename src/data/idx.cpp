@@ -122,6 +122,14 @@ void read_payload(const std::string& path, GzFile& gz, int64_t count, IdxArray& 
 
 }  // namespace
 
+std::vector<int64_t> read_idx_dims(const std::string& path, int expected_rank) {
+  GzFile gz;
+  open_idx(path, expected_rank, gz);
+  IdxArray a;
+  read_dims(path, expected_rank, gz, a);
+  return a.dims;
+}
+
 IdxArray read_idx(const std::string& path, int expected_rank) {
   GzFile gz;
   const int64_t file_size = open_idx(path, expected_rank, gz);

@@ -5,6 +5,7 @@
 
 #include "pipetrain/data.hpp"
 #include "pipetrain/engine.hpp"
+#include "pipetrain/memory_model.hpp"
 #include "pipetrain/train.hpp"
 
 namespace pt {
@@ -25,6 +26,9 @@ struct RunOutputs {
   double final_train_loss = 0, final_test_loss = 0, final_accuracy = 0;
   std::string last_checkpoint;
   InputTransform input;  // how samples become model inputs (weights.h5 records it)
+  std::vector<RankMemory> estimate;  // every rank's memory estimate (memory_model.hpp)
+  int64_t eval_mb = 0;
+  double eval_time = 0;  // evaluation wall seconds this run
   nlohmann::json extra = nlohmann::json::object();  // more summary fields (e.g. the plan)
 };
 
