@@ -40,11 +40,6 @@ int64_t evaluation_bytes(const Deck& deck, const Model& model, int64_t label_cou
   return stage_memory(src->stage(0, model.size(), 1, false), 1, 1)[MemCategory::evaluation];
 }
 
-std::string gb(double b) {
-  char s[32];
-  std::snprintf(s, sizeof s, "%.2f GB", b / 1e9);
-  return s;
-}
 
 }  // namespace
 
@@ -120,9 +115,9 @@ std::string fit_problem(const Deck& deck, const TrainSetup& setup, const std::ve
     const MemoryBudget& b = budgets[std::min(static_cast<size_t>(m.rank), budgets.size() - 1)];
     if (b.bytes <= 0 || m.total() <= b.bytes) continue;
     const MemCategory big = m.largest();
-    std::string s = "rank " + std::to_string(m.rank) + " does not fit in memory: its estimate is " + gb(static_cast<double>(m.total())) +
-                    ", the largest part " + memory_category_name(big) + " (" + memory_category_words(big) + ") " +
-                    gb(static_cast<double>(m[big])) + ", against a budget of " + gb(static_cast<double>(b.bytes)) + " from " +
+    std::string s = "rank " + std::to_string(m.rank) + " does not fit in memory: its estimate is " + bytes_text(static_cast<double>(m.total())) +
+                    " (largest: " + memory_category_name(big) + " " + bytes_text(static_cast<double>(m[big])) + ", " +
+                    memory_category_words(big) + ") against a budget of " + bytes_text(static_cast<double>(b.bytes)) + " from " +
                     b.source(deck) + ". Nothing was allocated. Remedies: more microbatches (parallel.microbatches = " +
                     std::to_string(setup.microbatches) + ": more make each unit's activations smaller), recomputation "
                     "(parallel.recompute = \"selective\" or \"full\": keep less per unit), more stages (more ranks, or a "
