@@ -39,7 +39,7 @@ deck_case() {
   esac
 }
 
-echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores; flags: $(grep -o -m1 -w 'avx512f\|avx512_bf16\|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(grep -c ^processor /proc/cpuinfo) cores; flags: $(grep -o -m1 -w 'avx512f\|avx512_bf16\|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 echo "binary: $PT_BIN ($(git rev-parse --short HEAD 2>/dev/null))"
 printf "%-15s %-5s %-5s %-10s %-4s %10s %10s %7s %9s %7s\n" deck ranks prec schedule rank estimate peak est/pk less_base secs
 for deck in $ONLY; do

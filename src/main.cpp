@@ -324,7 +324,7 @@ int main(int argc, char** argv) {
     Kokkos::InitArguments kargs;
     kargs.disable_warnings = true;
     Kokkos::ScopeGuard kokkos(kargs);
-    pt::record_startup_resident();  // the memory model's runtime base: before pipetrain allocates
+    pt::measure_runtime_base();  // the memory model's runtime base: before pipetrain allocates
     pt::memory_trace("start-up");
     Cli cli;
     for (int i = 1; i < argc; ++i) cli.args.emplace_back(argv[i]);

@@ -22,6 +22,10 @@ int ranks_on_node(MPI_Comm comm);
 // resident_bytes() now when nothing was recorded, as in a test).
 void record_startup_resident();
 int64_t startup_resident_bytes();
+// main: bring in the libraries' first-use working memory with a few small uses (an HDF5 file
+// in memory, small products through the host backend, an allreduce), then
+// record_startup_resident() (src/memory/runtime_base.cpp). Collective on MPI_COMM_WORLD.
+void measure_runtime_base();
 // PT_MEMORY_TRACE=1 in the environment: print this process's resident and peak bytes with `where`
 // (to stderr, one line), for finding what a memory estimate misses. Nothing otherwise.
 void memory_trace(const char* where);

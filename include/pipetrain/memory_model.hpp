@@ -73,7 +73,10 @@ struct StageFootprint {
   StagePools::UnitSizes unit;
   StageRuntime::EvalSizes eval;
   int64_t in_numel = 0;            // floats per sample of the stage input (sample staging)
-  int64_t kernel_work = 0;         // bytes the kernels keep for themselves (kernel_workspace_bytes)
+  // Bytes the kernels keep for themselves (Backend::conv_kernel_bytes of its convolutions at
+  // the unit's and the evaluation's sizes): cached with their plans (a rank's stages add up),
+  // and the scratch the library and the backend each grow to their largest (a rank's largest).
+  int64_t kernel_work = 0, kernel_scratchpad = 0, kernel_scratch = 0;
 };
 
 // One stage's bytes by category with `in_flight` units (at least 1 slot) and `versions`
@@ -117,6 +120,9 @@ struct ModelMemoryInputs {
   int optimizer_states = 0;
   int64_t labels_per_sample = 1;
   int64_t eval_mb = 1;
+  // The backend whose kernels' own bytes count (conv_kernel_bytes, in the run's precision);
+  // none: no kernel bytes (a profile, a test).
+  std::shared_ptr<Backend> kernels;
 };
 // Exact: the engine's sizing functions on `model` (which must outlive the source).
 std::shared_ptr<const FootprintSource> model_footprints(const Model& model, const ModelMemoryInputs& in);

@@ -29,10 +29,28 @@ class ModelFootprints final : public FootprintSource {
     f.unit = StagePools::unit_sizes(f.geo.slot_floats, unit, bin, bout, f.first_stage, f.last_stage, unit, in_.labels_per_sample);
     f.eval = StageRuntime::eval_sizes(bin, bout, f.last_stage, in_.eval_mb, in_.labels_per_sample);
     f.in_numel = bin.shape.numel();
+    if (in_.kernels) kernel_bytes(f, unit);
     return f;
   }
 
  private:
+  // Each convolution's plan at the unit's size (every pass it runs: no data pass for the
+  // model's first layer, whose input gradient nobody reads) and at the evaluation's (forward).
+  void kernel_bytes(StageFootprint& f, int64_t unit) const {
+    Backend& be = *in_.kernels;
+    be.set_precision(in_.bf16 ? Precision::bf16 : Precision::fp32);
+    for (int l = f.first; l < f.end; ++l)
+      for (const Layer::ConvUse& c : m_.layer(l).convolutions()) {
+        const bool data = l > 0;
+        for (const ConvKernelBytes& k : {be.conv_kernel_bytes(c.g, unit, c.bias, true, data),
+                                         be.conv_kernel_bytes(c.g, in_.eval_mb, c.bias, false, false)}) {
+          f.kernel_work += k.kept;
+          f.kernel_scratchpad = std::max(f.kernel_scratchpad, k.scratchpad);
+          f.kernel_scratch = std::max(f.kernel_scratch, k.scratch);
+        }
+      }
+  }
+
   const Model& m_;
   ModelMemoryInputs in_;
 };

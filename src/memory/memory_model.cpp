@@ -124,18 +124,20 @@ void add_rank_terms(RankMemory& m, const std::vector<const StageFootprint*>& hel
   using C = MemCategory;
   m[C::dataset] += s.dataset;
   m[C::runtime] += s.base;
-  int64_t widest = 1, in_numel = 1, kernel = 0, ckpt = 0, own = 0, held_params = 0;
+  int64_t widest = 1, in_numel = 1, kernel = 0, pad = 0, scratch = 0, ckpt = 0, own = 0, held_params = 0;
   for (const StageFootprint* f : held) {
     widest = std::max({widest, f->train_mb, f->eval_mb});
     in_numel = std::max(in_numel, f->in_numel);
-    kernel = std::max(kernel, f->kernel_work);
+    kernel += f->kernel_work;
+    pad = std::max(pad, f->kernel_scratchpad);
+    scratch = std::max(scratch, f->kernel_scratch);
     ckpt += Rv(f->params * 4) + optimizer_bytes(*f, true) + Rv(f->state * 4);
     if (s.mid_segment && role.asynchronous) ckpt += m.in_flight * Rv(f->unit.slot_floats * 4);
     own = std::max(own, Rv(f->params * 4));
     held_params += f->params;
   }
   m[C::messages] += Rv(Executor::staging_bytes(widest, in_numel, s.label_count));
-  m[C::workspace] += kernel;
+  m[C::workspace] += kernel + R(pad) + Rv(scratch);
   int64_t outputs = 0;
   const int64_t remote = s.largest_stage_params > 0 ? s.largest_stage_params : std::max<int64_t>(0, s.model_params - held_params);
   if (role.reporter) outputs = Rv(s.model_params * 4) + Rv(remote * 4);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "pipetrain/backend.hpp"
 #include "pipetrain/data.hpp"
 #include "pipetrain/memory_info.hpp"
 #include "pipetrain/memory_model.hpp"
@@ -13,12 +14,13 @@
 namespace pt {
 namespace {
 
-ModelMemoryInputs model_inputs(const Deck& deck, int64_t label_count, int64_t eval_mb) {
+ModelMemoryInputs model_inputs(const Deck& deck, int64_t label_count, int64_t eval_mb, bool kernels = true) {
   ModelMemoryInputs m;
   m.bf16 = deck.train.precision == Precision::bf16;
   m.optimizer_states = static_cast<int>(deck.train.optimizer->state_names(optim_config(deck.train)).size());
   m.labels_per_sample = label_count;
   m.eval_mb = eval_mb;
+  if (kernels && deck.run.device != Device::cuda) m.kernels = make_host_backend();
   return m;
 }
 
@@ -36,7 +38,7 @@ MemoryShared shared_terms(const Deck& deck, const Model& model, int64_t data_byt
 
 // The evaluation buffers of the whole model as one stage with evaluation microbatch e.
 int64_t evaluation_bytes(const Deck& deck, const Model& model, int64_t label_count, int64_t e) {
-  const auto src = model_footprints(model, model_inputs(deck, label_count, e));
+  const auto src = model_footprints(model, model_inputs(deck, label_count, e, false));
   return stage_memory(src->stage(0, model.size(), 1, false), 1, 1)[MemCategory::evaluation];
 }
 

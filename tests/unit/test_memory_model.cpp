@@ -3,8 +3,8 @@
 // same sizes), the short IR it reads units in flight and versions from gives what the whole
 // segment's IR gives for every registered schedule, the evaluation microbatch that
 // train.eval_batch_size = 0 picks fits its share of the budget, the fit check's message
-// names the rank, category, budget and remedies, and data_info predicts what the opened
-// data hold.
+// names the rank, category, budget and remedies, data_info predicts what the opened data
+// hold, and a convolution's kernel bytes are what its oneDNN plan keeps once run.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -13,6 +13,8 @@
 #include <string>
 #include <unistd.h>
 
+#include "../../src/kernels/host/host_backend.hpp"
+#include "../../src/kernels/host/onednn.hpp"
 #include "pipetrain/data.hpp"
 #include "pipetrain/engine.hpp"
 #include "pipetrain/error.hpp"
@@ -77,6 +79,27 @@ TEST(MemoryModel, FootprintsAreWhatTheEngineAllocates) {
         (void)v;
       }
     }
+}
+
+// Backend::conv_kernel_bytes before a convolution ran equals what the oneDNN plans keep after
+// its forward, weight and data passes (layout copies, bf16 copies, accumulators), in both
+// precisions, and the evaluation's forward at another size adds its own plan.
+TEST(MemoryModel, ConvKernelBytesAreWhatThePlansKeep) {
+  WindowGeom g;
+  g.c_in = 32, g.h_in = g.w_in = 14, g.c_out = 64, g.h_out = g.w_out = 14, g.kernel = 3, g.padding = 1;
+  const int64_t n = 8, e = 5, in = n * 32 * 14 * 14, out = n * 64 * 14 * 14, wn = 64 * 32 * 9;
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    host::HostBackend be;
+    be.set_precision(p);
+    const ConvKernelBytes train = be.conv_kernel_bytes(g, n, true, true, true), eval = be.conv_kernel_bytes(g, e, true, false, false);
+    EXPECT_GT(train.kept, 0);
+    std::vector<float> x(in, 0.5f), y(out), dy(out, 0.25f), dx(in), w(wn, 0.1f), b(64, 0.0f), dw(wn), db(64);
+    be.conv2d_forward(g, n, x.data(), w.data(), b.data(), y.data());
+    be.conv2d_backward(g, n, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data());
+    EXPECT_EQ(be.onednn().conv_plans_bytes(), train.kept) << (p == Precision::bf16 ? "bf16" : "fp32");
+    be.conv2d_forward(g, e, x.data(), w.data(), b.data(), y.data());
+    EXPECT_EQ(be.onednn().conv_plans_bytes(), train.kept + eval.kept) << (p == Precision::bf16 ? "bf16" : "fp32");
+  }
 }
 
 // The IR of memory_ir_steps minibatches holds as many units in flight and weight versions,
