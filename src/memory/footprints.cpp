@@ -1,7 +1,9 @@
 // Where a stage's footprint (memory_model.hpp) comes from: the model, through the engine's
 // sizing functions (exact), or a profile's per-layer bytes (no model at hand).
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <set>
 
 #include "pipetrain/error.hpp"
 #include "pipetrain/memory_model.hpp"
@@ -36,12 +38,19 @@ class ModelFootprints final : public FootprintSource {
  private:
   // Each convolution's plan at the unit's size (every pass it runs: no data pass for the
   // model's first layer, whose input gradient nobody reads) and at the evaluation's (forward).
+  // The kernels cache one plan per shape: convolutions of the same geometry (a ResNet's
+  // repeated blocks) share it, so each shape counts once.
   void kernel_bytes(StageFootprint& f, int64_t unit) const {
     Backend& be = *in_.kernels;
     be.set_precision(in_.bf16 ? Precision::bf16 : Precision::fp32);
+    std::set<std::array<int64_t, 11>> seen;
     for (int l = f.first; l < f.end; ++l)
       for (const Layer::ConvUse& c : m_.layer(l).convolutions()) {
         const bool data = l > 0;
+        const WindowGeom& g = c.g;
+        if (!seen.insert({g.c_in, g.h_in, g.w_in, g.c_out, g.h_out, g.w_out, g.kernel, g.stride, g.padding, c.bias, data})
+                 .second)
+          continue;
         for (const ConvKernelBytes& k : {be.conv_kernel_bytes(c.g, unit, c.bias, true, data),
                                          be.conv_kernel_bytes(c.g, in_.eval_mb, c.bias, false, false)}) {
           f.kernel_work += k.kept;
