@@ -11,12 +11,12 @@
 # Text decks read one fortunes file (data.path = .../art, 85 kB: 16 test windows of 256, 33 of
 # 128) so that one evaluation takes seconds; gpt_300m runs without the end-of-run checkpoint
 # (checkpoint.at_end = false: its host copies would add 4.8 GB on one rank) and 2 steps; on
-# one rank it runs under cluster.memory = ONE_RANK_BUDGET (12 GB, a 24 GB node's share of 2
-# ranks), which its estimate exceeds: the expected result is exit 2 before allocating, and the
-# table shows the estimate against that budget.
+# one rank it runs under cluster.memory = ONE_RANK_BUDGET (12 GB: on this setup its estimate
+# is 10.7 GB). A case whose estimate exceeds its budget stops with exit 2 before allocating,
+# and the table records that as its expected result, with the estimate and the budget.
 # Tied heads are untied for the asynchronous schedule on 2 ranks (tied stages need a flush).
 #
-#   bench/memory.sh                   every case (about 2 hours on 2 shared cores)
+#   bench/memory.sh                   every case (about an hour on 2 shared cores)
 #   ONLY="fashion_mlp tinygpt" RANKS=2 PRECISIONS=bf16 SCHEDULES=1f1b bench/memory.sh
 # Environment: PT_BIN (build/pipetrain), OUT (runs/bench_memory), STEPS (4; 2 for the GPTs).
 set -u
