@@ -14,6 +14,7 @@
 #include "pipetrain/checkpoint.hpp"
 #include "pipetrain/commands.hpp"
 #include "pipetrain/error.hpp"
+#include "pipetrain/memory_info.hpp"
 
 namespace {
 
@@ -323,6 +324,8 @@ int main(int argc, char** argv) {
     Kokkos::InitArguments kargs;
     kargs.disable_warnings = true;
     Kokkos::ScopeGuard kokkos(kargs);
+    pt::measure_runtime_base();  // the memory model's runtime base: before pipetrain allocates
+    pt::memory_trace("start-up");
     Cli cli;
     for (int i = 1; i < argc; ++i) cli.args.emplace_back(argv[i]);
     try {

@@ -38,6 +38,14 @@ struct WindowGeom {
   int64_t kernel = 1, stride = 1, padding = 0;
 };
 
+// What a backend's kernels keep for themselves once a convolution of n samples has run (the
+// memory model's `workspace`): buffers cached with the shape's plan (layout copies, bf16
+// copies, accumulators), the library's scratchpad (one, grown to the largest) and the
+// backend's own scratch (one, grown to the largest).
+struct ConvKernelBytes {
+  int64_t kept = 0, scratchpad = 0, scratch = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -125,6 +133,11 @@ class Backend {
                                float* dx, float* dw, float* db) = 0;
 
   // Pooling. Max pooling stores the flat input index of each maximum in `argmax`.
+  // ConvKernelBytes of a convolution of n samples with (bias) a bias: its forward, and with
+  // `train` its weight pass and (data) its data pass; nothing by default.
+  virtual ConvKernelBytes conv_kernel_bytes(const WindowGeom& g, int64_t n, bool bias, bool train, bool data) {
+    return {};
+  }
   virtual void maxpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y, int32_t* argmax) = 0;
   virtual void maxpool_backward(const WindowGeom& g, int64_t n, const float* dy, const int32_t* argmax, float* dx) = 0;
   virtual void avgpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y) = 0;
@@ -282,6 +295,12 @@ class Backend {
 
 // The host backend (Kokkos Serial + OpenBLAS through KokkosBlas).
 std::unique_ptr<Backend> make_host_backend();
+// Bytes a host buffer of `bytes` keeps resident once written (the host backend writes every
+// buffer it allocates): buffers of 2 MiB or more sit on 2 MiB pages while huge pages are on
+// (PT_HUGE_PAGES is not 0 and the kernel's transparent huge pages are not "never") and take
+// whole ones; other buffers of 128 KiB or more take whole 4 KiB pages; smaller ones their bytes.
+// huge_pages = false: an allocation that never asks for them (labels, std::vector).
+int64_t host_resident_bytes(int64_t bytes, bool huge_pages = true);
 // The CUDA backend; throws a clear error in a build without CUDA=1.
 std::unique_ptr<Backend> make_cuda_backend(int device_index);
 bool cuda_backend_compiled();

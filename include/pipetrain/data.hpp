@@ -43,6 +43,9 @@ class Dataset {
   // What one label is, for bits per unit: "byte" (text), "token" (tokens), "" (classes).
   virtual std::string token_unit() const { return ""; }
   virtual InputTransform input_transform() const { return {}; }
+  // Bytes of samples and labels this dataset keeps in memory (a corpus two splits share is
+  // counted by the training split); the memory model's `dataset` category.
+  virtual int64_t held_bytes() const { return 0; }
 };
 
 struct DataSplit {
@@ -58,6 +61,9 @@ struct DataInfo {
   int64_t classes = 0;      // classes, or the vocabulary size (text: 256)
   int64_t label_count = 1;  // labels per sample (Dataset::label_count)
   std::string token_unit;   // Dataset::token_unit
+  // Samples of each split and the bytes open_data will hold (Dataset::held_bytes of both), from
+  // file headers and sizes. Fashion-MNIST files that cannot be read: the published sizes.
+  int64_t train_samples = 0, test_samples = 0, held_bytes = 0;
 };
 DataInfo data_info(const Deck& deck);
 
@@ -67,6 +73,7 @@ struct IdxArray {
   std::vector<uint8_t> bytes;
 };
 IdxArray read_idx(const std::string& path, int expected_rank);
+std::vector<int64_t> read_idx_dims(const std::string& path, int expected_rank);  // the header's dimensions only
 // uint8 samples are standardised with *stats (mean, 1/std); when stats->second == 0 they are
 // computed from this file first (the training split) and stored for the test split.
 std::unique_ptr<Dataset> open_hdf5_dataset(const std::string& path, bool normalize, const std::string& role,

@@ -3,6 +3,7 @@
 // timeline of executed actions, and the executor that runs a rank's action list with real
 // kernels and nonblocking messages through a Transport, one small handler per op.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -41,6 +42,15 @@ namespace pt {
 class WeightStore {
  public:
   WeightStore(Backend& be, size_t n, bool bf16 = false);
+  // The buffers a store of n parameters allocates once it holds `versions` versions, floats:
+  // the latest (fp32; the master in bf16), each other version (an fp32 copy, or in bf16 a
+  // packed stash of (n + 1) / 2 words), and in bf16 the compute buffer and its packed twin.
+  // The constructor and prepare allocate by it; the memory model counts it.
+  struct Sizes {
+    int64_t latest = 0, per_other = 0, others = 0, compute = 0, compute_packed = 0;
+    int64_t bytes() const { return (latest + per_other * others + compute + compute_packed) * 4; }
+  };
+  static Sizes sizes(size_t n, bool bf16, int versions);
   ~WeightStore();
   WeightStore(const WeightStore&) = delete;
   WeightStore& operator=(const WeightStore&) = delete;
@@ -177,12 +187,17 @@ struct ExecutorConfig {
 
 struct ExecutorStats {
   double compute_s = 0, wall_s = 0;
+  double forward_s = 0, eval_compute_s = 0;  // training FORWARDs; evaluation forwards (infer and scoring)
+  int64_t eval_samples = 0;
   int64_t bytes_p2p = 0, bytes_allreduce = 0, bytes_allreduce_network = 0, samples = 0, skipped_updates = 0;
   int64_t activation_bytes = 0, buffer_bytes = 0, weight_bytes = 0, optimizer_bytes = 0;
   int max_versions = 1, max_in_flight = 0;
 };
 
-// The input of `stage` and its output; bf16 = train.precision is "bf16".
+// The boundary before layer l (past the last layer: the loss's output, which never crosses),
+// `below` the stage under it; and the input of `stage` and its output. bf16 = train.precision
+// is "bf16".
+Boundary boundary_at_layer(const Model& model, int layer, int below, bool bf16);
 Boundary boundary_below(const Model& model, const Layout& layout, int stage, bool bf16 = false);
 Boundary boundary_above(const Model& model, const Layout& layout, int stage, bool bf16 = false);
 
@@ -228,6 +243,13 @@ class StageRuntime {
     int32_t* labels = nullptr;
   };
   EvalBuffers& eval_buffers(int64_t eval_mb);
+  // Their sizes (eval_buffers allocates by it; the memory model counts it): floats of each
+  // input and each output buffer, int32 labels (last stage).
+  struct EvalSizes {
+    int64_t in = 0, out = 0, labels = 0;
+    int64_t bytes() const { return (2 * (in + out) + labels) * 4; }
+  };
+  static EvalSizes eval_sizes(const Boundary& in, const Boundary& out, bool last, int64_t eval_mb, int64_t labels_per_sample);
 
   // Device bytes of the gradients and the pools' gradient and wire buffers (summary.json).
   int64_t pool_bytes() const { return static_cast<int64_t>(grads.bytes()) + pools.buffer_bytes(); }
@@ -242,6 +264,12 @@ class Executor {
   Executor(ParallelContext& ctx, std::vector<StageRuntime*> stages, Backend& be, const Dataset& train,
            const Dataset& test, const ExecutorConfig& cfg, std::unique_ptr<Transport> transport = nullptr);
   ~Executor();
+  // The host staging of samples (inputs, labels, indices) for the widest microbatch `mb`
+  // (training or evaluation) into stage inputs of up to `in_numel` floats per sample: the
+  // constructor sizes it so; the memory model counts it.
+  static int64_t staging_bytes(int64_t mb, int64_t in_numel, int64_t label_count) {
+    return mb * in_numel * 4 + mb * std::max<int64_t>(1, label_count) * 4 + mb * 8;
+  }
 
   // Run this rank's actions of a training IR. Unit m holds samples perm[m*mb .. (m+1)*mb)
   // of the segment; sample_base + position is the global sample id (dropout keys).

@@ -68,6 +68,12 @@ class Layer {
   virtual int64_t aux_per_sample() const { return 0; }
   // Floats per sample of scratch (LayerCtx::work) a forward or backward call needs.
   virtual int64_t workspace_per_sample() const { return 0; }
+  // The convolutions it runs (geometry; with a bias), for the memory model's kernel bytes (Backend::conv_kernel_bytes).
+  struct ConvUse {
+    WindowGeom g;
+    bool bias = false;
+  };
+  virtual std::vector<ConvUse> convolutions() const { return {}; }
   // Split backward of a composite layer (transformer_block, residual_block, attention,
   // lm_head): floats per sample that backward_input writes and backward_weight reads (the
   // output gradients of its inner linear/conv/normalisation pieces). When a Stage keeps

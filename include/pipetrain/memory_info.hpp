@@ -17,5 +17,17 @@ int64_t peak_resident_bytes();  // VmHWM of this process: the most it has held r
 int64_t node_available_bytes();
 // Ranks of `comm` on this node (MPI_Comm_split_type MPI_COMM_TYPE_SHARED). Collective on comm.
 int ranks_on_node(MPI_Comm comm);
+// The runtime's own bytes: record_startup_resident() (main, once MPI and Kokkos are up and
+// before pipetrain allocates) keeps resident_bytes(); startup_resident_bytes() returns it (or
+// resident_bytes() now when nothing was recorded, as in a test).
+void record_startup_resident();
+int64_t startup_resident_bytes();
+// main: bring in the libraries' first-use working memory with a few small uses (an HDF5 file
+// in memory, small products through the host backend, an allreduce), then
+// record_startup_resident() (src/memory/runtime_base.cpp). Collective on MPI_COMM_WORLD.
+void measure_runtime_base();
+// PT_MEMORY_TRACE=1 in the environment: print this process's resident and peak bytes with `where`
+// (to stderr, one line), for finding what a memory estimate misses. Nothing otherwise.
+void memory_trace(const char* where);
 
 }  // namespace pt

@@ -57,7 +57,15 @@ struct ChainCosts {
   bool serial_allreduce = false;  // T = compute + allreduce instead of max (no overlap, as this runtime)
   const MemoryRule* rule = nullptr;  // the entry's; none (only the replay knows): d in flight, 1 version
   int ranks = 1;  // the job's ranks (the zero-bubble rules' deepest depth)
-  bool bf16 = false;  // the profile's precision is bf16: v versions cost weight_copies(v, true) P
+  bool bf16 = false;  // the profile's precision is bf16 (messages 2 bytes per value, weights as the WeightStore keeps them)
+  // The memory model (memory_model.hpp): a stage's sizes from `memory` (model_footprints of the
+  // deck's model: exact) or, when null, from the per-layer bytes above (chain_footprints),
+  // for units of unit_samples samples; rank terms from memory_shared.
+  std::shared_ptr<const FootprintSource> memory;
+  MemoryShared memory_shared;
+  int64_t unit_samples = 1;
+  bool split_backward = false;  // the entry's (slots keep output gradients)
+  bool flush = true;            // the entry's (an asynchronous schedule's checkpoint may keep units)
 
   int layers() const { return static_cast<int>(compute.size()); }
   double in_bytes(int i) const { return i == 0 ? input_bytes : out[static_cast<size_t>(i) - 1]; }
@@ -78,10 +86,10 @@ int rule_versions(const ChainCosts& c, int depth);
 //     out-term = 2U p2p_seconds(level_of(o_s, o_{s+1}), out[j-1]) / r_s
 //     in-term  = 2U p2p_seconds(level_of(o_{s+1} - 1, o_{s+1} + r_{s+1} - 1), out[j-1]) / r_{s+1}
 //   objective = the largest T_s and cut term (the slowest pipeline stage, PipeDream's
-//   objective); memory of stage s with n in flight and v versions (rules above):
-//     n (in_bytes(i) + sum stash + (j < L ? out[j-1] : 0) + (i > 0 ? in_bytes(i) : 0)) + (1 + w(v)) P + opt_state
-//   with w(v) = weight_copies(v, bf16) (sim.hpp): v in fp32, 2.5 + (v - 1)/2 in bf16
-//   must not exceed the cap (0 = no cap) on every stage.
+//   objective); memory of stage s with n in flight and v versions (rules above): the memory
+//   model's total for a rank holding that stage (memory_model.hpp: stage_memory of its
+//   footprint plus add_rank_terms; the reporter's gather on the last stage), which must not
+//   exceed the cap (0 = no cap) on every stage.
 double stage_memory(const ChainCosts& c, int i, int j, int r, int depth);
 
 struct LayoutCost {
@@ -126,6 +134,10 @@ DpResult plan_dp(const ChainCosts& c, const ClusterModel& net, int ranks, const 
 // ---- choosing a plan: DP per candidate schedule, then the simulator ---------------------
 
 struct PlanOptions {
+  // the memory model's stage sizes and rank terms (ChainCosts::memory, SimConfig::memory):
+  // model_footprints of the deck's model when there is one; null: the profile's bytes
+  std::shared_ptr<const FootprintSource> memory;
+  MemoryShared memory_shared;
   // candidate schedules: every registry entry marked as a planner candidate (schedule_registry.hpp)
   std::vector<std::string> schedules = planner_schedule_names();
   std::vector<int> microbatches;  // candidates for flush kinds and 2bw; empty = divisors of the batch (up to 4N, <= 8 of them)

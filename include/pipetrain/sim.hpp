@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pipetrain/deck.hpp"
+#include "pipetrain/memory_model.hpp"
 #include "pipetrain/profile.hpp"
 #include "pipetrain/schedule_registry.hpp"
 
@@ -59,16 +60,11 @@ struct SimConfig {
   // Refuse (ok = false) when the IR would exceed this many actions even with the fewest
   // minibatches that still give a steady-state window; 0 = no limit.
   int64_t max_actions = 0;
-};
-
-// Per-worker peak memory, bytes, with the runtime's layout of buffers (executor.cpp):
-// activation slots = max_in_flight x (stage input + stashed outputs), message buffers =
-// max_in_flight x (incoming gradient + outgoing gradient), one gradient buffer, weight
-// versions = weight_copies(max_versions_held, bf16) x parameters, optimizer state.
-struct MemoryBreakdown {
-  double activations = 0, buffers = 0, gradients = 0, weights = 0, optimizer = 0;
-  int in_flight = 0, versions = 0;
-  double total() const { return activations + buffers + gradients + weights + optimizer; }
+  // The memory model's stage sizes (memory_model.hpp): model_footprints of the deck's model
+  // when there is one (exact), else null: profile_footprints of the profile; and the rank
+  // terms (data, measured base, checkpoints).
+  std::shared_ptr<const FootprintSource> memory;
+  MemoryShared memory_shared;
 };
 
 struct StagePrediction {
@@ -78,7 +74,7 @@ struct StagePrediction {
   double forward_s = 0, backward_s = 0, optimizer_s = 0;  // per unit / per step
   double allreduce_s = 0;   // one allreduce among the replicas
   double busy_fraction = 0;  // compute / window, mean over replicas
-  MemoryBreakdown memory;   // the largest replica
+  RankMemory memory;        // the largest replica's rank (memory_model.hpp)
 };
 
 struct SimResult {
@@ -96,7 +92,7 @@ struct SimResult {
   double samples_per_s = 0;
   double bubble = 0;              // mean over workers of the idle share of the window
   double makespan = 0;            // whole replay, warm-up and drain included
-  std::vector<MemoryBreakdown> memory;  // per rank
+  std::vector<RankMemory> memory;  // per rank: the memory model with this replay's IR
   double max_memory = 0;
   double bytes_p2p_per_sample = 0;        // activations + gradients sent (as summary.json counts)
   double bytes_allreduce_per_sample = 0;  // allreduce payload, summed over replicas (as summary.json)
@@ -111,14 +107,6 @@ struct SimResult {
 // optimizer_s_per_byte x stage parameter bytes, transfer = latency + bytes/bandwidth at the
 // level the two ranks' communication crosses, allreduce = the cluster's ring/measured cost.
 CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConfig& cfg);
-// The bytes of a stage's weight versions in units of its fp32 parameter bytes, with
-// `versions` held (the runtime's WeightStore): fp32 (a profile measured in fp32), one fp32
-// copy each; bf16 (Profile::precision "bf16"), the fp32 master of the latest, the compute
-// buffer of bf16 values in fp32 storage, its packed twin at 2 bytes per parameter, and
-// versions - 1 stashes packed the same way: 2.5 + (versions - 1) / 2.
-double weight_copies(int versions, bool bf16);
-// Peak memory of rank `rank` under a built schedule (real max_in_flight/max_versions_held).
-MemoryBreakdown worker_memory(const Profile& p, const Schedule& s, int rank, double samples_per_unit);
 // Samples per unit (one microbatch, or one minibatch for minibatch units: the entry's unit size).
 double unit_samples(const SimConfig& cfg, const Profile& p);
 

@@ -27,6 +27,26 @@ class Stage {
   Stage(Backend& be, const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb,
         bool keep_output_grads = false);
 
+  // What a stage of layers [first, last) allocates, in floats, computed from the model alone:
+  // the constructor allocates exactly this, and the memory model (memory_model.hpp) asks for
+  // it before anything is allocated. Change a buffer here and both follow.
+  struct Geometry {
+    int64_t num_params = 0, num_state = 0;
+    int64_t slot_floats = 0;       // one activation slot (train_mb samples): input, outputs, saved extras, kept gradients
+    int64_t slot_kept_floats = 0;  // of which the output gradients kept for the split backward (dout, split regions)
+    int64_t scratch_floats = 0;    // each of the two ping-pong scratch buffers: max(train_mb, eval_mb) x max_numel
+    int64_t eval_aux_floats = 0;   // saved extras of an evaluation forward: eval_mb x aux_max (at least 1)
+    int64_t work_floats = 0;       // the layers' workspace: max(train_mb, eval_mb) x work_max
+    int64_t eval_loss_floats = 0;  // last stage: the loss layer's evaluation output, eval_mb x its numel
+    int64_t max_numel = 0, aux_max = 0, work_max = 0;  // per sample, over the slice's inputs and outputs / layers
+  };
+  static Geometry geometry(const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb,
+                           bool keep_output_grads);
+  // Floats per sample layer l adds to a slot (its output unless a view, its saved extras, and
+  // with keep_output_grads its split region and kept output gradient); *kept: of which kept
+  // gradients. A slot is the stage input plus this over the slice's layers.
+  static int64_t slot_floats_per_sample(const Layer& layer, bool keep_output_grads, int64_t* kept = nullptr);
+
   int first() const { return first_; }
   int last() const { return last_; }
   bool has_model_input() const { return first_ == 0; }

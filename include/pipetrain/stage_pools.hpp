@@ -74,6 +74,21 @@ class StagePools {
   enum class Half { fused, input };  // B, or I (which keeps the slot for W)
   enum class Requests { grad_sends, act_sends, act_recvs, grad_recvs };
 
+  // What one more unit in flight allocates (grow), as a function of sizes alone: grow
+  // allocates exactly this, and the memory model counts it before anything is allocated.
+  // Floats, int32 labels and 32-bit wire words.
+  struct UnitSizes {
+    int64_t slot_floats = 0, labels = 0;              // activation slot; last stage: its labels
+    int64_t grad_in_floats = 0, grad_out_floats = 0;  // incoming (not last) / outgoing (not first) gradient
+    int64_t wire_act_in = 0, wire_act_out = 0, wire_grad_in = 0, wire_grad_out = 0;  // bf16 copies (0: fp32)
+    int64_t activation_bytes() const { return (slot_floats + labels) * 4; }
+    int64_t buffer_bytes() const {
+      return (grad_in_floats + grad_out_floats + wire_act_in + wire_act_out + wire_grad_in + wire_grad_out) * 4;
+    }
+  };
+  static UnitSizes unit_sizes(int64_t slot_floats, int64_t train_mb, const Boundary& in, const Boundary& out, bool first,
+                              bool last, int64_t mb_size, int64_t labels_per_sample);
+
   // in, out: the stage's boundaries; first / last: it holds the model's first / last layer
   // (no outgoing gradients / no incoming gradients and a label buffer per slot).
   StagePools(const Stage& stage, const Boundary& in, const Boundary& out, bool first, bool last);

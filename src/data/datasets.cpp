@@ -162,13 +162,41 @@ DataSplit open_data(const Deck& d) {
   return s;
 }
 
+namespace {
+
+// Fashion-MNIST's sample count of one split from its IDX header; the published count when
+// the file cannot be read (check runs without the data).
+int64_t fashion_samples(const std::string& dir, const std::string& prefix, int64_t published) {
+  try {
+    return read_idx_dims(dir + "/" + prefix + "-labels-idx1-ubyte.gz", 1).at(0);
+  } catch (const Error&) {
+    return published;
+  }
+}
+
+}  // namespace
+
 DataInfo data_info(const Deck& d) {
-  if (d.data.source == DataSource::fashion_mnist) return {Shape::chw(1, 28, 28), 10, 1, ""};
-  if (d.data.source == DataSource::synthetic) return {synthetic_shape(d), d.data.classes, 1, ""};
-  if (d.data.source == DataSource::text || d.data.source == DataSource::tokens) return sequence_data_info(d);
-  std::pair<float, float> stats{0.0f, 1.0f};
-  auto ds = open_hdf5_dataset(d.data.train, false, "train", &stats);
-  return {ds->sample_shape(), ds->classes(), 1, ""};
+  DataInfo i;
+  if (d.data.source == DataSource::fashion_mnist) {
+    i = {Shape::chw(1, 28, 28), 10, 1, ""};
+    i.train_samples = fashion_samples(d.data.path, "train", 60000);
+    i.test_samples = fashion_samples(d.data.path, "t10k", 10000);
+    i.held_bytes = (i.train_samples + i.test_samples) * (i.shape.numel() + 4);
+  } else if (d.data.source == DataSource::synthetic) {
+    i = {synthetic_shape(d), d.data.classes, 1, ""};
+    i.train_samples = d.data.train_samples, i.test_samples = d.data.test_samples;
+  } else if (d.data.source == DataSource::text || d.data.source == DataSource::tokens) {
+    i = sequence_data_info(d);
+  } else {
+    std::pair<float, float> stats{0.0f, 1.0f};
+    auto ds = open_hdf5_dataset(d.data.train, false, "train", &stats);
+    i = {ds->sample_shape(), ds->classes(), 1, ""};
+    const Hdf5Extent test = hdf5_extent(d.data.test);
+    i.train_samples = ds->size(), i.test_samples = test.samples;
+    i.held_bytes = ds->held_bytes() + test.held_bytes();
+  }
+  return i;
 }
 
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) {

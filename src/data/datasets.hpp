@@ -18,6 +18,9 @@ class MemoryDataset final : public Dataset {
   void get(const int64_t* idx, int64_t n, float* x, int32_t* labels) const override;
   void get_labels(const int64_t* idx, int64_t n, int32_t* labels) const override;
   bool holds_bytes() const { return !bytes_.empty(); }  // uint8 samples (standardised on read)
+  int64_t held_bytes() const override {
+    return static_cast<int64_t>(bytes_.size() + 4 * floats_.size() + 4 * labels_.size());
+  }
   InputTransform input_transform() const override {
     if (bytes_.empty()) return {};
     return {false, 1.0f / 255.0f, mean_, inv_std_};
@@ -35,5 +38,13 @@ class MemoryDataset final : public Dataset {
 };
 
 std::pair<float, float> byte_stats(const std::vector<uint8_t>& b);
+// Samples, bytes per sample value (1 or 4) and values per sample of an HDF5 dataset file's
+// /images, from its header (what open_hdf5_dataset would hold: samples x values x size, and
+// 4 bytes per label).
+struct Hdf5Extent {
+  int64_t samples = 0, per_sample = 0, elem = 0;
+  int64_t held_bytes() const { return samples * per_sample * elem + 4 * samples; }
+};
+Hdf5Extent hdf5_extent(const std::string& path);
 
 }  // namespace pt

@@ -37,6 +37,23 @@ std::string dims_text(const std::vector<int64_t>& d) {
 
 }  // namespace
 
+Hdf5Extent hdf5_extent(const std::string& path) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  Hdf5Extent e;
+  if (H5Fis_hdf5(path.c_str()) <= 0) return e;
+  H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (f.id < 0 || H5Lexists(f.id, "/images", H5P_DEFAULT) <= 0) return e;
+  H5Handle img(H5Dopen2(f.id, "/images", H5P_DEFAULT), H5Dclose);
+  const std::vector<int64_t> d = dims_of(img.id);
+  H5Handle t(H5Dget_type(img.id), H5Tclose);
+  if (d.empty()) return e;
+  e.samples = d[0];
+  e.per_sample = 1;
+  for (size_t i = 1; i < d.size(); ++i) e.per_sample *= d[i];
+  e.elem = H5Tget_size(t.id) == 1 ? 1 : 4;
+  return e;
+}
+
 std::unique_ptr<Dataset> open_hdf5_dataset(const std::string& path, bool normalize, const std::string& role,
                                            std::pair<float, float>* stats) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // our messages replace HDF5's stack dumps

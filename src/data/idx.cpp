@@ -92,8 +92,12 @@ int64_t read_dims(const std::string& path, int expected_rank, GzFile& gz, IdxArr
 
 // `count` bytes of data into a.bytes, in geometrically growing pieces, so memory follows the
 // data actually present (a gzip file's true size is only known once it is decompressed);
-// then nothing may follow them.
+// then nothing may follow them. The capacity is reserved up front (address space only: a
+// page is resident once a piece is written), so growing never copies: the data's resident
+// bytes never exceed what has been read so far, twice over at most (the memory model counts
+// the data as held).
 void read_payload(const std::string& path, GzFile& gz, int64_t count, IdxArray& a) {
+  a.bytes.reserve(static_cast<size_t>(count));
   int64_t done = 0;
   while (done < count) {
     const int64_t target = std::min<int64_t>(count, std::max<int64_t>(int64_t(1) << 24, 2 * done));
@@ -121,6 +125,14 @@ void read_payload(const std::string& path, GzFile& gz, int64_t count, IdxArray& 
 }
 
 }  // namespace
+
+std::vector<int64_t> read_idx_dims(const std::string& path, int expected_rank) {
+  GzFile gz;
+  open_idx(path, expected_rank, gz);
+  IdxArray a;
+  read_dims(path, expected_rank, gz, a);
+  return a.dims;
+}
 
 IdxArray read_idx(const std::string& path, int expected_rank) {
   GzFile gz;

@@ -41,9 +41,12 @@ struct Windows {
 template <typename Tok>
 class SequenceDataset final : public Dataset {
  public:
+  // owner: this split counts the corpus in held_bytes (text: the training split; the
+  // validation split shares its corpus)
   SequenceDataset(std::shared_ptr<const std::vector<Tok>> corpus, Windows w, int64_t vocab, std::string unit,
-                  std::string desc)
-      : corpus_(std::move(corpus)), w_(w), vocab_(vocab), unit_(std::move(unit)), desc_(std::move(desc)) {}
+                  std::string desc, bool owner = true)
+      : corpus_(std::move(corpus)), w_(w), vocab_(vocab), unit_(std::move(unit)), desc_(std::move(desc)), owner_(owner) {}
+  int64_t held_bytes() const override { return owner_ ? static_cast<int64_t>(corpus_->size() * sizeof(Tok)) : 0; }
   int64_t size() const override { return w_.count(); }
   Shape sample_shape() const override { return Shape::tokens(w_.seq_len); }
   int64_t classes() const override { return vocab_; }
@@ -77,6 +80,7 @@ class SequenceDataset final : public Dataset {
   Windows w_;
   int64_t vocab_;
   std::string unit_, desc_;
+  bool owner_;
   int64_t epoch_ = 0;
 };
 
@@ -166,7 +170,8 @@ DataSplit open_text_data(const Deck& d) {
   const std::string name = "text " + d.data.path + " (" + n_of(static_cast<int64_t>(corpus->size()), "bytes") + ")";
   DataSplit s;
   s.train = std::make_unique<SequenceDataset<uint8_t>>(corpus, train, kTextVocab, "byte", name + " train: " + split_text(train));
-  s.test = std::make_unique<SequenceDataset<uint8_t>>(corpus, val, kTextVocab, "byte", name + " validation: " + split_text(val));
+  s.test = std::make_unique<SequenceDataset<uint8_t>>(corpus, val, kTextVocab, "byte", name + " validation: " + split_text(val),
+                                                      false);
   return s;
 }
 
@@ -179,14 +184,21 @@ DataSplit open_token_data(const Deck& d) {
 
 DataInfo sequence_data_info(const Deck& d) {
   const int64_t T = d.data.seq_len;
+  DataInfo i;
   if (d.data.source == DataSource::text) {
     require_text_path(d);
-    text_windows(d.data.path, stat_text_corpus(d.data.path).total, d);
-    return {Shape::tokens(T), kTextVocab, T, "byte"};
+    const int64_t bytes = stat_text_corpus(d.data.path).total;
+    const auto [train, val] = text_windows(d.data.path, bytes, d);
+    i = {Shape::tokens(T), kTextVocab, T, "byte"};
+    i.train_samples = train.count(), i.test_samples = val.count(), i.held_bytes = bytes;
+    return i;
   }
-  token_windows(d.data.train, token_count("data.train", d.data.train, d), true, d);
-  token_windows(d.data.test, token_count("data.test", d.data.test, d), false, d);
-  return {Shape::tokens(T), d.data.vocab, T, "token"};
+  const int64_t ntrain = token_count("data.train", d.data.train, d), ntest = token_count("data.test", d.data.test, d);
+  i = {Shape::tokens(T), d.data.vocab, T, "token"};
+  i.train_samples = token_windows(d.data.train, ntrain, true, d).count();
+  i.test_samples = token_windows(d.data.test, ntest, false, d).count();
+  i.held_bytes = ntrain * (is_hdf5_name(d.data.train) ? 4 : 2) + ntest * (is_hdf5_name(d.data.test) ? 4 : 2);
+  return i;
 }
 
 }  // namespace pt

@@ -96,8 +96,9 @@ std::vector<Key<Deck>> train_run_keys() {
        key("log_every", &T::log_every, 50, key_gt(0), "steps between progress lines and metrics.jsonl records"),
        key("eval_every", &T::eval_every, 0, key_ge(0),
            "also evaluate every this many steps (0 = at epoch ends only); the pipeline drains there"),
-       key("eval_batch_size", &T::eval_batch_size, 500, key_between(1, 1e7),
-           "samples per microbatch when evaluating the test set"),
+       key("eval_batch_size", &T::eval_batch_size, 0, key_between(0, 1e7),
+           "samples per microbatch when evaluating the test set; 0 = sized to fit: the largest whose evaluation buffers "
+           "stay within 1/8 of the rank's memory budget, at most 64 and the test set (docs/ARCHITECTURE.md, \"Memory\")"),
        key("precision", &T::precision, Precision::fp32,
            "compute precision: bf16 = bf16 GEMM/conv inputs with fp32 accumulation, bf16 activations and stage messages; "
            "fp32 master weights, gradients, optimizer state, statistics and loss (docs/PRECISION.md)"),
@@ -141,7 +142,8 @@ std::vector<Key<Deck>> checkpoint_cluster_keys() {
        key("keep", &C::keep, 2, key_ge(1), "committed checkpoints kept; older ones are pruned after a commit")});
   for (Key<Deck>& k : section_keys("cluster", &Deck::cluster,
                                    {key("memory", &Deck::Cluster::memory, 0.0, key_ge(0),
-                                        "planner: memory cap per rank in bytes (0 = none)"),
+                                        "memory budget per rank in bytes: the planner's cap and the trainer's fit check "
+                                        "(0 = the node's available memory / its ranks)"),
                                     key("peak_gflops", &Deck::Cluster::peak_gflops, 0.0, key_ge(0),
                                         "the machine's matmul peak per rank in the run's precision, GFLOP/s (bench/kernels.sh "
                                         "measures it); token models then report mfu, model FLOPs utilisation (0 = not reported)")}))

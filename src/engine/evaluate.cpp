@@ -56,7 +56,10 @@ Executor::EvalResult Executor::evaluate(const Schedule& ir) {
       g.input = eb.in[b].data();
     } else if (a.op == Op::forward) {
       std::vector<const float*> io = {g.input, nullptr};
+      const double t0 = now_s();
       eval_forward(a, n, io, res);
+      stats_.eval_compute_s += now_s() - t0;
+      if (r.first) stats_.eval_samples += n;
       g.output = io[1];
       if (!r.first) ++g.consumed;
     } else if (a.op == Op::send_act) {

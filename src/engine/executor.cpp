@@ -70,6 +70,7 @@ bool Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
     (this->*kHandlers[static_cast<int>(a.op)])(a, st);
     const double t1 = now_s();
     if (is_compute(a.op) || a.op == Op::optimizer_step) stats_.compute_s += t1 - t0;
+    if (a.op == Op::forward) stats_.forward_s += t1 - t0;
     if (static_cast<int64_t>(timeline_.size()) < cfg_.trace_limit) timeline_.push_back({t0, t1, a.op, a.mb, st.bytes, a.stage});
   }
   drain_sends("final");

@@ -8,36 +8,62 @@
 
 namespace pt {
 
+int64_t Stage::slot_floats_per_sample(const Layer& layer, bool keep_output_grads, int64_t* kept) {
+  int64_t k = 0;
+  if (keep_output_grads) {
+    k = layer.split_aux_per_sample();
+    if (layer.splits_backward() && !layer.is_loss()) k += layer.out_shape().numel();
+  }
+  if (kept) *kept = k;
+  return (layer.is_view() ? 0 : layer.out_shape().numel()) + layer.aux_per_sample() + k;
+}
+
+Stage::Geometry Stage::geometry(const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb,
+                                bool keep_output_grads) {
+  PT_CHECK(0 <= first && first < last && last <= model.size(), "bad stage [" << first << ", " << last << ")");
+  Geometry g;
+  int64_t slot = model.layer(first).in_shape().numel(), kept = 0;
+  g.max_numel = slot;
+  for (int l = first; l < last; ++l) {
+    const Layer& layer = model.layer(l);
+    int64_t k = 0;
+    slot += slot_floats_per_sample(layer, keep_output_grads, &k);
+    kept += k;
+    g.num_params += layer.num_params();
+    g.num_state += layer.num_state();
+    g.aux_max = std::max(g.aux_max, layer.aux_per_sample());
+    g.work_max = std::max(g.work_max, layer.workspace_per_sample());
+    g.max_numel = std::max({g.max_numel, layer.in_shape().numel(), layer.out_shape().numel()});
+  }
+  const int64_t widest = std::max(train_mb, eval_mb);
+  g.slot_floats = slot * train_mb;
+  g.slot_kept_floats = kept * train_mb;
+  g.scratch_floats = widest * g.max_numel;
+  g.eval_aux_floats = std::max<int64_t>(1, eval_mb * g.aux_max);
+  g.work_floats = g.work_max ? widest * g.work_max : 0;
+  const Layer& tail = model.layer(last - 1);
+  g.eval_loss_floats = tail.is_loss() ? eval_mb * std::max<int64_t>(1, tail.out_shape().numel()) : 0;
+  return g;
+}
+
 Stage::Stage(Backend& be, const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb, bool keep_output_grads)
     : be_(be), model_(model), first_(first), last_(last), first_compute_(last), train_mb_(train_mb), eval_mb_(eval_mb), keep_dout_(keep_output_grads) {
-  PT_CHECK(0 <= first && first < last && last <= model.size(), "bad stage [" << first << ", " << last << ")");
-  int64_t aux_max = 0, work_max = 0;
-  slot_floats_ = in_shape().numel();
-  max_numel_ = in_shape().numel();
+  const Geometry g = geometry(model, first, last, train_mb, eval_mb, keep_output_grads);
   for (int l = first; l < last; ++l) {
     const Layer& layer = model.layer(l);
     offset_.push_back(num_params_);
     num_params_ += layer.num_params();
     state_offset_.push_back(num_state_);
     num_state_ += layer.num_state();
-    if (!layer.is_view()) slot_floats_ += layer.out_shape().numel();
-    slot_floats_ += layer.aux_per_sample() + (keep_dout_ ? layer.split_aux_per_sample() : 0);
-    if (keep_dout_ && layer.splits_backward() && !layer.is_loss()) slot_floats_ += layer.out_shape().numel();
     if (!layer.is_view() && first_compute_ == last) first_compute_ = l;
-    aux_max = std::max(aux_max, layer.aux_per_sample());
-    work_max = std::max(work_max, layer.workspace_per_sample());
-    max_numel_ = std::max({max_numel_, layer.in_shape().numel(), layer.out_shape().numel()});
   }
-  slot_floats_ *= train_mb;
-  const int64_t scratch = std::max(train_mb, eval_mb) * max_numel_;
-  scratch_a_ = Buffer(be, static_cast<size_t>(scratch));
-  scratch_b_ = Buffer(be, static_cast<size_t>(scratch));
-  eval_aux_ = Buffer(be, static_cast<size_t>(std::max<int64_t>(1, eval_mb * aux_max)));
-  if (work_max) work_ = Buffer(be, static_cast<size_t>(std::max(train_mb, eval_mb) * work_max));
-  if (has_loss()) {
-    const Layer& loss = model.layer(last - 1);
-    eval_loss_ = Buffer(be, static_cast<size_t>(eval_mb * std::max<int64_t>(1, loss.out_shape().numel())));
-  }
+  slot_floats_ = g.slot_floats;
+  max_numel_ = g.max_numel;
+  scratch_a_ = Buffer(be, static_cast<size_t>(g.scratch_floats));
+  scratch_b_ = Buffer(be, static_cast<size_t>(g.scratch_floats));
+  eval_aux_ = Buffer(be, static_cast<size_t>(g.eval_aux_floats));
+  if (g.work_floats) work_ = Buffer(be, static_cast<size_t>(g.work_floats));
+  if (g.eval_loss_floats) eval_loss_ = Buffer(be, static_cast<size_t>(g.eval_loss_floats));
 }
 
 void Stage::init_params(float* host, uint64_t seed) const {

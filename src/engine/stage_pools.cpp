@@ -29,26 +29,42 @@ void StagePools::prepare(const Schedule& ir, int rank, int stage, int64_t mb_siz
   reset();
 }
 
-// One more unit's worth of every pool (between IRs only).
+StagePools::UnitSizes StagePools::unit_sizes(int64_t slot_floats, int64_t train_mb, const Boundary& in, const Boundary& out,
+                                              bool first, bool last, int64_t mb_size, int64_t labels_per_sample) {
+  UnitSizes u;
+  auto wire = [&](bool used, const Boundary& b, bool grad) {
+    return used && (grad ? b.grad_bf16 : b.act_bf16) ? b.words(mb_size, grad) : 0;
+  };
+  u.slot_floats = slot_floats;
+  u.labels = last ? train_mb * labels_per_sample : 0;
+  u.grad_in_floats = last ? 0 : out.floats(mb_size);
+  u.grad_out_floats = first ? 0 : in.floats(mb_size);
+  u.wire_act_in = wire(!first, in, false);
+  u.wire_act_out = wire(!last, out, false);
+  u.wire_grad_in = wire(!last, out, true);
+  u.wire_grad_out = wire(!first, in, true);
+  return u;
+}
+
+// One more unit's worth of every pool (between IRs only), sized by unit_sizes.
 void StagePools::grow(int64_t mb_size, int64_t labels_per_sample) {
   Backend& be = stage_.backend();
-  slot_mem_.emplace_back(be, static_cast<size_t>(stage_.slot_floats()));
-  slot_labels_.push_back(last_ ? be.alloc_int(static_cast<size_t>(stage_.train_mb() * labels_per_sample)) : nullptr);
+  const UnitSizes u = unit_sizes(stage_.slot_floats(), stage_.train_mb(), in_, out_, first_, last_, mb_size, labels_per_sample);
+  auto n = [](int64_t x) { return static_cast<size_t>(x); };
+  slot_mem_.emplace_back(be, n(u.slot_floats));
+  slot_labels_.push_back(last_ ? be.alloc_int(n(u.labels)) : nullptr);
   slots_.push_back(stage_.carve(slot_mem_.back().data(), slot_labels_.back()));
   slot_state_.emplace_back();
-  if (!last_) grad_in_.push_back(GradIn{Buffer(be, static_cast<size_t>(out_.floats(mb_size))), Buffer(), -1, Request()});
+  if (!last_) grad_in_.push_back(GradIn{Buffer(be, n(u.grad_in_floats)), Buffer(), -1, Request()});
   if (!first_) {
-    grad_out_.emplace_back(be, static_cast<size_t>(in_.floats(mb_size)));
+    grad_out_.emplace_back(be, n(u.grad_out_floats));
     grad_out_req_.emplace_back();
     grad_out_mb_.push_back(-1);
   }
-  auto wire = [&](bool used, const Boundary& b, bool grad) {
-    return Buffer(be, used && (grad ? b.grad_bf16 : b.act_bf16) ? static_cast<size_t>(b.words(mb_size, grad)) : 0);
-  };
-  wire_act_in_.push_back(wire(!first_, in_, false));
-  wire_act_out_.push_back(wire(!last_, out_, false));
-  if (!last_) grad_in_.back().wire = wire(true, out_, true);
-  if (!first_) wire_grad_out_.push_back(wire(true, in_, true));
+  wire_act_in_.emplace_back(be, n(u.wire_act_in));
+  wire_act_out_.emplace_back(be, n(u.wire_act_out));
+  if (!last_) grad_in_.back().wire = Buffer(be, n(u.wire_grad_in));
+  if (!first_) wire_grad_out_.emplace_back(be, n(u.wire_grad_out));
 }
 
 // Every buffer free, in index order; the outgoing ring keeps its position but forgets its units.

@@ -9,8 +9,10 @@
 namespace pt {
 
 // The boundary before layer `l` (the model input at l = 0): bf16 activations once a layer
-// other than a view has computed them (Stage rounds every such output).
-static Boundary boundary_at(const Model& model, int l, int below, bool bf16) {
+// other than a view has computed them (Stage rounds every such output). Past the last layer
+// (the loss) nothing crosses: its shape, fp32.
+Boundary boundary_at_layer(const Model& model, int l, int below, bool bf16) {
+  if (l >= model.size()) return {below, model.layer(model.size() - 1).out_shape(), false, false};
   Boundary b;
   b.below = below;
   b.shape = model.layer(l).in_shape();
@@ -20,13 +22,11 @@ static Boundary boundary_at(const Model& model, int l, int below, bool bf16) {
 }
 
 Boundary boundary_below(const Model& model, const Layout& layout, int stage, bool bf16) {
-  return boundary_at(model, layout.first_layer(stage), stage - 1, bf16);
+  return boundary_at_layer(model, layout.first_layer(stage), stage - 1, bf16);
 }
 
 Boundary boundary_above(const Model& model, const Layout& layout, int stage, bool bf16) {
-  const int l = layout.end_layer(stage);
-  if (l < model.size()) return boundary_at(model, l, stage, bf16);
-  return {stage, model.layer(l - 1).out_shape(), false, false};  // past the loss: nothing crosses
+  return boundary_at_layer(model, layout.end_layer(stage), stage, bf16);
 }
 
 StageRuntime::StageRuntime(Backend& be, const Model& model, const Layout& layout, int s, int64_t train_mb, int64_t eval_mb,
@@ -50,13 +50,19 @@ StageRuntime::~StageRuntime() {
   if (eval_.labels) stage->backend().release_int(eval_.labels);
 }
 
+StageRuntime::EvalSizes StageRuntime::eval_sizes(const Boundary& in, const Boundary& out, bool last, int64_t eval_mb,
+                                                 int64_t labels_per_sample) {
+  return {in.floats(eval_mb), out.floats(eval_mb), last ? eval_mb * labels_per_sample : 0};
+}
+
 StageRuntime::EvalBuffers& StageRuntime::eval_buffers(int64_t eval_mb) {
   Backend& be = stage->backend();
+  const EvalSizes z = eval_sizes(in, out, last, eval_mb, labels_per_sample);
   if (!eval_.in[0].data())  // allocated on the first evaluation and kept
     for (int b = 0; b < 2; ++b) {
-      eval_.in[b] = Buffer(be, static_cast<size_t>(in.floats(eval_mb)));
-      eval_.out[b] = Buffer(be, static_cast<size_t>(out.floats(eval_mb)));
-      if (last && !eval_.labels) eval_.labels = be.alloc_int(static_cast<size_t>(eval_mb * labels_per_sample));
+      eval_.in[b] = Buffer(be, static_cast<size_t>(z.in));
+      eval_.out[b] = Buffer(be, static_cast<size_t>(z.out));
+      if (last && !eval_.labels) eval_.labels = be.alloc_int(static_cast<size_t>(z.labels));
     }
   return eval_;
 }

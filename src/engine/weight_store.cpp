@@ -3,15 +3,29 @@
 // master of the latest version, the other held versions are packed bf16 stashes, and compute
 // reads the bf16 copy of a version from one compute buffer that remembers which version it
 // holds. Both modes count held versions, readers and ids the same way.
+#include <algorithm>
+
 #include "pipetrain/error.hpp"
 #include "pipetrain/engine.hpp"
 
 namespace pt {
 
+WeightStore::Sizes WeightStore::sizes(size_t n, bool bf16, int versions) {
+  Sizes z;
+  const int64_t N = static_cast<int64_t>(n);
+  z.latest = N;
+  z.per_other = bf16 ? (N + 1) / 2 : N;
+  z.others = std::max(0, versions - 1);
+  z.compute = bf16 ? N : 0;
+  z.compute_packed = bf16 ? (N + 1) / 2 : 0;
+  return z;
+}
+
 WeightStore::WeightStore(Backend& be, size_t n, bool bf16) : be_(be), n_(n), bf16_(bf16) {
-  pool_.emplace_back(be, n);
+  const Sizes z = sizes(n, bf16, 1);
+  pool_.emplace_back(be, static_cast<size_t>(z.latest));
   id_.push_back(0);
-  if (bf16_) compute_ = Buffer(be, n), compute_packed_ = Buffer(be, (n + 1) / 2);
+  if (bf16_) compute_ = Buffer(be, static_cast<size_t>(z.compute)), compute_packed_ = Buffer(be, static_cast<size_t>(z.compute_packed));
 }
 
 WeightStore::~WeightStore() {
@@ -23,15 +37,16 @@ void WeightStore::prepare(const Schedule& ir, int rank, int stage, size_t from) 
     base_ = latest_id_;
     PT_CHECK(held() == 1, "an IR must start with one live version, have " << held());
   }
-  const size_t need = static_cast<size_t>(max_versions_held(ir, rank, stage));
+  const int need = max_versions_held(ir, rank, stage);
+  const Sizes z = sizes(n_, bf16_, need);
   if (bf16_) {  // one master, need - 1 packed stashes
-    while (packed_.size() + 1 < need) {
-      packed_.emplace_back(be_, (n_ + 1) / 2);
+    while (static_cast<int64_t>(packed_.size()) < z.others) {
+      packed_.emplace_back(be_, static_cast<size_t>(z.per_other));
       packed_id_.push_back(-1);
     }
   } else {
-    while (pool_.size() < need) {  // allocated once, before the first step of the IR
-      pool_.emplace_back(be_, n_);
+    while (static_cast<int64_t>(pool_.size()) < 1 + z.others) {  // allocated once, before the first step of the IR
+      pool_.emplace_back(be_, static_cast<size_t>(z.per_other));
       id_.push_back(-1);
     }
   }

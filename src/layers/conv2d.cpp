@@ -36,6 +36,7 @@ class Conv2d final : public Layer {
                 const float*, int64_t n) const override {
     c.be.conv2d_backward(g_, n, x, w, dy, dx, dw, k_.bias ? dw + wsz() : nullptr);
   }
+  std::vector<ConvUse> convolutions() const override { return {{g_, k_.bias}}; }
   bool splits_backward() const override { return true; }
   void backward_input(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float*,
                       float*, int64_t n) const override {

@@ -37,6 +37,11 @@ class ResidualBlock final : public Layer {
     for (int i = 0; i < (proj_ ? 3 : 2); ++i) bn_.init_state(host + i * 2 * bn_.C);
   }
   // conv1 out, relu(bn1) out, conv2 out, [shortcut conv out], batch statistics of each bn
+  std::vector<ConvUse> convolutions() const override {
+    std::vector<ConvUse> c = {{g1_, false}, {g2_, false}};
+    if (proj_) c.push_back({gp_, false});
+    return c;
+  }
   int64_t aux_per_sample() const override { return (proj_ ? 4 : 3) * O() + (proj_ ? 3 : 2) * 2 * bn_.C; }
   // output gradients of bn2 (= the shortcut bn's), conv2, bn1, conv1, [shortcut conv]
   int64_t split_aux_per_sample() const override { return (proj_ ? 5 : 4) * O(); }

@@ -10,6 +10,8 @@
 #include "pipetrain/checkpoint.hpp"
 #include "pipetrain/data.hpp"
 #include "pipetrain/error.hpp"
+#include "pipetrain/memory_info.hpp"
+#include "pipetrain/memory_model.hpp"
 #include "pipetrain/plan.hpp"
 #include "pipetrain/schedule_registry.hpp"
 #include "pipetrain/train.hpp"
@@ -17,6 +19,13 @@
 namespace pt {
 
 namespace {
+
+// One value every rank agrees on (op: MPI_MIN or MPI_MAX). Collective.
+int64_t agreed(int64_t v, MPI_Op op) {
+  long long x = v, y = 0;
+  MPI_Allreduce(&x, &y, 1, MPI_LONG_LONG, op, MPI_COMM_WORLD);
+  return static_cast<int64_t>(y);
+}
 
 // The deck (or --set) gives `key`, rather than its default.
 bool set_by_deck(const Deck& deck, const char* key) { return deck.where(key).find("(default") == std::string::npos; }
@@ -169,7 +178,12 @@ Deck resolve_auto_split(const Deck& deck, int world_size, std::string* plan_json
   }
   const ClusterModel net = ClusterModel::from_deck(deck, prof);
   PlanOptions o;
-  o.memory_cap = deck.cluster.memory;
+  // the memory model with values every rank agrees on: the least budget, the largest base
+  const int64_t budget = deck.cluster.memory > 0 ? static_cast<int64_t>(deck.cluster.memory)
+                                                 : agreed(memory_budget(deck, ranks_on_node(MPI_COMM_WORLD)).bytes, MPI_MIN);
+  o.memory_cap = static_cast<double>(budget);
+  const DeckMemory mem = deck_memory(deck, model, budget, agreed(startup_resident_bytes(), MPI_MAX));
+  o.memory = mem.source, o.memory_shared = mem.shared;
   o.veto = [&deck](const ScheduleDef& def, const Layout& layout) { return tie_conflict(deck, def, layout); };
   if (schedule_given) o.schedules = {deck.parallel.schedule};
   if (microbatches_given) o.microbatches = {static_cast<int>(deck.parallel.microbatches)};

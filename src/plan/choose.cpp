@@ -62,6 +62,7 @@ PlanCandidate run_candidate(const Profile& p, const ClusterModel& net, const std
   cfg.batch_size = B;
   cfg.keep_schedule = false;
   cfg.max_actions = o.sim_budget;
+  cfg.memory = o.memory, cfg.memory_shared = o.memory_shared;
   c.sim = simulate(p, net, cfg);
   if (!c.sim.ok) {
     c.fits = false;
@@ -281,19 +282,26 @@ class Chooser {
   // reused for another memory rule when its rule never needs more memory (the rule's
   // `least`: fewest in flight, one version) and its layout fits the other rule too: the
   // optimum over the larger feasible set is then feasible, hence optimal, for the smaller.
+  // The DP's chain for one schedule and microbatch count, with the memory model's sources.
+  ChainCosts chain_costs(const ScheduleDef& kind, int M) const {
+    ChainCosts cc = ChainCosts::from_profile(p_, kind, M, B_);
+    cc.memory = o_.memory, cc.memory_shared = o_.memory_shared;
+    return cc;
+  }
+
   DpResult run_dp(const ChainCosts& cc, const DpOptions& opt) {
     const bool rule_matters = opt.memory_cap > 0;  // without a cap the memory rule does not matter
     for (const Cached& k : cache_) {
       if (k.amortized != cc.amortized || k.serial != cc.serial_allreduce || k.units != cc.units ||
           opt.replicas != dpo_.replicas)
         continue;
-      if (!rule_matters || k.rule == cc.rule) return k.dp;
+      if (!rule_matters || (k.rule == cc.rule && k.split == cc.split_backward)) return k.dp;
       if (k.rule && k.rule->least && !cc.amortized && k.dp.ok && evaluate_layout(cc, net_, k.dp.layout(L_), opt.memory_cap).fits)
         return k.dp;
     }
     DpResult r = plan_dp(cc, net_, N_, opt);
     plan_.dp_evaluations += r.evaluations;
-    if (opt.replicas == dpo_.replicas) cache_.push_back({cc.amortized, cc.serial_allreduce, cc.units, cc.rule, r});
+    if (opt.replicas == dpo_.replicas) cache_.push_back({cc.amortized, cc.serial_allreduce, cc.split_backward, cc.units, cc.rule, r});
     return r;
   }
 
@@ -308,7 +316,7 @@ class Chooser {
                              std::vector<std::pair<double, int>>& kind_ms, PlanCandidate& kind_best) {
     std::vector<Layout> tried;
     for (int variant = 0; variant < (serial_too_ ? 2 : 1); ++variant) {
-      ChainCosts cc = ChainCosts::from_profile(p_, kind, M, B_);
+      ChainCosts cc = chain_costs(kind, M);
       cc.serial_allreduce = variant == 1;
       cc.ranks = N_;
       const DpResult dp = run_dp(cc, dpo_);
@@ -378,7 +386,7 @@ class Chooser {
     // the replay of N stages costs about (minibatches x M x N x 6) actions at least
     const int64_t min_steps = !kind.flush ? (kind.per_minibatch_units ? 2 * N_ + 1 : 3) : 2;
     if (o_.sim_budget > 0 && min_steps * M * static_cast<int64_t>(N_) * 6 > o_.sim_budget) return false;
-    ChainCosts cc = ChainCosts::from_profile(p_, kind, M, B_);
+    ChainCosts cc = chain_costs(kind, M);
     cc.ranks = N_;
     const DpResult dp = plan_dp(cc, net_, N_, so);
     plan_.dp_evaluations += dp.evaluations;
@@ -390,7 +398,7 @@ class Chooser {
   }
 
   struct Cached {
-    bool amortized, serial;
+    bool amortized, serial, split;
     int units;
     const MemoryRule* rule;
     DpResult dp;

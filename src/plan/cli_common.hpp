@@ -8,6 +8,7 @@
 
 #include "pipetrain/commands.hpp"
 #include "pipetrain/deck.hpp"
+#include "pipetrain/memory_model.hpp"
 #include "pipetrain/plan.hpp"
 #include "pipetrain/profile.hpp"
 #include "pipetrain/sim.hpp"
@@ -22,6 +23,8 @@ struct PlannerInputs {
   int64_t batch = 0;
   double memory = 0;
   int model_layers = -1;  // the deck's model, when there is a deck
+  std::unique_ptr<Model> model;  // the deck's model (outlives mem.source)
+  DeckMemory mem;                // the memory model of the deck's run (memory_model.hpp); no source without a deck
   // The planner's veto from the deck (tied layers across stages need a flush schedule);
   // no veto without a deck.
   std::function<std::string(const ScheduleDef&, const Layout&)> veto() const {

@@ -22,21 +22,30 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// The chain's own per-layer bytes as the memory model's footprint source (no model at hand).
+std::shared_ptr<const FootprintSource> chain_source(const ChainCosts& c) {
+  if (c.memory) return c.memory;
+  ChainBytes b;
+  b.input = c.input_bytes, b.out = c.out, b.stash = c.stash, b.params = c.params, b.opt = c.opt_state;
+  b.samples = static_cast<double>(std::max<int64_t>(1, c.unit_samples));
+  b.bf16 = c.bf16;
+  return chain_footprints(b);
+}
+
 // Prefix sums and the per-term formulas shared by the DP and evaluate_layout.
 struct ChainModel {
   const ChainCosts& c;
   const ClusterModel& net;
   int L;
-  std::vector<double> Cp, Pp, Op, Sp;
-  ChainModel(const ChainCosts& cc, const ClusterModel& n) : c(cc), net(n), L(cc.layers()) {
+  std::vector<double> Cp, Pp;
+  std::shared_ptr<const FootprintSource> src;
+  ChainModel(const ChainCosts& cc, const ClusterModel& n) : c(cc), net(n), L(cc.layers()), src(chain_source(cc)) {
     Cp.assign(static_cast<size_t>(L) + 1, 0.0);
-    Pp = Op = Sp = Cp;
+    Pp = Cp;
     for (int i = 0; i < L; ++i) {
       const size_t k = static_cast<size_t>(i);
       Cp[k + 1] = Cp[k] + c.compute[k];
       Pp[k + 1] = Pp[k] + c.params[k];
-      Op[k + 1] = Op[k] + c.opt_state[k];
-      Sp[k + 1] = Sp[k] + c.stash[k];
     }
   }
   double C(int i, int j) const { return Cp[static_cast<size_t>(j)] - Cp[static_cast<size_t>(i)]; }
@@ -58,21 +67,28 @@ struct ChainModel {
   double cut_side(int j, int level, int r) const {
     return 2.0 * c.units * net.p2p_seconds(level, c.out[static_cast<size_t>(j) - 1]) / r;
   }
-  double memory(int i, int j, int r, int depth) const {
-    const double n = rule_in_flight(c, depth, r), v = rule_versions(c, depth);
-    const double in = c.in_bytes(i);
-    const double slot = in + Sp[static_cast<size_t>(j)] - Sp[static_cast<size_t>(i)];
-    const double buf = (j < L ? c.out[static_cast<size_t>(j) - 1] : 0.0) + (i > 0 ? in : 0.0);
-    return n * (slot + buf) + (1.0 + weight_copies(static_cast<int>(v), c.bf16)) * P(i, j) +
-           (Op[static_cast<size_t>(j)] - Op[static_cast<size_t>(i)]);
+  StageFootprint footprint(int i, int j) const {
+    return src->stage(i, j, std::max<int64_t>(1, c.unit_samples), c.split_backward);
   }
-  // a lower bound of memory() that never decreases with j (drops the output buffer)
-  double memory_lb(int i, int j, int r, int depth) const {
-    const double n = rule_in_flight(c, depth, r), v = rule_versions(c, depth);
-    const double in = c.in_bytes(i);
-    return n * (in + Sp[static_cast<size_t>(j)] - Sp[static_cast<size_t>(i)] + (i > 0 ? in : 0.0)) +
-           (1.0 + weight_copies(static_cast<int>(v), c.bf16)) * P(i, j) +
-           (Op[static_cast<size_t>(j)] - Op[static_cast<size_t>(i)]);
+  // The memory model's total for a rank holding layers i..j-1 on r replicas at depth `depth`
+  // (the last stage's: the reporter's)
+  double memory(const StageFootprint& f, int r, int depth) const {
+    RankMemory m = stage_memory(f, rule_in_flight(c, depth, r), rule_versions(c, depth));
+    RankRole role;
+    role.reporter = f.end == L;
+    role.asynchronous = !c.flush;
+    add_rank_terms(m, {&f}, c.memory_shared, role);
+    return static_cast<double>(m.total());
+  }
+  double memory(int i, int j, int r, int depth) const { return memory(footprint(i, j), r, depth); }
+  // a lower bound of memory() that never decreases with j: without what crosses the cut
+  // after j (message buffers and wire copies of the stage output, evaluation outputs) and as
+  // if not the last stage; every other term only grows with j
+  double memory_lb(StageFootprint f, int r, int depth) const {
+    f.unit.grad_in_floats = f.unit.wire_grad_in = f.unit.wire_act_out = 0;
+    f.eval.out = f.eval.labels = f.unit.labels = f.geo.eval_loss_floats = 0;
+    f.end = std::min(f.end, L - 1);
+    return memory(f, r, depth);
   }
 };
 
@@ -96,6 +112,9 @@ ChainCosts ChainCosts::from_profile(const Profile& p, const ScheduleDef& kind, i
   c.optimizer_s_per_byte = p.optimizer_s_per_byte;
   c.rule = kind.memory;
   c.bf16 = p.precision == Precision::bf16;
+  c.unit_samples = std::max<int64_t>(1, std::llround(unit));
+  c.split_backward = kind.split_backward;
+  c.flush = kind.flush;
   return c;
 }
 
@@ -149,8 +168,6 @@ namespace {
 struct RC {
   int r, m2, depth;
   double sh, inv_r, in_t;
-  double n, v1;                 // in flight, 1 + weight copies (weight_copies of the versions)
-  double mem_fix;               // n (in + (i > 0 ? in : 0) - Sp[i]) - v1 Pp[i] - Op[i]
   double ar_a, ar_b;            // ring allreduce = ar_a P + ar_b (levels)
   int lvl_s;
   double co_a, co_b;            // out-cut = co_a out[j-1] + co_b
@@ -165,6 +182,11 @@ class SuffixDp {
     rs_ = o.replicas;
     if (rs_ == ReplicaSet::automatic) rs_ = N <= o.exact_ranks_limit ? ReplicaSet::all : ReplicaSet::powers_of_two;
     cap_ = o.memory_cap > 0 ? o.memory_cap * (1 + 1e-12) : kInf;  // a cap met exactly fits despite rounding
+    capped_ = o.memory_cap > 0;
+    if (capped_ && c.memory && L_ <= kCacheLayers) {
+      cache_.resize(static_cast<size_t>(L_) * W());
+      cached_.assign(cache_.size(), 0);
+    }
     // reused between calls (choose_plan runs several DPs): no fresh pages each time; the
     // choices are written for every state the reconstruction can reach, so only B is reset
     thread_local std::vector<double> best;
@@ -178,7 +200,7 @@ class SuffixDp {
     rcs_.reserve(static_cast<size_t>(N));
     total_ = md_.Cp[static_cast<size_t>(L_)];
     measured_ar_ = net.measured && !net.network.allreduce.empty();
-    Cp_ = md_.Cp.data(), Pp_ = md_.Pp.data(), Op_ = md_.Op.data(), Sp_ = md_.Sp.data();
+    Cp_ = md_.Cp.data(), Pp_ = md_.Pp.data();
     outb_ = c.out.data();
     U2_ = 2.0 * c.units;
   }
@@ -263,7 +285,6 @@ class SuffixDp {
 
   // The RC of every replica count whose one-layer stage fits the memory cap.
   void stage_constants(int i, int m, int off) {
-    const double in = c_.in_bytes(i);
     rcs_.clear();
     for (int r : rlist_) {
       RC k;
@@ -273,9 +294,6 @@ class SuffixDp {
       k.sh = md_.share(r);
       k.inv_r = 1.0 / r;
       k.in_t = i > 0 ? md_.cut_side(i, net_.level_of(off - 1, off + r - 1), r) : 0.0;
-      k.n = rule_in_flight(c_, k.depth, r);
-      k.v1 = 1.0 + weight_copies(rule_versions(c_, k.depth), c_.bf16);
-      k.mem_fix = k.n * (in + (i > 0 ? in : 0.0) - Sp_[i]) - k.v1 * Pp_[i] - Op_[i];
       k.lvl_s = net_.level_of(off, off + r - 1);
       double bw, lat;
       level_params(k.lvl_s, &bw, &lat);
@@ -288,8 +306,8 @@ class SuffixDp {
       } else {
         k.co_a = k.co_b = 0.0;
       }
-      // memory only grows with j: a stage of the one layer i must fit
-      if (k.mem_fix + k.n * Sp_[i + 1] + k.v1 * Pp_[i + 1] + Op_[i + 1] > cap_) continue;
+      // memory (but the cut's own buffers) only grows with j: a stage of the one layer i must fit
+      if (capped_ && md_.memory_lb(footprint(i, i + 1), r, k.depth) > cap_) continue;
       rcs_.push_back(k);
     }
   }
@@ -304,11 +322,10 @@ class SuffixDp {
       jlo = std::max(jlo, static_cast<int>(std::upper_bound(md_.Cp.begin(), md_.Cp.end(), need) - md_.Cp.begin()));
     }
     const double per = c_.amortized ? k.inv_r : k.sh;
-    const double lb_fix = k.mem_fix - k.n * 0.0;
     for (int j = jlo; j < L_; ++j) {
       // compute-only lower bound of T grows with j: once it reaches U, stop
       if ((Cp_[j] - Cp_[i]) * per >= U_) break;
-      if (lb_fix + k.n * Sp_[j] + k.v1 * Pp_[j] + Op_[j] > cap_) break;  // memory without the out buffer
+      if (capped_ && md_.memory_lb(footprint(i, j), k.r, k.depth) > cap_) break;  // memory without the cut's buffers
       try_j(k, i, j);
     }
   }
@@ -323,8 +340,15 @@ class SuffixDp {
     return c_.serial_allreduce ? a + b : std::max(a, b);
   }
 
-  double mem(const RC& k, int j) const {
-    return k.mem_fix + k.n * (Sp_[j] + (j < L_ ? outb_[j - 1] : 0.0)) + k.v1 * Pp_[j] + Op_[j];
+  // The memory model's footprint of layers i..j-1, cached for a model's (exact, O(layers)) source.
+  const StageFootprint& footprint(int i, int j) {
+    if (!cache_.empty()) {
+      const size_t at = static_cast<size_t>(i) * W() + static_cast<size_t>(j);
+      if (!cached_[at]) cache_[at] = md_.footprint(i, j), cached_[at] = 1;
+      return cache_[at];
+    }
+    scratch_ = md_.footprint(i, j);
+    return scratch_;
   }
 
   // The candidate (i..j-1 on k.r replicas); updates U.
@@ -336,12 +360,13 @@ class SuffixDp {
     if (co >= U_) return;
     const double t = stage_t(k, i, j);
     if (t >= U_) return;
-    if (mem(k, j) > cap_) return;
+    if (capped_ && md_.memory(footprint(i, j), k.r, k.depth) > cap_) return;
     const double v = std::max(std::max(t, k.in_t), std::max(co, sub));
     if (v < U_) U_ = v, bj_ = j, br_ = k.r;
   }
 
   static constexpr double kSlack = 1.0 + 1e-12;  // guards the balance bound against rounding
+  static constexpr int kCacheLayers = 128;       // footprints cached per (i, j) up to this many layers
 
   const ChainCosts& c_;
   const ClusterModel& net_;
@@ -350,13 +375,17 @@ class SuffixDp {
   DpResult& res_;
   ReplicaSet rs_;
   double cap_;
+  bool capped_ = false;
+  std::vector<StageFootprint> cache_;
+  std::vector<char> cached_;
+  StageFootprint scratch_;
   double* best_;
   int32_t *choice_j_, *choice_r_;
   std::vector<int> rlist_;
   std::vector<RC> rcs_;
   double total_;
   bool measured_ar_;
-  const double *Cp_, *Pp_, *Op_, *Sp_, *outb_;
+  const double *Cp_, *Pp_, *outb_;
   double U2_;
   double U_ = kInf;  // the state's incumbent, its j and r
   int bj_ = -1, br_ = -1;

@@ -10,6 +10,7 @@
 #include "pipetrain/optim.hpp"
 #include "pipetrain/report.hpp"
 #include "pipetrain/data.hpp"
+#include "pipetrain/memory_info.hpp"
 #include "pipetrain/model.hpp"
 #include "pipetrain/stability.hpp"
 
@@ -20,12 +21,13 @@ PlannerInputs planner_inputs(const PlannerArgs& a, bool need_profile) {
   PlannerInputs in;
   if (!a.deck.empty()) in.deck = std::make_unique<Deck>(load_deck(a.deck, a.sets));
   // the model alone (not TrainSetup: the deck's split may not fit this command's rank count)
-  std::unique_ptr<Model> model;
+  std::unique_ptr<Model>& model = in.model;
   int64_t mb_size = 0;
   if (in.deck) {
     const DataInfo info = data_info(*in.deck);
     model = std::make_unique<Model>(*in.deck, info.shape, info.classes);
     in.model_layers = model->size();
+    in.mem = deck_memory(*in.deck, *model, memory_budget(*in.deck, std::max(1, a.ranks)).bytes, startup_resident_bytes());
     mb_size = schedule_def(in.deck->parallel.schedule)
                   .unit_size(in.deck->train.batch_size, static_cast<int>(in.deck->parallel.microbatches));
   }
@@ -130,6 +132,7 @@ Plan plan_from_layout(const PlannerInputs& in, int ranks, int64_t batch, const s
   cfg.batch_size = batch;
   cfg.keep_schedule = false;
   cfg.max_actions = PlanOptions().sim_budget;
+  cfg.memory = in.mem.source, cfg.memory_shared = in.mem.shared;
   plan.sim = simulate(in.profile, in.cluster, cfg);
   plan.fits = plan.sim.ok && (in.memory <= 0 || plan.sim.max_memory <= in.memory);
   return plan;
@@ -156,6 +159,7 @@ int cmd_plan(const PlanArgs& a) {
   if (!a.schedules.empty()) o.schedules = a.schedules;
   o.microbatches = a.microbatches;
   o.memory_cap = in.memory;
+  o.memory = in.mem.source, o.memory_shared = in.mem.shared;
   o.veto = in.veto();
   o.bsp_batch = a.bsp_batch;
   o.batch_growth_margin = a.batch_growth_margin;

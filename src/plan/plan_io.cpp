@@ -97,9 +97,7 @@ std::string Plan::to_json() const {
         e["max_in_flight"] = sp.memory.in_flight;
         e["weight_versions"] = sp.memory.versions;
         e["memory_bytes"] = sp.memory.total();
-        e["memory"] = {{"activations", sp.memory.activations}, {"buffers", sp.memory.buffers},
-                       {"gradients", sp.memory.gradients}, {"weights", sp.memory.weights},
-                       {"optimizer", sp.memory.optimizer}};
+        e["memory"] = memory_json(sp.memory)["categories"];  // the memory model's categories (memory_model.hpp)
         e["forward_s_per_unit"] = sp.forward_s;
         e["backward_s_per_unit"] = sp.backward_s;
         e["allreduce_s"] = sp.allreduce_s;

@@ -13,10 +13,10 @@
 namespace pt {
 namespace {
 
-// Per-stage sums of the profile, at the profile's microbatch. bwd_w is the weight-gradient
-// part of the backward (W; I = bwd - bwd_w); dgrad the output gradients W keeps per unit.
+// Per-stage sums of the profile's costs, at the profile's microbatch. bwd_w is the
+// weight-gradient part of the backward (W; I = bwd - bwd_w). (Memory: the memory model.)
 struct StageSums {
-  double fwd = 0, bwd = 0, bwd_w = 0, params = 0, opt_bytes = 0, stash = 0, dgrad = 0, in = 0, out = 0;
+  double fwd = 0, bwd = 0, bwd_w = 0, params = 0, in = 0, out = 0;
 };
 
 // The W share of a layer's backward: measured, or half of it for a parametrised layer of a
@@ -37,9 +37,6 @@ StageSums stage_sums(const Profile& p, const Layout& l, int s) {
     t.bwd += lp.backward_s;
     t.bwd_w += weight_backward_s(lp);
     t.params += lp.param_bytes;
-    t.opt_bytes += lp.optimizer_bytes;
-    t.stash += lp.stash_bytes;
-    if (lp.param_bytes > 0) t.dgrad += lp.output_bytes;
   }
   t.in = f == 0 ? p.input_bytes : p.layers[static_cast<size_t>(f - 1)].output_bytes;
   t.out = p.layers[static_cast<size_t>(e - 1)].output_bytes;
@@ -55,8 +52,6 @@ std::vector<StageSums> all_sums(const Profile& p, const Layout& l) {
 }
 
 }  // namespace
-
-double weight_copies(int versions, bool bf16) { return bf16 ? 2.5 + 0.5 * (versions - 1) : versions; }
 
 double unit_samples(const SimConfig& cfg, const Profile& p) {
   const double B = cfg.batch_size > 0 ? static_cast<double>(cfg.batch_size) : profile_mb(p);
@@ -91,25 +86,6 @@ CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConf
     ar.push_back(c.allreduce_seconds(c.level_of(first, first + r - 1), r, st[static_cast<size_t>(s)].params));
   }
   m.allreduce = [ar](int stage) { return ar[static_cast<size_t>(stage)]; };
-  return m;
-}
-
-MemoryBreakdown worker_memory(const Profile& p, const Schedule& s, int rank, double samples_per_unit) {
-  const Layout& L = s.layout;
-  const double scale = samples_per_unit / profile_mb(p);
-  MemoryBreakdown m;
-  for (int st : L.stages_of_rank(rank)) {
-    const StageSums t = stage_sums(p, L, st);
-    const int n = std::max(1, max_in_flight(s, rank, st)), versions = max_versions_held(s, rank, st);
-    const double per_unit = t.in + t.stash + (s.def->split_backward ? t.dgrad : 0.0);
-    m.in_flight = std::max(m.in_flight, n);
-    m.versions = std::max(m.versions, versions);
-    m.activations += n * per_unit * scale;
-    m.buffers += n * ((st + 1 < L.stages() ? t.out : 0.0) + (st > 0 ? t.in : 0.0)) * scale;
-    m.gradients += t.params;
-    m.weights += weight_copies(versions, p.precision == Precision::bf16) * t.params;
-    m.optimizer += t.opt_bytes;
-  }
   return m;
 }
 
@@ -199,6 +175,9 @@ void worker_measures(const Profile& p, const SimConfig& cfg, const Schedule& sch
   const double su = unit_samples(cfg, p), scale = su / profile_mb(p), len = out.window_end - out.window_start;
   const std::vector<StageSums> sums = all_sums(p, L);
   double bubble_sum = 0, p2p = 0, ar_payload = 0, ar_wire = 0;
+  // the memory model (memory_model.hpp) with this replay's IR: units in flight and versions
+  const MemoryModel mm(cfg.memory ? cfg.memory : profile_footprints(p), L, sched,
+                       static_cast<int64_t>(std::llround(su)), cfg.memory_shared);
   out.memory.resize(static_cast<size_t>(L.ranks()));
   for (int w = 0; w < L.ranks(); ++w) {
     double busy = 0;
@@ -213,9 +192,9 @@ void worker_measures(const Profile& p, const SimConfig& cfg, const Schedule& sch
     }
     const double frac = len > 0 ? busy / len : 1.0;
     bubble_sum += 1.0 - frac;
-    const MemoryBreakdown mem = worker_memory(p, sched, w, su);
+    const RankMemory mem = mm.rank(w);
     out.memory[static_cast<size_t>(w)] = mem;
-    out.max_memory = std::max(out.max_memory, mem.total());
+    out.max_memory = std::max(out.max_memory, static_cast<double>(mem.total()));
     for (int s : L.stages_of_rank(w)) {
       StagePrediction& sp = out.stages[static_cast<size_t>(s)];
       sp.busy_fraction += frac / L.replicas_of(s);
@@ -276,19 +255,6 @@ std::string sim_trace_json(const SimResult& r, const std::string& title) {
   return chrome_trace_json(ev, r.layout, title);
 }
 
-namespace {
-
-std::string bytes_str(double b) {
-  char s[32];
-  if (b >= 1e9) std::snprintf(s, sizeof s, "%.2f GB", b / 1e9);
-  else if (b >= 1e6) std::snprintf(s, sizeof s, "%.2f MB", b / 1e6);
-  else if (b >= 1e3) std::snprintf(s, sizeof s, "%.1f kB", b / 1e3);
-  else std::snprintf(s, sizeof s, "%.0f B", b);
-  return s;
-}
-
-}  // namespace
-
 std::string sim_report(const SimResult& r) {
   std::ostringstream o;
   char b[256];
@@ -303,8 +269,8 @@ std::string sim_report(const SimResult& r) {
   std::snprintf(b, sizeof b, "predicted time per minibatch %.6g ms, per sample %.6g ms (%.1f samples/s), bubble %.3f\n",
                 r.time_per_minibatch * 1e3, r.time_per_sample * 1e3, r.samples_per_s, r.bubble);
   o << b;
-  o << "bytes per sample: p2p " << bytes_str(r.bytes_p2p_per_sample) << ", allreduce payload "
-    << bytes_str(r.bytes_allreduce_per_sample) << ", on the network (ring) " << bytes_str(r.network_bytes_per_sample)
+  o << "bytes per sample: p2p " << bytes_text(r.bytes_p2p_per_sample) << ", allreduce payload "
+    << bytes_text(r.bytes_allreduce_per_sample) << ", on the network (ring) " << bytes_text(r.network_bytes_per_sample)
     << "\n";
   std::snprintf(b, sizeof b, "%-6s %-9s %-4s %12s %12s %12s %7s %9s %9s %12s\n", "stage", "layers", "reps", "fwd ms/unit",
                 "bwd ms/unit", "allreduce ms", "busy", "in-flight", "versions", "memory");
@@ -314,10 +280,10 @@ std::string sim_report(const SimResult& r) {
     std::snprintf(b, sizeof b, "%-6zu %-9s %-4d %12.4f %12.4f %12.4f %7.3f %9d %9d %12s\n", s,
                   (std::to_string(sp.first) + "-" + std::to_string(sp.last)).c_str(), sp.replicas, sp.forward_s * 1e3,
                   sp.backward_s * 1e3, sp.allreduce_s * 1e3, sp.busy_fraction, sp.memory.in_flight, sp.memory.versions,
-                  bytes_str(sp.memory.total()).c_str());
+                  bytes_text(sp.memory.total()).c_str());
     o << b;
   }
-  o << "peak memory per worker: " << bytes_str(r.max_memory) << "\n";
+  o << "peak memory per worker (memory model): " << bytes_text(r.max_memory) << "\n";
   return o.str();
 }
 

@@ -42,6 +42,7 @@ int cmd_simulate(const SimulateArgs& a) {
   } else if (in.deck && in.deck->parallel.split_auto) {
     PlanOptions o;
     o.memory_cap = in.memory;
+    o.memory = in.mem.source, o.memory_shared = in.mem.shared;
     o.veto = in.veto();
     Plan p = choose_plan(in.profile, in.cluster, a.ranks, in.batch, o);
     if (!p.ok) fail(Exit::bad_input, "parallel.split = \"auto\": " + p.error, true);
@@ -61,6 +62,7 @@ int cmd_simulate(const SimulateArgs& a) {
   if (a.ranks > 0 && a.compare.empty() && cfg.layout.ranks() != a.ranks)
     fail(Exit::bad_input, "command line: --ranks " + std::to_string(a.ranks) + " but the layout from " + from + " has " +
                               std::to_string(cfg.layout.ranks()) + " ranks", true);
+  cfg.memory = in.mem.source, cfg.memory_shared = in.mem.shared;  // the deck's model, when there is one
   SimResult r = simulate(in.profile, in.cluster, cfg);
   if (rank != 0) return r.ok ? 0 : static_cast<int>(Exit::bad_input);
   std::printf("simulating %s with profile %s\ncluster: %s\n", from.c_str(), in.profile.source.c_str(), in.cluster.describe().c_str());

@@ -88,7 +88,7 @@ void Reporter::on_update(const UpdateReport& r, const TrainClock& clock) {
 }
 
 void Reporter::log_eval(int64_t step, bool epoch_end, double seconds, int64_t steps, const Executor::EvalResult& res,
-                        const TrainClock& clock, double lr) {
+                        const TrainClock& clock, double lr, double eval_s) {
   if (!active_) return;
   final_acc_ = static_cast<double>(res.correct) / static_cast<double>(std::max<int64_t>(1, res.labels));
   final_test_loss_ = res.loss_sum / static_cast<double>(std::max<int64_t>(1, res.samples));
@@ -99,18 +99,21 @@ void Reporter::log_eval(int64_t step, bool epoch_end, double seconds, int64_t st
   if (hit && time_to_target_ < 0) time_to_target_ = clock.train_time, reached = true;
   const double sps = static_cast<double>(steps * deck_.train.batch_size) / std::max(1e-9, seconds);
   const char* acc = unit_.empty() ? "test accuracy" : "next-token accuracy";
+  char ev[96];
+  std::snprintf(ev, sizeof ev, "evaluated %lld samples in %s", static_cast<long long>(res.samples), human_time(eval_s).c_str());
   if (epoch_end) {
     last_train_loss_ = train_loss;
-    std::printf("epoch %lld: train loss %s  test loss %s  %s %.4f  (%s samples/s, epoch %s)%s\n",
+    std::printf("epoch %lld: train loss %s  test loss %s  %s %.4f  (%s samples/s, epoch %s; %s)%s\n",
                 static_cast<long long>(clock.epoch + 1), loss_words(train_loss).c_str(), loss_words(final_test_loss_).c_str(), acc,
-                final_acc_, human_rate(sps).c_str(), human_time(seconds).c_str(), reached ? "  target reached" : "");
+                final_acc_, human_rate(sps).c_str(), human_time(seconds).c_str(), ev, reached ? "  target reached" : "");
   } else {
-    std::printf("step %lld: test loss %s  %s %.4f%s\n", static_cast<long long>(step), loss_words(final_test_loss_).c_str(), acc,
-                final_acc_, reached ? "  target reached" : "");
+    std::printf("step %lld: test loss %s  %s %.4f  (%s)%s\n", static_cast<long long>(step), loss_words(final_test_loss_).c_str(), acc,
+                final_acc_, ev, reached ? "  target reached" : "");
   }
   std::fflush(stdout);
   nlohmann::json j = {{"type", epoch_end ? "epoch" : "eval"}, {"epoch", clock.epoch}, {"step", step}, {"test_loss", final_test_loss_},
-                      {"test_accuracy", final_acc_}, {"elapsed_s", clock.train_time}, {"lr", lr}};
+                      {"test_accuracy", final_acc_}, {"elapsed_s", clock.train_time}, {"lr", lr}, {"eval_s", eval_s},
+                      {"eval_samples", res.samples}};
   if (!unit_.empty()) j["test_bits_per_" + unit_] = final_test_loss_ / std::log(2.0);
   if (epoch_end) j["loss"] = train_loss, j["train_loss"] = train_loss, j["samples_per_s"] = sps;
   metrics_->append(j.dump());

@@ -32,8 +32,9 @@ class Reporter {
   // A segment starts at t0; evaluation between segments is not training time.
   void start_segment(double t0, double last_segment_end);
   void on_update(const UpdateReport& r, const TrainClock& clock);
+  // eval_s: the evaluation's wall seconds (printed, and eval_s in the record)
   void log_eval(int64_t step, bool epoch_end, double seconds, int64_t steps, const Executor::EvalResult& res,
-                const TrainClock& clock, double lr);
+                const TrainClock& clock, double lr, double eval_s);
   WorkerState::Reporting totals(double epoch_time) const;
 
   double final_accuracy() const { return final_acc_; }

@@ -10,6 +10,7 @@
 
 #include "pipetrain/commands.hpp"
 #include "pipetrain/error.hpp"
+#include "pipetrain/memory_info.hpp"
 #include "pipetrain/report.hpp"
 
 namespace pt {
@@ -50,8 +51,10 @@ namespace {
 
 // Per rank, in this order: first stage, replica, compute s, wall s, p2p bytes, allreduce
 // bytes, activation, buffer, weight and optimizer bytes, versions held, units in flight,
-// skipped updates, slot bytes per sample, allreduce network bytes.
-constexpr size_t kStats = 15;
+// skipped updates, slot bytes per sample, allreduce network bytes, peak resident bytes (the
+// kernel's high-water mark, read after the end-of-run gathers), training forward seconds,
+// evaluation compute seconds and the samples it evaluated on a first stage.
+constexpr size_t kStats = 19;
 
 std::vector<double> rank_stats(const RunOutputs& o) {
   const ExecutorStats& st = o.ex.stats();
@@ -62,7 +65,8 @@ std::vector<double> rank_stats(const RunOutputs& o) {
           static_cast<double>(st.bytes_p2p), static_cast<double>(st.bytes_allreduce), static_cast<double>(st.activation_bytes),
           static_cast<double>(st.buffer_bytes), static_cast<double>(st.weight_bytes), static_cast<double>(st.optimizer_bytes),
           static_cast<double>(versions), static_cast<double>(st.max_in_flight), static_cast<double>(st.skipped_updates),
-          static_cast<double>(slot_bytes), static_cast<double>(st.bytes_allreduce_network)};
+          static_cast<double>(slot_bytes), static_cast<double>(st.bytes_allreduce_network),
+          static_cast<double>(peak_resident_bytes()), st.forward_s, st.eval_compute_s, static_cast<double>(st.eval_samples)};
 }
 
 // The summary's formula of a rank: the largest over its stages; null where only the
@@ -116,32 +120,38 @@ std::vector<std::vector<float>> gather_state(const RunOutputs& o) {
 }
 
 // Final weights: replica 0 of each stage sends its parameters to the reporter (tag 77000 +
-// stage), which lays them out per layer.
+// stage), one stage at a time from one host copy; the reporter lays its own straight out of
+// its weight stores and receives the others one stage at a time (the memory model's
+// snapshots count these copies).
 std::vector<std::vector<float>> gather_weights(const RunOutputs& o) {
   const ParallelContext& ctx = o.ctx;
   const Layout& layout = o.setup.layout;
   const Model& model = *o.setup.model;
-  std::map<int, std::vector<float>> mine;
+  std::vector<std::vector<float>> per_layer(static_cast<size_t>(model.size()));
   for (const StageRuntime* r : o.stages) {
-    std::vector<float>& host = mine[r->id];
-    host.resize(r->weights->size());
-    r->stage->backend().to_host(host.data(), r->weights->latest(), host.size());
-    if (ctx.replica() == 0 && !ctx.is_reporter() && !host.empty()) {
+    if (ctx.is_reporter()) {
+      for (int l = r->stage->first(); l < r->stage->last(); ++l) {
+        std::vector<float>& v = per_layer[static_cast<size_t>(l)];
+        v.resize(static_cast<size_t>(model.layer(l).num_params()));
+        if (!v.empty()) r->stage->backend().to_host(v.data(), r->weights->latest() + r->stage->param_offset(l), v.size());
+      }
+    } else if (ctx.replica() == 0 && r->weights->size() > 0) {
+      std::vector<float> host(r->weights->size());
+      r->stage->backend().to_host(host.data(), r->weights->latest(), host.size());
       MPI_Request req;
       MPI_Isend(host.data(), static_cast<int>(host.size()), MPI_FLOAT, ctx.reporter(), 77000 + r->id, ctx.world(), &req);
       ctx.wait(&req, [&] { return std::string("sending final weights to the reporter"); });
     }
   }
-  std::vector<std::vector<float>> per_layer(static_cast<size_t>(model.size()));
   if (!ctx.is_reporter()) return per_layer;
+  const std::vector<int> mine = layout.stages_of_rank(ctx.rank());
   for (int s = 0; s < layout.stages(); ++s) {
     const int f = layout.first_layer(s), l = layout.end_layer(s);
-    std::vector<float> buf = mine.count(s) ? mine[s] : std::vector<float>(static_cast<size_t>(model.num_params(f, l)));
-    if (!mine.count(s) && !buf.empty()) {
-      MPI_Request req;
-      MPI_Irecv(buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, layout.rank_of(s, 0), 77000 + s, ctx.world(), &req);
-      ctx.wait(&req, [&] { return "final weights of stage " + std::to_string(s); });
-    }
+    if (std::find(mine.begin(), mine.end(), s) != mine.end() || model.num_params(f, l) == 0) continue;
+    std::vector<float> buf(static_cast<size_t>(model.num_params(f, l)));
+    MPI_Request req;
+    MPI_Irecv(buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, layout.rank_of(s, 0), 77000 + s, ctx.world(), &req);
+    ctx.wait(&req, [&] { return "final weights of stage " + std::to_string(s); });
     int64_t off = 0;
     for (int li = f; li < l; ++li) {
       const int64_t k = model.layer(li).num_params();
@@ -154,9 +164,23 @@ std::vector<std::vector<float>> gather_weights(const RunOutputs& o) {
 
 struct Totals {
   double bubble = 0, p2p = 0, ar = 0, ar_net = 0, skipped = 0, samples = 0, bsp_net = 0;
+  double forward_s = 0, eval_compute_s = 0, eval_samples = 0;  // summed over ranks
   double network() const { return (p2p + ar_net) / std::max(1.0, samples); }
   double reduction() const { return bsp_net > 0 ? 1.0 - network() / bsp_net : 0.0; }
 };
+
+// The estimate (memory_model.hpp) beside the measured peak: their ratio, and the ratio of what
+// the model models, without the measured base on either side.
+void rank_memory(const RunOutputs& o, int r, int64_t peak, nlohmann::json& j) {
+  j["peak_rss_bytes"] = peak;
+  if (static_cast<size_t>(r) >= o.estimate.size()) return;
+  const RankMemory& m = o.estimate[static_cast<size_t>(r)];
+  const int64_t base = m[MemCategory::runtime];
+  j["estimated_bytes"] = m.total();
+  j["memory"] = memory_json(m)["categories"];
+  j["estimate_over_peak"] = peak > 0 ? static_cast<double>(m.total()) / static_cast<double>(peak) : 0.0;
+  j["modelled_over_peak_less_base"] = peak > base ? static_cast<double>(m.modelled()) / static_cast<double>(peak - base) : 0.0;
+}
 
 nlohmann::json per_rank(const RunOutputs& o, const std::vector<double>& all, Totals& t) {
   nlohmann::json ranks = nlohmann::json::array();
@@ -171,7 +195,10 @@ nlohmann::json per_rank(const RunOutputs& o, const std::vector<double>& all, Tot
                      {"weight_versions", static_cast<int>(v[10])}, {"weight_versions_formula", rank_formula(o.setup, r, true)},
                      {"max_in_flight", static_cast<int>(v[11])}, {"in_flight_formula", rank_formula(o.setup, r, false)},
                      {"skipped_updates", static_cast<int64_t>(v[12])},
-                     {"activation_bytes_per_microbatch", static_cast<int64_t>(v[13]) * o.setup.mb_size}});
+                     {"activation_bytes_per_microbatch", static_cast<int64_t>(v[13]) * o.setup.mb_size},
+                     {"forward_compute_s", v[16]}, {"eval_compute_s", v[17]}});
+    t.forward_s += v[16], t.eval_compute_s += v[17], t.eval_samples += v[18];
+    rank_memory(o, r, static_cast<int64_t>(v[15]), ranks.back());
   }
   return ranks;
 }
@@ -219,7 +246,13 @@ nlohmann::json summary_json(const RunOutputs& o, const Totals& t, nlohmann::json
       {"network_bytes_per_sample", t.network()}, {"bsp_network_bytes_per_sample", t.bsp_net},
       {"communication_reduction_vs_bsp", t.reduction()}, {"skipped_updates", static_cast<int64_t>(t.skipped)},
       {"device", o.stages.front()->stage->backend().describe()}, {"blas", blas_description()}, {"seed", o.deck.run.seed},
-      {"model_hash", std::to_string(o.deck.model_hash())}, {"per_rank", std::move(ranks)}};
+      {"model_hash", std::to_string(o.deck.model_hash())}, {"eval_batch_size", o.eval_mb}, {"eval_s", o.eval_time},
+      {"eval_samples", static_cast<int64_t>(t.eval_samples)},
+      {"eval_s_per_sample", t.eval_samples > 0 ? o.eval_time / t.eval_samples : 0.0},
+      // compute seconds per sample summed over ranks: evaluation forwards against training FORWARDs
+      {"eval_compute_s_per_sample", t.eval_samples > 0 ? t.eval_compute_s / t.eval_samples : 0.0},
+      {"forward_compute_s_per_sample", t.samples > 0 ? t.forward_s / t.samples : 0.0},
+      {"per_rank", std::move(ranks)}};
   const nlohmann::json rates = token_rates(o, t.samples / std::max(1e-9, o.train_time_this_run));
   for (auto& [k, v] : rates.items()) s[k] = v;
   for (auto& [k, v] : o.extra.items()) s[k] = v;
@@ -244,6 +277,19 @@ void write_trace(const RunOutputs& o, const std::vector<std::vector<double>>& tr
   write_file_atomic(o.run_dir + "/trace.json", chrome_trace_json(events, o.setup.layout, "pipetrain " + o.setup.def->name));
 }
 
+// Memory per rank at the end: estimate against the measured peak.
+void print_memory(const RunOutputs& o, const std::vector<double>& all) {
+  std::string s = "memory per rank (estimate / measured peak):";
+  for (int r = 0; r < o.ctx.size() && static_cast<size_t>(r) < o.estimate.size(); ++r) {
+    const double peak = all[static_cast<size_t>(r) * kStats + 15], est = static_cast<double>(o.estimate[static_cast<size_t>(r)].total());
+    char b[128];
+    std::snprintf(b, sizeof b, "%s rank %d %s / %s (%.3f)", r ? "," : "", r, bytes_text(est).c_str(), bytes_text(peak).c_str(),
+                  peak > 0 ? est / peak : 0.0);
+    s += b;
+  }
+  std::printf("%s\n", s.c_str());
+}
+
 }  // namespace
 
 void write_initial_weights(const RunOutputs& o) {
@@ -252,12 +298,16 @@ void write_initial_weights(const RunOutputs& o) {
   write_weights_h5(o.run_dir + "/weights_init.h5", *o.setup.model, per_layer, o.deck, o.input, per_layer_state);
 }
 
+// weights.h5 first, so that each rank's peak (in the statistics) includes the gathers.
 void write_run_outputs(const RunOutputs& o) {
   const ParallelContext& ctx = o.ctx;
   const Model& model = *o.setup.model;
+  {
+    const std::vector<std::vector<float>> per_layer = gather_weights(o), per_layer_state = gather_state(o);
+    if (ctx.is_reporter()) write_weights_h5(o.run_dir + "/weights.h5", model, per_layer, o.deck, o.input, per_layer_state);
+  }
   const std::vector<double> all = gather_doubles(ctx, rank_stats(o), ctx.reporter(), "run statistics");
   const std::vector<std::vector<double>> traces = gatherv(ctx, timeline_doubles(o), ctx.reporter(), "timeline");
-  const std::vector<std::vector<float>> per_layer = gather_weights(o), per_layer_state = gather_state(o);
   if (!ctx.is_reporter()) return;
   Totals t;
   t.samples = static_cast<double>(o.steps_run * o.deck.train.batch_size);
@@ -266,7 +316,6 @@ void write_run_outputs(const RunOutputs& o) {
   nlohmann::json ranks = per_rank(o, all, t);
   write_file_atomic(o.run_dir + "/summary.json", summary_json(o, t, std::move(ranks)).dump(2) + "\n");
   write_trace(o, traces);
-  write_weights_h5(o.run_dir + "/weights.h5", model, per_layer, o.deck, o.input, per_layer_state);
   std::printf("wrote %s/{summary.json, metrics.jsonl, trace.json, weights.h5, deck.toml}\n", o.run_dir.c_str());
   const double sps = t.samples / std::max(1e-9, o.train_time_this_run);
   const nlohmann::json rates = token_rates(o, sps);
@@ -281,6 +330,7 @@ void write_run_outputs(const RunOutputs& o) {
               o.setup.def->name.c_str(), enum_name(o.deck.train.precision), ctx.size(), o.setup.layout.stages(), o.setup.layout.replication().c_str(),
               o.setup.microbatches, sps, t.bubble / ctx.size(), o.final_accuracy,
               o.train_time, t.network(), t.reduction(), token_fields);
+  print_memory(o, all);
   std::fflush(stdout);
   if (o.deck.run.plots) write_run_plots(o.run_dir);
 }

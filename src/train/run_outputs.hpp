@@ -5,6 +5,7 @@
 
 #include "pipetrain/data.hpp"
 #include "pipetrain/engine.hpp"
+#include "pipetrain/memory_model.hpp"
 #include "pipetrain/train.hpp"
 
 namespace pt {
@@ -26,6 +27,9 @@ struct RunOutputs {
   std::string last_checkpoint;
   InputTransform input;  // how samples become model inputs (weights.h5 records it)
   std::string token_unit;  // "byte" or "token" for token models (tokens/s and mfu), else ""
+  std::vector<RankMemory> estimate;  // every rank's memory estimate (memory_model.hpp)
+  int64_t eval_mb = 0;
+  double eval_time = 0;  // evaluation wall seconds this run
   nlohmann::json extra = nlohmann::json::object();  // more summary fields (e.g. the plan)
 };
 

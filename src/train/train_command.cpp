@@ -15,6 +15,8 @@
 #include "checkpoint_policy.hpp"
 #include "pipetrain/commands.hpp"
 #include "pipetrain/error.hpp"
+#include "pipetrain/memory_info.hpp"
+#include "pipetrain/memory_model.hpp"
 #include "pipetrain/train.hpp"
 #include "reporter.hpp"
 #include "resume.hpp"
@@ -60,10 +62,12 @@ class Trainer final : public TrainControl {
 
  private:
   void setup();
+  void fit_memory();
   void build_stages();
   void resume_and_open();
   bool nothing_left() const;  // resumed at or past the run's last step
   void banner() const;
+  std::string memory_banner() const;
   bool run_segment(std::vector<int64_t>& perm, int64_t& perm_epoch);
   bool end_segment(bool epoch_end, double t_seg);
   void finish(bool stopped);
@@ -88,9 +92,12 @@ class Trainer final : public TrainControl {
   ResumePoint resume_;
   const std::vector<WorkerState>* resume_state_ = nullptr;
   std::string run_dir_, ckpt_dir_, plan_json_;
+  int64_t eval_mb_ = 1;                   // the evaluation microbatch (train.eval_batch_size, or sized to fit)
+  std::vector<RankMemory> estimate_;      // every rank's memory estimate (the same on every rank)
+  std::vector<MemoryBudget> budgets_;     // every rank's budget
   TrainClock clock_;
   int64_t total_steps_ = 0, spe_ = 0, epoch_steps_ = 0, steps_done_ = 0, first_step_ = 0;
-  double epoch_time_ = 0, time_this_run_ = 0, last_segment_end_ = 0, t_origin_ = 0;
+  double epoch_time_ = 0, time_this_run_ = 0, last_segment_end_ = 0, t_origin_ = 0, eval_time_ = 0;
 };
 
 // Deck, plan, layout, data, communicators and the backend.
@@ -103,6 +110,7 @@ void Trainer::setup() {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   data_ = open_data_everywhere(deck_, rank);
+  memory_trace("data open");
   const int64_t N = data_.train->size();
   spe_ = setup_.steps_per_epoch(deck_, N);
   total_steps_ = setup_.total_steps(deck_, N);
@@ -111,16 +119,50 @@ void Trainer::setup() {
   ckpt_dir_ = deck_.checkpoint.dir.empty() ? run_dir_ + "/checkpoints" : deck_.checkpoint.dir;
   be_ = deck_.run.device == Device::cuda ? make_cuda_backend(0) : make_host_backend();
   be_->set_precision(deck_.train.precision);  // GEMM and convolution inputs
+  fit_memory();
   build_stages();
+  memory_trace("stages built");
   const size_t lag = static_cast<size_t>(setup_.layout.stages()) + 1;
   policy_ = std::make_unique<CheckpointPolicy>(deck_, args_, *ctx_, setup_.boundary_stride(), lag, &g_signal);
   reporter_ = std::make_unique<Reporter>(deck_, ctx_->is_reporter(), total_steps_, setup_.layout.stages() - 1,
                                          data_.train->token_unit(), data_.train->label_count());
 }
 
+// Before anything is allocated: every rank's estimate (memory_model.hpp) against every rank's
+// budget, computed on every rank from every rank's measured base and budget, so that the
+// evaluation microbatch (train.eval_batch_size = 0: sized to fit) and the decision are the
+// same everywhere; a rank over its budget stops the job (exit 2, one message).
+void Trainer::fit_memory() {
+  RunMemoryInputs in;
+  in.train_samples = data_.train->size(), in.test_samples = data_.test->size();
+  in.data_bytes = data_.train->held_bytes() + data_.test->held_bytes();
+  in.label_count = data_.train->label_count();
+  in.resuming = !args_.resume.empty();
+  const MemoryBudget mine = memory_budget(deck_, ranks_on_node(MPI_COMM_WORLD));
+  const double v[5] = {static_cast<double>(startup_resident_bytes()), static_cast<double>(mine.bytes),
+                       static_cast<double>(mine.available), static_cast<double>(mine.resident), static_cast<double>(mine.ranks_on_node)};
+  std::vector<double> all(5 * static_cast<size_t>(ctx_->size()));
+  MPI_Allgather(v, 5, MPI_DOUBLE, all.data(), 5, MPI_DOUBLE, MPI_COMM_WORLD);
+  int64_t least = 0;
+  for (size_t r = 0; r < static_cast<size_t>(ctx_->size()); ++r) {
+    const double* x = &all[5 * r];
+    in.base.push_back(static_cast<int64_t>(x[0]));
+    MemoryBudget b = mine;
+    b.bytes = static_cast<int64_t>(x[1]), b.available = static_cast<int64_t>(x[2]), b.resident = static_cast<int64_t>(x[3]);
+    b.ranks_on_node = static_cast<int>(x[4]);
+    budgets_.push_back(b);
+    if (b.bytes > 0) least = least > 0 ? std::min(least, b.bytes) : b.bytes;
+  }
+  eval_mb_ = resolve_eval_batch(deck_, *setup_.model, in.test_samples, in.label_count, least);
+  estimate_ = run_memory(deck_, setup_, in, eval_mb_);
+  if (deck_.run.device != Device::cpu) return;  // the buffers live on the GPU: the host budget does not bound them
+  const std::string problem = fit_problem(deck_, setup_, estimate_, budgets_, eval_mb_);
+  if (!problem.empty()) fail(Exit::bad_input, problem, true);
+}
+
 // One runtime per stage this rank holds, its parameters initialised from (seed, layer).
 void Trainer::build_stages() {
-  const int64_t eval_mb = std::min<int64_t>(deck_.train.eval_batch_size, data_.test->size());
+  const int64_t eval_mb = eval_mb_;
   for (int s : ctx_->stages()) {
     auto r = std::make_unique<StageRuntime>(*be_, *setup_.model, setup_.layout, s, setup_.mb_size, eval_mb,
                                             setup_.def->split_backward, deck_.train,
@@ -201,6 +243,7 @@ void Trainer::banner() const {
               static_cast<long long>(setup_.mb_size), static_cast<long long>(deck_.train.batch_size),
               static_cast<long long>(total_steps_), static_cast<long long>(spe_),
               !setup_.def->valid_gradients ? "  ** ablation baseline: backward uses the latest weights, gradients are INVALID **" : "");
+  std::printf("%s", memory_banner().c_str());
   std::printf("run directory: %s; checkpoints: %s\n", run_dir_.c_str(), ckpt_dir_.c_str());
   std::printf("%s", warmup_warning(deck_, total_steps_).c_str());
   if (resume_.valid)
@@ -210,6 +253,21 @@ void Trainer::banner() const {
 }
 
 bool Trainer::nothing_left() const { return resume_.valid && resume_.meta.step >= total_steps_; }
+
+// The estimate per rank (the first 8 and the largest) and the budget, before training.
+std::string Trainer::memory_banner() const {
+  std::string s = "memory (estimate per rank): ";
+  size_t big = 0;
+  for (size_t r = 0; r < estimate_.size(); ++r) {
+    if (estimate_[r].total() > estimate_[big].total()) big = r;
+    if (r < 8) s += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + " " + bytes_text(static_cast<double>(estimate_[r].total()));
+  }
+  if (estimate_.size() > 8) s += ", ... the most: rank " + std::to_string(big) + " " + bytes_text(static_cast<double>(estimate_[big].total()));
+  const MemoryBudget& b = budgets_[big];
+  s += "; budget " + (b.bytes > 0 ? bytes_text(static_cast<double>(b.bytes)) : std::string("unknown")) + "; evaluation microbatch " +
+       std::to_string(eval_mb_) + (deck_.train.eval_batch_size == 0 ? " (sized to fit)" : "") + "\n";
+  return s;
+}
 
 int Trainer::run() {
   setup();
@@ -263,6 +321,7 @@ bool Trainer::run_segment(std::vector<int64_t>& perm, int64_t& perm_epoch) {
   clock_.t_epoch0 = now_s();
   reporter_->start_segment(clock_.t_epoch0, last_segment_end_);
   const bool finished = ex_->train(ir, segment, steps_done_ * B, *this, resume_state_);
+  if (resume_state_) resume_.states = std::vector<WorkerState>();  // restored: its host copies go (the memory model's snapshots)
   resume_state_ = nullptr;
   last_segment_end_ = now_s();
   const double t_seg = last_segment_end_ - clock_.t_epoch0;
@@ -284,15 +343,21 @@ bool Trainer::run_segment(std::vector<int64_t>& perm, int64_t& perm_epoch) {
 
 // The drained end of a segment: evaluate, log, and checkpoint or stop as agreed.
 bool Trainer::end_segment(bool epoch_end, double t_seg) {
+  memory_trace("segment trained");
+  const double t0 = now_s();
   const Executor::EvalResult res = ex_->evaluate(*eval_ir_);
+  const double eval_s = now_s() - t0;
+  eval_time_ += eval_s;
+  memory_trace("evaluated");
   const int64_t steps = epoch_end ? steps_done_ - clock_.epoch * spe_ : epoch_steps_;
   reporter_->log_eval(steps_done_, epoch_end, epoch_end ? epoch_time_ : t_seg, steps, res, clock_,
-                      stages_.front()->opt->current_lr());
+                      stages_.front()->opt->current_lr(), eval_s);
   const bool last = steps_done_ >= total_steps_;
   const CheckpointPolicy::Decision d = policy_->at_segment_end(steps_done_, last);
   if (d.checkpoint) {
     std::vector<WorkerState> st = drained_states();
     commit(st, true);
+    memory_trace("checkpoint");
   }
   return d.stop && !last;
 }
@@ -395,6 +460,9 @@ void Trainer::finish(bool stopped) {
   out.last_checkpoint = policy_->last_checkpoint();
   out.input = data_.train->input_transform();
   out.token_unit = data_.train->token_unit();
+  out.estimate = estimate_;
+  out.eval_mb = eval_mb_;
+  out.eval_time = eval_time_;
   if (!plan_json_.empty()) {  // the plan of parallel.split = "auto", and its prediction beside the measurement
     const nlohmann::json plan = nlohmann::json::parse(plan_json_);
     out.extra["plan"] = plan;
@@ -404,7 +472,9 @@ void Trainer::finish(bool stopped) {
     out.extra["measured_time_per_sample_s"] = measured;
     out.extra["prediction_error"] = predicted > 0 ? (measured - predicted) / predicted : 0.0;
   }
+  memory_trace("before outputs");
   write_run_outputs(out);
+  memory_trace("outputs");
   ctx_->barrier("end of training");
 }
 

@@ -3,6 +3,7 @@
 #include "pipetrain/memory_info.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -62,6 +63,26 @@ int ranks_on_node(MPI_Comm comm) {
   MPI_Comm_size(node, &n);
   MPI_Comm_free(&node);
   return n;
+}
+
+namespace {
+int64_t g_startup_resident = -1;
+}
+
+void record_startup_resident() { g_startup_resident = resident_bytes(); }
+int64_t startup_resident_bytes() { return g_startup_resident >= 0 ? g_startup_resident : resident_bytes(); }
+
+void memory_trace(const char* where) {
+  static const bool on = [] {
+    const char* v = std::getenv("PT_MEMORY_TRACE");
+    return v && *v && std::string(v) != "0";
+  }();
+  if (!on) return;
+  int rank = 0, init = 0;
+  MPI_Initialized(&init);
+  if (init) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "memory rank %d %-28s resident %9.1f MB  peak %9.1f MB\n", rank, where, resident_bytes() / 1e6,
+               peak_resident_bytes() / 1e6);
 }
 
 }  // namespace pt

@@ -91,9 +91,11 @@ Eval objective(const Instance& in, const std::vector<int>& first, const std::vec
     int rest = 0;
     for (int t = s; t < K; ++t) rest += reps[static_cast<size_t>(t)];
     const int d = (rest + r - 1) / r;
-    const double inb = i == 0 ? c.input_bytes : c.out[static_cast<size_t>(i) - 1];
-    const double mem = in_flight(c, d, r) * (inb + S + (j < L ? c.out[static_cast<size_t>(j) - 1] : 0.0) + (i > 0 ? inb : 0.0)) +
-                       (1.0 + versions(c, d)) * P + O;
+    // the memory model's (memory_model.hpp), which the DP's cap uses too: the search is what is
+    // checked here, and the rules' units in flight and versions against the ones written out above
+    EXPECT_EQ(rule_in_flight(c, d, r), in_flight(c, d, r));
+    EXPECT_EQ(rule_versions(c, d), versions(c, d));
+    const double mem = stage_memory(c, i, j, r, d);
     e.max_memory = std::max(e.max_memory, mem);
     if (s + 1 < K) {
       const int o1 = off + r, r1 = reps[static_cast<size_t>(s) + 1];

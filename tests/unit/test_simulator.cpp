@@ -104,7 +104,7 @@ TEST(Simulator, TwoBwMatchesOneFOneBWithoutFlush) {
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_NEAR(r.time_per_minibatch, 3.0 * M, 1e-9);
   EXPECT_NEAR(r.bubble, 0.0, 1e-12);
-  for (const MemoryBreakdown& m : r.memory) EXPECT_EQ(m.versions, 2);
+  for (const RankMemory& m : r.memory) EXPECT_EQ(m.versions, 2);
 }
 
 TEST(Simulator, RingAllreduceAndLevels) {
@@ -202,9 +202,10 @@ TEST(Simulator, Bf16StashesCostHalf) {
       ASSERT_TRUE(r.ok) << r.error;
       const ChainCosts cc = ChainCosts::from_profile(p, schedule_def(k), M, 4);
       for (int s = 0; s < 4; ++s) {
-        const MemoryBreakdown& m = r.stages[static_cast<size_t>(s)].memory;
+        const RankMemory& m = r.stages[static_cast<size_t>(s)].memory;
         const double P = p.layers[static_cast<size_t>(s)].param_bytes, v = m.versions;
-        EXPECT_DOUBLE_EQ(m.weights, bf16 ? 2.5 * P + (v - 1) * P / 2 : v * P) << prec << " " << k << " stage " << s;
+        const double weights = static_cast<double>(m[MemCategory::master] + m[MemCategory::weight_copies]);
+        EXPECT_DOUBLE_EQ(weights, bf16 ? 2.5 * P + (v - 1) * P / 2 : v * P) << prec << " " << k << " stage " << s;
         const double want = stage_memory(cc, s, s + 1, 1, l.in_flight_depth(s));
         EXPECT_NEAR(m.total(), want, 1e-9 * want) << prec << " " << k << " stage " << s;
       }

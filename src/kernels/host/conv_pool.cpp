@@ -107,6 +107,26 @@ void HostBackend::conv2d_backward(const WindowGeom& g, int64_t n, const float* x
   }
 }
 
+// Each pass by the library the rule gives it: oneDNN keeps its plan's ports (conv_pass_bytes)
+// and grows its scratchpad; im2col grows the backend's workspace (the sizes of the calls above).
+ConvKernelBytes HostBackend::conv_kernel_bytes(const WindowGeom& g, int64_t n, bool bias, bool train, bool data) {
+  ConvKernelBytes k;
+  if (n <= 0) return k;
+  const int64_t K = g.c_in * g.kernel * g.kernel, GP = group_size(g, n) * g.h_out * g.w_out;
+  for (ConvPass pass : {ConvPass::forward, ConvPass::backward_weights, ConvPass::backward_data}) {
+    if (pass != ConvPass::forward && (!train || (pass == ConvPass::backward_data && !data))) continue;
+    if (onednn_conv(g, n, pass)) {
+      int64_t pad = 0;
+      k.kept += onednn().conv_pass_bytes(precision(), g, n, pass, bias, &pad);
+      k.scratchpad = std::max(k.scratchpad, pad);
+    } else {
+      const int64_t cols = pass == ConvPass::forward ? K : 2 * K;
+      k.scratch = std::max<int64_t>(k.scratch, (cols * GP + g.c_out * GP) * 4);
+    }
+  }
+  return k;
+}
+
 void HostBackend::im2col_conv_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
                                       float* y) {
   const int64_t K = g.c_in * g.kernel * g.kernel, P = g.h_out * g.w_out;

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "pipetrain/error.hpp"
 #include "pipetrain/rng.hpp"
@@ -25,10 +27,44 @@ std::unique_ptr<Backend> make_host_backend() { return std::make_unique<host::Hos
 
 namespace host {
 
+namespace {
+
+// PT_HUGE_PAGES is not "0" (alloc asks for huge pages), and the kernel may give them.
+bool huge_pages_asked() {
+  const char* huge = std::getenv("PT_HUGE_PAGES");
+  return !(huge && std::string(huge) == "0");
+}
+
+bool huge_pages_given() {
+  static const bool given = [] {
+    std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string line;
+    return std::getline(in, line) && line.find("[never]") == std::string::npos;
+  }();
+  return given;
+}
+
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+
+}  // namespace
+
+}  // namespace host
+
+int64_t host_resident_bytes(int64_t bytes, bool huge_pages) {
+  const size_t b = static_cast<size_t>(std::max<int64_t>(0, bytes));
+  if (huge_pages && b >= host::kHugePageBytes && host::huge_pages_asked() && host::huge_pages_given())
+    return static_cast<int64_t>(host::round_up(b, host::kHugePageBytes));
+  if (b >= (size_t{128} << 10)) return static_cast<int64_t>(host::round_up(b, size_t{4} << 10));
+  return static_cast<int64_t>(b);
+}
+
+namespace host {
+
 HostBackend::HostBackend() {
   PT_CHECK(Kokkos::is_initialized(), "Kokkos must be initialised before the host backend");
-  const char* huge = std::getenv("PT_HUGE_PAGES");
-  huge_pages_ = !(huge && std::string(huge) == "0");
+  huge_pages_ = huge_pages_asked();
   onednn_threads_default();
 }
 
@@ -46,7 +82,7 @@ float* HostBackend::alloc(size_t n) {
   const size_t bytes = n * sizeof(float);
   float* p = nullptr;
   if (huge_pages_ && bytes >= kHugePage) {
-    const size_t span = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    const size_t span = round_up(bytes, kHugePage);
     void* v = nullptr;
     PT_CHECK(posix_memalign(&v, kHugePage, span) == 0, "host backend: cannot allocate " << span << " bytes");
     madvise(v, span, MADV_HUGEPAGE);  // advice only: without huge pages the buffer works the same

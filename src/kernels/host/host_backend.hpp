@@ -114,6 +114,7 @@ class HostBackend final : public Backend {
   void release_int(int32_t* p) override;
   void labels_from_host(int32_t* dst, const int32_t* host, size_t n) override;
 
+  ConvKernelBytes conv_kernel_bytes(const WindowGeom& g, int64_t n, bool bias, bool train, bool data) override;
   void set_fp32_kernels(Fp32Kernels k) { fp32_kernels_ = k; }
   Fp32Kernels fp32_kernels() const { return fp32_kernels_; }
   OneDnn& onednn();  // created on first use

@@ -48,6 +48,8 @@ struct GemmArgs {
   bool c_packed = false;
 };
 
+enum class ConvPass;  // below
+
 class OneDnn {
  public:
   OneDnn();
@@ -63,6 +65,13 @@ class OneDnn {
   // dw += dL/dw when dw is not null; db += dL/db when db is not null.
   void conv_backward_weights(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* dy, float* dw,
                              float* db);
+
+  // What a convolution's plan keeps for one pass (its ports' layout copies, bf16 input copies
+  // and accumulators: make_port's allocations), from the primitive descriptors the plan would
+  // build, without building it; *scratchpad: the pass's scratchpad (oneDNN's global
+  // scratchpad grows to the largest). conv_plans_bytes: the same over the plans built so far.
+  int64_t conv_pass_bytes(Precision p, const WindowGeom& g, int64_t n, ConvPass pass, bool bias, int64_t* scratchpad) const;
+  int64_t conv_plans_bytes() const;
 
   // Implementation names (primitive_desc::impl_info_str) of the primitives this object uses
   // for a shape: creates (and caches) them when needed.

@@ -103,6 +103,40 @@ dnnl::convolution_forward::desc fwd_desc(Precision p, const WindowGeom& g, int64
   return dnnl::convolution_forward::desc(kind, alg, src, wei, dst, strides(g), pads(g), pads(g));
 }
 
+dnnl::convolution_backward_data::desc data_desc(Precision p, const WindowGeom& g, int64_t n) {
+  const dt in = input_type(p);
+  return dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, src_md(g, n, dt::f32, tag::any),
+                                               wei_md(g, in, tag::any), dst_md(g, n, in, tag::any), strides(g), pads(g),
+                                               pads(g));
+}
+
+dnnl::convolution_backward_weights::desc weights_desc(Precision p, const WindowGeom& g, int64_t n, bool bias) {
+  const dt in = input_type(p);
+  const md src = src_md(g, n, in, tag::any), wei = wei_md(g, dt::f32, tag::any), dst = dst_md(g, n, in, tag::any);
+  const auto alg = dnnl::algorithm::convolution_direct;
+  if (bias) return dnnl::convolution_backward_weights::desc(alg, src, wei, bias_md(g), dst, strides(g), pads(g), pads(g));
+  return dnnl::convolution_backward_weights::desc(alg, src, wei, dst, strides(g), pads(g), pads(g));
+}
+
+// The bytes make_port allocates for a port: a bf16 input the primitive takes in the plain
+// layout gets its rounded copy, an accumulated output its accumulator, and a primitive
+// layout other than the caller's its own memory.
+int64_t port_bytes(const md& user_md, const md& prim_md, Role role) {
+  const bool bf16_input = role == Role::input && user_md.data_type() == dt::bf16;
+  const md user = bf16_input && prim_md != user_md ? as_f32(user_md) : user_md;
+  int64_t b = 0;
+  if (bf16_input && prim_md == user_md) b += static_cast<int64_t>(user_md.get_size());
+  if (role == Role::accumulate) b += static_cast<int64_t>(user_md.get_size());
+  if (prim_md != user) b += static_cast<int64_t>(prim_md.get_size());
+  return b;
+}
+
+int64_t port_bytes(const Port& port) {
+  int64_t b = static_cast<int64_t>(port.bf16.size() * sizeof(uint16_t) + port.acc.size() * sizeof(float));
+  if (port.reorders()) b += static_cast<int64_t>(port.prim.get_desc().get_size());
+  return b;
+}
+
 }  // namespace
 
 ConvPlan& OneDnn::Impl::conv_plan(Precision p, const WindowGeom& g, int64_t n) {
@@ -143,10 +177,7 @@ ConvOp& OneDnn::Impl::conv_data(Precision p, ConvPlan& plan, const WindowGeom& g
   if (op.ready) return op;
   try {
     const dt in = input_type(p);
-    const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, src_md(g, n, dt::f32, tag::any),
-                                                  wei_md(g, in, tag::any), dst_md(g, n, in, tag::any), strides(g),
-                                                  pads(g), pads(g));
-    const dnnl::convolution_backward_data::primitive_desc pd(d, eng, plan.hint);
+    const dnnl::convolution_backward_data::primitive_desc pd(data_desc(p, g, n), eng, plan.hint);
     make_port(op.src, eng, src_md(g, n, dt::f32, tag::nchw), pd.diff_src_desc(), Role::output);
     make_port(op.wei, eng, wei_md(g, in, tag::oihw), pd.weights_desc(), Role::input);
     make_port(op.dst, eng, dst_md(g, n, in, tag::nchw), pd.diff_dst_desc(), Role::input);
@@ -164,12 +195,7 @@ ConvOp& OneDnn::Impl::conv_weights(Precision p, ConvPlan& plan, const WindowGeom
   if (op.ready) return op;
   try {
     const dt in = input_type(p);
-    const md src = src_md(g, n, in, tag::any), wei = wei_md(g, dt::f32, tag::any), dst = dst_md(g, n, in, tag::any);
-    const auto d = bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, wei,
-                                                                   bias_md(g), dst, strides(g), pads(g), pads(g))
-                        : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, wei, dst,
-                                                                   strides(g), pads(g), pads(g));
-    const dnnl::convolution_backward_weights::primitive_desc pd(d, eng, plan.hint);
+    const dnnl::convolution_backward_weights::primitive_desc pd(weights_desc(p, g, n, bias), eng, plan.hint);
     make_port(op.src, eng, src_md(g, n, in, tag::nchw), pd.src_desc(), Role::input);
     make_port(op.wei, eng, wei_md(g, dt::f32, tag::oihw), pd.diff_weights_desc(), Role::accumulate);
     make_port(op.dst, eng, dst_md(g, n, in, tag::nchw), pd.diff_dst_desc(), Role::input);
@@ -258,6 +284,45 @@ void OneDnn::conv_backward_weights(Precision p, const WindowGeom& g, int64_t n, 
   }
   if (dw) add_into(op.wei.acc, dw);
   if (db) add_into(op.bias_acc, db);
+}
+
+int64_t OneDnn::conv_pass_bytes(Precision p, const WindowGeom& g, int64_t n, ConvPass pass, bool bias,
+                                int64_t* scratchpad) const {
+  const dnnl::engine& eng = impl_->eng;
+  const dt in = input_type(p);
+  try {
+    const dnnl::convolution_forward::primitive_desc hint(fwd_desc(p, g, n, false), eng);
+    if (pass == ConvPass::forward) {
+      const dnnl::convolution_forward::primitive_desc pd(fwd_desc(p, g, n, bias), eng);
+      *scratchpad = static_cast<int64_t>(pd.scratchpad_desc().get_size());
+      return port_bytes(src_md(g, n, in, tag::nchw), pd.src_desc(), Role::input) +
+             port_bytes(wei_md(g, in, tag::oihw), pd.weights_desc(), Role::input) +
+             port_bytes(dst_md(g, n, dt::f32, tag::nchw), pd.dst_desc(), Role::output);
+    }
+    if (pass == ConvPass::backward_data) {
+      const dnnl::convolution_backward_data::primitive_desc pd(data_desc(p, g, n), eng, hint);
+      *scratchpad = static_cast<int64_t>(pd.scratchpad_desc().get_size());
+      return port_bytes(src_md(g, n, dt::f32, tag::nchw), pd.diff_src_desc(), Role::output) +
+             port_bytes(wei_md(g, in, tag::oihw), pd.weights_desc(), Role::input) +
+             port_bytes(dst_md(g, n, in, tag::nchw), pd.diff_dst_desc(), Role::input);
+    }
+    const dnnl::convolution_backward_weights::primitive_desc pd(weights_desc(p, g, n, bias), eng, hint);
+    *scratchpad = static_cast<int64_t>(pd.scratchpad_desc().get_size());
+    return port_bytes(src_md(g, n, in, tag::nchw), pd.src_desc(), Role::input) +
+           port_bytes(wei_md(g, dt::f32, tag::oihw), pd.diff_weights_desc(), Role::accumulate) +
+           port_bytes(dst_md(g, n, in, tag::nchw), pd.diff_dst_desc(), Role::input) + (bias ? g.c_out * 4 : 0);
+  } catch (const dnnl::error& e) {
+    onednn_fail(conv_str(p, g, n) + " (sizes)", e);
+  }
+}
+
+int64_t OneDnn::conv_plans_bytes() const {
+  int64_t b = 0;
+  for (const auto& [key, plan] : impl_->convs)
+    for (const ConvOp* op : {&plan->fwd[0], &plan->fwd[1], &plan->data, &plan->weights[0], &plan->weights[1]})
+      if (op->ready)
+        b += port_bytes(op->src) + port_bytes(op->wei) + port_bytes(op->dst) + static_cast<int64_t>(op->bias_acc.size() * 4);
+  return b;
 }
 
 std::string OneDnn::conv_impl(Precision p, const WindowGeom& g, int64_t n) {

@@ -1,0 +1,215 @@
+// The memory model (memory_model.hpp): its stage footprints are the engine's own allocations
+// (a Stage, its StagePools, WeightStore and evaluation buffers built for real report the
+// same sizes), the short IR it reads units in flight and versions from gives what the whole
+// segment's IR gives for every registered schedule, the evaluation microbatch that
+// train.eval_batch_size = 0 picks fits its share of the budget, the fit check's message
+// names the rank, category, budget and remedies, data_info predicts what the opened data
+// hold, and a convolution's kernel bytes are what its oneDNN plan keeps once run.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <unistd.h>
+
+#include "../../src/kernels/host/host_backend.hpp"
+#include "../../src/kernels/host/onednn.hpp"
+#include "pipetrain/data.hpp"
+#include "pipetrain/engine.hpp"
+#include "pipetrain/error.hpp"
+#include "pipetrain/memory_model.hpp"
+#include "pipetrain/schedule_registry.hpp"
+#include "pipetrain/train.hpp"
+
+namespace pt {
+namespace {
+
+const char* kDeck =
+    "[data]\nsource = \"synthetic\"\nshape = [6]\nclasses = 3\ntrain_samples = 64\ntest_samples = 40\n"
+    "[model]\n"
+    "[[model.layers]]\ntype = \"linear\"\nout = 5\n"
+    "[[model.layers]]\ntype = \"relu\"\n"
+    "[[model.layers]]\ntype = \"linear\"\nout = 4\n"
+    "[[model.layers]]\ntype = \"layernorm\"\n"
+    "[[model.layers]]\ntype = \"linear\"\nout = 3\n"
+    "[[model.layers]]\ntype = \"softmax_cross_entropy\"\n"
+    "[train]\nbatch_size = 8\nmax_steps = 4\noptimizer = \"adamw\"\n"
+    "[parallel]\nsplit = [2, 4]\nmicrobatches = 4\n";
+
+Deck deck_with(const std::vector<std::string>& sets) { return parse_deck_text(kDeck, "mem.toml", sets); }
+
+// Every stage of a 3-stage layout, built as the trainer builds it, reports what the model's
+// footprint says, for a fused and a split backward, in fp32 and bf16.
+TEST(MemoryModel, FootprintsAreWhatTheEngineAllocates) {
+  for (const char* sched : {"1f1b", "zb-h1", "pipedream"})
+    for (const char* prec : {"fp32", "bf16"}) {
+      const Deck deck = deck_with({std::string("parallel.schedule=\"") + sched + "\"", std::string("train.precision=\"") + prec + "\"",
+                                   std::string("parallel.microbatches=") + (std::string(sched) == "pipedream" ? "1" : "4")});
+      const TrainSetup setup = TrainSetup::from_deck(deck, 3);
+      const bool bf16 = deck.train.precision == Precision::bf16;
+      auto be = make_host_backend();
+      be->set_precision(deck.train.precision);
+      const Schedule ir = make_schedule(*setup.def, setup.layout, 4, setup.microbatches);
+      ModelMemoryInputs mi;
+      mi.bf16 = bf16, mi.optimizer_states = 2, mi.labels_per_sample = 1, mi.eval_mb = 7;
+      const auto src = model_footprints(*setup.model, mi);
+      for (int s = 0; s < 3; ++s) {
+        StageRuntime r(*be, *setup.model, setup.layout, s, setup.mb_size, 7, setup.def->split_backward, deck.train, 4);
+        r.pools.prepare(ir, s, s, setup.mb_size, 1);
+        r.weights->prepare(ir, s, s);
+        r.eval_buffers(7);
+        const StageFootprint f = src->stage(setup.layout.first_layer(s), setup.layout.end_layer(s), setup.mb_size, setup.def->split_backward);
+        const std::string what = std::string(sched) + " " + prec + " stage " + std::to_string(s);
+        EXPECT_EQ(f.geo.slot_floats, r.stage->slot_floats()) << what;
+        EXPECT_EQ(f.params, r.stage->num_params()) << what;
+        const int n = r.pools.size(), v = r.weights->max_held();
+        EXPECT_EQ(n, max_in_flight(ir, s, s)) << what;
+        EXPECT_EQ(n * (f.unit.activation_bytes() - f.unit.labels * 4), r.pools.activation_bytes()) << what;
+        EXPECT_EQ(n * f.unit.buffer_bytes(), r.pools.buffer_bytes()) << what;
+        EXPECT_EQ(WeightStore::sizes(static_cast<size_t>(f.params), bf16, max_versions_held(ir, s, s)).bytes(), r.weights->bytes()) << what;
+        EXPECT_EQ(static_cast<int64_t>(r.grads.bytes()), (f.params + 1) * 4) << what;
+        int64_t opt = 0;
+        for (Buffer* b : r.opt->state()) opt += static_cast<int64_t>(b->bytes());
+        EXPECT_EQ(opt, f.optimizer_floats * 4) << what;
+        const StageRuntime::EvalBuffers& eb = r.eval_buffers(7);
+        EXPECT_EQ(static_cast<int64_t>(eb.in[0].bytes() + eb.in[1].bytes() + eb.out[0].bytes() + eb.out[1].bytes()) +
+                      (r.last ? f.eval.labels * 4 : 0),
+                  f.eval.bytes()) << what;
+        (void)v;
+      }
+    }
+}
+
+// Backend::conv_kernel_bytes before a convolution ran equals what the oneDNN plans keep after
+// its forward, weight and data passes (layout copies, bf16 copies, accumulators), in both
+// precisions, and the evaluation's forward at another size adds its own plan.
+TEST(MemoryModel, ConvKernelBytesAreWhatThePlansKeep) {
+  WindowGeom g;
+  g.c_in = 32, g.h_in = g.w_in = 14, g.c_out = 64, g.h_out = g.w_out = 14, g.kernel = 3, g.padding = 1;
+  const int64_t n = 8, e = 5, in = n * 32 * 14 * 14, out = n * 64 * 14 * 14, wn = 64 * 32 * 9;
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    host::HostBackend be;
+    be.set_precision(p);
+    const ConvKernelBytes train = be.conv_kernel_bytes(g, n, true, true, true), eval = be.conv_kernel_bytes(g, e, true, false, false);
+    EXPECT_GT(train.kept, 0);
+    std::vector<float> x(in, 0.5f), y(out), dy(out, 0.25f), dx(in), w(wn, 0.1f), b(64, 0.0f), dw(wn), db(64);
+    be.conv2d_forward(g, n, x.data(), w.data(), b.data(), y.data());
+    be.conv2d_backward(g, n, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data());
+    EXPECT_EQ(be.onednn().conv_plans_bytes(), train.kept) << (p == Precision::bf16 ? "bf16" : "fp32");
+    be.conv2d_forward(g, e, x.data(), w.data(), b.data(), y.data());
+    EXPECT_EQ(be.onednn().conv_plans_bytes(), train.kept + eval.kept) << (p == Precision::bf16 ? "bf16" : "fp32");
+  }
+}
+
+// The IR of memory_ir_steps minibatches holds as many units in flight and weight versions,
+// on every rank and stage, as the whole segment's, for every registered schedule.
+TEST(MemoryModel, ShortIrHasTheSegmentsUnitsAndVersions) {
+  struct Case {
+    std::vector<int> first, reps;
+    Placement placement;
+    int layers;
+  };
+  const std::vector<Case> cases = {{{0}, {1}, Placement::contiguous, 8},      {{0, 4}, {1, 1}, Placement::contiguous, 8},
+                                   {{0, 2, 5}, {1, 1, 1}, Placement::contiguous, 8}, {{0, 4}, {2, 1}, Placement::contiguous, 8},
+                                   {{0, 3}, {2, 2}, Placement::contiguous, 8},  {{0, 2, 4, 6}, {1, 1}, Placement::looped, 8},
+                                   {{0, 2, 4, 6}, {1, 1}, Placement::v, 8},     {{0, 1, 2, 3, 4, 5, 6, 7}, {1, 1, 1, 1}, Placement::v, 8}};
+  int checked = 0;
+  for (const ScheduleDef* def : schedule_defs()) {
+    if (!def->deck_choice) continue;
+    for (const Case& c : cases) {
+      if (c.placement != def->placement) continue;
+      const Layout l = Layout::make(c.first, c.layers, c.reps, c.placement);
+      for (int M : {1, 2, 4, 8}) {
+        if (!def->problem(l, M).empty()) continue;
+        const int64_t stride = def->boundary_stride(l);
+        const int64_t longest = stride * 24;
+        const int64_t steps = memory_ir_steps(*def, l, M, longest);
+        ASSERT_LE(steps, longest);
+        const Schedule shorter = make_schedule(*def, l, steps, M), whole = make_schedule(*def, l, longest, M);
+        for (int r = 0; r < l.ranks(); ++r)
+          for (int s : l.stages_of_rank(r)) {
+            EXPECT_EQ(max_in_flight(shorter, r, s), max_in_flight(whole, r, s)) << def->name << " " << l.str() << " M=" << M;
+            EXPECT_EQ(max_versions_held(shorter, r, s), max_versions_held(whole, r, s)) << def->name << " " << l.str() << " M=" << M;
+          }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 40);
+}
+
+TEST(MemoryModel, EvalBatchSizedToFitItsShare) {
+  const Deck deck = deck_with({});
+  EXPECT_EQ(deck.train.eval_batch_size, 0);  // auto is the default
+  const TrainSetup setup = TrainSetup::from_deck(deck, 3);
+  // no budget known: the cap (and the test set)
+  EXPECT_EQ(resolve_eval_batch(deck, *setup.model, 40, 1, 0), 40);
+  EXPECT_EQ(resolve_eval_batch(deck, *setup.model, 1000, 1, 0), kEvalAutoMax);
+  // a tight budget: the largest e whose evaluation buffers fit 1/8 of it
+  for (int64_t budget : {int64_t{20000}, int64_t{60000}, int64_t{200000}}) {
+    const int64_t e = resolve_eval_batch(deck, *setup.model, 1000, 1, budget);
+    ModelMemoryInputs mi;
+    auto bytes = [&](int64_t x) {
+      mi.eval_mb = x;
+      return stage_memory(model_footprints(*setup.model, mi)->stage(0, setup.model->size(), 1, false), 1, 1)[MemCategory::evaluation];
+    };
+    EXPECT_GE(e, 1);
+    if (e > 1) EXPECT_LE(static_cast<double>(bytes(e)), kEvalBudgetShare * static_cast<double>(budget)) << budget;
+    if (e < kEvalAutoMax) EXPECT_GT(static_cast<double>(bytes(e + 1)), kEvalBudgetShare * static_cast<double>(budget)) << budget;
+  }
+  // an explicit size is kept (at most the test set)
+  const Deck fixed = deck_with({"train.eval_batch_size=500"});
+  EXPECT_EQ(resolve_eval_batch(fixed, *setup.model, 1000, 1, 1), 500);
+  EXPECT_EQ(resolve_eval_batch(fixed, *setup.model, 40, 1, 1), 40);
+}
+
+TEST(MemoryModel, FitCheckNamesRankCategoryBudgetAndRemedies) {
+  const Deck deck = deck_with({"cluster.memory=1e5"});
+  const TrainSetup setup = TrainSetup::from_deck(deck, 3);
+  RunMemoryInputs in;
+  in.train_samples = 64, in.test_samples = 40, in.base = {1000};
+  const std::vector<RankMemory> est = run_memory(deck, setup, in, 8);
+  ASSERT_EQ(est.size(), 3u);
+  for (const RankMemory& m : est) EXPECT_EQ(m[MemCategory::runtime], 1000);
+  MemoryBudget big = memory_budget(deck, 3);
+  EXPECT_TRUE(big.from_deck);
+  EXPECT_EQ(big.bytes, 100000);
+  big.bytes = int64_t{1} << 40;
+  EXPECT_EQ(fit_problem(deck, setup, est, {big}, 8), "");
+  MemoryBudget tight = memory_budget(deck, 3);
+  tight.bytes = est[1].total() - 1;  // rank 0 fits, rank 1 does not
+  std::vector<MemoryBudget> budgets = {big, tight, big};
+  const std::string msg = fit_problem(deck, setup, est, budgets, 8);
+  EXPECT_NE(msg.find("rank 1 does not fit in memory"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::string("(largest: ") + memory_category_name(est[1].largest())), std::string::npos) << msg;
+  EXPECT_NE(msg.find("from cluster.memory (command line '--set cluster.memory=1e5')"), std::string::npos) << msg;
+  for (const char* remedy : {"parallel.microbatches = 4", "parallel.recompute", "more stages", "train.eval_batch_size = 8"})
+    EXPECT_NE(msg.find(remedy), std::string::npos) << remedy << ": " << msg;
+}
+
+// data_info predicts the samples and bytes open_data's splits hold.
+TEST(MemoryModel, DataInfoPredictsTheHeldBytes) {
+  char dir[] = "/tmp/pt_memdata.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string text = std::string(dir) + "/corpus.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 400; ++i) f << "line " << i << " of a small corpus for the memory model test\n";
+  }
+  std::vector<std::vector<std::string>> decks = {{}, {"data.source=\"text\"", "data.path=\"" + text + "\"", "data.seq_len=16"}};
+  if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) == 0) decks.push_back({"data.source=\"fashion-mnist\""});
+  for (const auto& sets : decks) {
+    const Deck d = deck_with(sets);
+    const DataInfo info = data_info(d);
+    const DataSplit s = open_data(d);
+    EXPECT_EQ(info.train_samples, s.train->size()) << enum_name(d.data.source);
+    EXPECT_EQ(info.test_samples, s.test->size()) << enum_name(d.data.source);
+    EXPECT_EQ(info.held_bytes, s.train->held_bytes() + s.test->held_bytes()) << enum_name(d.data.source);
+  }
+  std::remove(text.c_str());
+  rmdir(dir);
+}
+
+}  // namespace
+}  // namespace pt
