@@ -4,12 +4,15 @@
 // split-backward schedules, the output gradient of every layer whose weight gradient runs
 // later and the composites' split regions), and forward/backward/inference over a slot.
 // Used by the executor, the profiler and the sequential emulator alike.
+// Recomputation (parallel.recompute, recompute.hpp) changes what a unit in flight keeps:
+// slot_geometry() is the one sizing rule, shared with the memory model.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "pipetrain/backend.hpp"
 #include "pipetrain/model.hpp"
+#include "pipetrain/recompute.hpp"
 
 namespace pt {
 
@@ -23,9 +26,29 @@ struct PollHook {
 class Stage {
  public:
   // keep_output_grads: slots also hold each splitting layer's output gradient, from
-  // backward_input until backward_weight (the zero-bubble schedules).
+  // backward_input until backward_weight (the zero-bubble schedules). recompute: what a unit
+  // in flight keeps (slot_geometry).
   Stage(Backend& be, const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb,
-        bool keep_output_grads = false);
+        bool keep_output_grads = false, Recompute recompute = Recompute::none);
+
+  // The per-unit buffers of layers [first, last) under a recompute mode, in floats per sample:
+  //  - layout: the slot the layers compute in (stage input, every output, saved extras, and
+  //    with keep_output_grads the kept output gradients and split regions), with each layer's
+  //    saved extras as the mode has them (Layer::aux_floats; full: as none);
+  //  - unit: what one unit in flight keeps from its F until its B (or W): the layout under
+  //    none and selective; under full only the stage's input and output (the output stays for
+  //    the SEND_ACT, the input for the recompute), the layout then living in a recompute
+  //    buffer only while a B runs, or from an I until its W;
+  //  - recompute: a recompute buffer (the layout) under full, else 0.
+  // What D's memory model multiplies by units in flight (unit) and by recompute buffers.
+  struct SlotGeometry {
+    int64_t layout = 0, unit = 0, recompute = 0, input = 0, output = 0;
+  };
+  static SlotGeometry slot_geometry(const Model& model, int first, int last, bool keep_output_grads, Recompute mode);
+  Recompute recompute() const { return mode_; }
+  // The mode's layout equals another's (selective without a selective layer is none's):
+  // what a checkpoint's units need to come back as they were.
+  Recompute layout_mode(Recompute mode) const;
 
   int first() const { return first_; }
   int last() const { return last_; }
@@ -58,12 +81,29 @@ class Stage {
     std::vector<float*> dout;      // per layer: its output gradient kept for backward_weight, or null
     int32_t* labels = nullptr;     // last stage only
   };
-  int64_t slot_floats() const { return slot_floats_; }  // per slot, for train_mb samples
+  // The layout (the slot layers compute in), for train_mb samples, and its carving.
+  int64_t slot_floats() const { return slot_floats_; }
   Slot carve(float* base, int32_t* labels) const;
+  // A unit's slot (SlotGeometry::unit), for train_mb samples: the layout, or under full the
+  // stage's input and output only (out holds only the output, at out.back(); no aux).
+  int64_t unit_floats() const { return unit_floats_; }
+  Slot carve_unit(float* base, int32_t* labels) const;
+  // A unit's slot as `mode` laid it out (contents of unit_floats() under that mode, host
+  // memory), as this stage's unit slot: the same contents when the layouts agree; the input
+  // and output of a whole layout when this stage recomputes fully. Empty when neither
+  // (the whole layout cannot come from an input and output without running the forward).
+  std::vector<float> unit_from(const std::vector<float>& contents, Recompute mode) const;
+  bool can_restore_units(Recompute mode) const;  // whether unit_from(., mode) gives a slot
   const float* output(const Slot& s) const { return s.out.back(); }
   float* output(Slot& s) const { return s.out.back(); }
 
   void forward(const Slot& s, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
+  // Full recomputation before a backward: the training forward again into a recompute
+  // buffer's layout, with the same kernels, dropout keys and weights as the unit's FORWARD,
+  // but no running state touched (batch norm normalises with the batch statistics as in any
+  // training forward and leaves its running statistics alone: ctx.state is ignored), so the
+  // layout holds bitwise what the FORWARD computed.
+  void recompute_forward(const Slot& s, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
   // grads accumulate. dy: gradient of the stage output (ignored when the stage ends in the
   // loss). dx: where the gradient of the stage input goes (null: not needed).
   void backward(const Slot& s, const float* params, float* grads, const float* dy, float* dx, const LayerCtx& ctx,
@@ -97,8 +137,8 @@ class Stage {
   // One splitting layer's weight-gradient half alone, for the profiler (dy: its output gradient).
   void backward_weight_layer(int layer, const Slot& s, const float* params, float* grads, const float* dy,
                              const LayerCtx& ctx, int64_t n) const;
-  // Bytes of activations a slot keeps per sample (inputs, outputs, saved extras).
-  int64_t slot_bytes_per_sample() const { return slot_floats_ / train_mb_ * 4; }
+  // Bytes of activations a unit in flight keeps per sample (its slot: the unit geometry).
+  int64_t slot_bytes_per_sample() const { return unit_floats_ / train_mb_ * 4; }
   int64_t max_numel() const { return max_numel_; }
 
  private:
@@ -108,7 +148,12 @@ class Stage {
   int first_compute_;  // the stage's first layer that is not a view (last_ if none)
   int64_t train_mb_, eval_mb_;
   bool keep_dout_;
+  Recompute mode_;
   bool bf16_ = false;
+  int64_t unit_floats_ = 0;
+  // the layout under `mode` at base (carve: this stage's own mode)
+  Slot carve_layout(float* base, int32_t* labels, Recompute mode) const;
+  void run_forward(const Slot& s, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
   void round_output(int l, float* y, int64_t n) const;
   void round_input_grad(int l, float* dx, int64_t n) const;
   int64_t num_params_ = 0, slot_floats_ = 0, max_numel_ = 0, num_state_ = 0;

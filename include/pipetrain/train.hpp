@@ -33,6 +33,10 @@ struct TrainSetup {
   const ScheduleDef* def = nullptr;  // the schedule's registry entry
   int microbatches = 1;  // units per minibatch (the entry's units_per_minibatch)
   int64_t mb_size = 0;   // samples per unit (the entry's unit_size)
+  // parallel.recompute per stage (one value repeated, or the deck's list); the planner may
+  // choose per stage one day, so everything downstream reads this vector
+  std::vector<Recompute> recompute;
+  Recompute recompute_of(int stage) const { return recompute.at(static_cast<size_t>(stage)); }
   static TrainSetup from_deck(const Deck& deck, int world_size);
 
   // Minibatches per epoch for N training samples: whole minibatches only, and a multiple of

@@ -24,6 +24,7 @@ TrainSetup TrainSetup::from_deck(const Deck& deck, int world_size) {
     fail(Exit::bad_input, deck.where("parallel.microbatches") + ": key 'parallel.microbatches' (schedule " + t.def->name +
                               ", " + t.layout.str() + "): " + why, true);
   t.mb_size = t.def->unit_size(deck.train.batch_size, static_cast<int>(deck.parallel.microbatches));
+  t.recompute = deck.parallel.recompute.for_stages(t.layout.stages());
   if (const std::string why = tie_conflict(deck, *t.def, t.layout); !why.empty())
     fail(Exit::bad_input, deck.where("parallel.schedule") + ": key 'parallel.schedule': " + why, true);
   if (deck.train.eval_every % t.boundary_stride() != 0)

@@ -88,7 +88,8 @@ std::vector<std::unique_ptr<StageRuntime>> build_stages(Backend& be, const Deck&
   const int64_t eval_mb = std::min<int64_t>(deck.train.eval_batch_size, data.test->size());
   for (int s : ctx.stages()) {
     out.push_back(std::make_unique<StageRuntime>(be, *setup.model, setup.layout, s, setup.mb_size, eval_mb,
-                                                 setup.def->split_backward, deck.train, total / setup.version_stride(s)));
+                                                 setup.def->split_backward, deck.train, total / setup.version_stride(s),
+                                                 setup.recompute_of(s)));
     StageRuntime& r = *out.back();
     r.labels_per_sample = data.train->label_count();
     std::vector<float> w(static_cast<size_t>(r.stage->num_params())), st(static_cast<size_t>(r.stage->num_state()));
