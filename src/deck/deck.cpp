@@ -447,7 +447,7 @@ void check_recompute(const Deck& d, size_t K) {
                               split_at, true);
   if (r.values.size() != K)
     fail(Exit::bad_input, at + "has " + std::to_string(r.values.size()) + " entries " + list + " but parallel.split " +
-                              toml_int_list(d.parallel.split) + " makes " + std::to_string(K) + " stages; give one value for every "
+                              toml_int_list(d.parallel.split) + " makes " + std::to_string(K) + (K == 1 ? " stage" : " stages") + "; give one value for every "
                               "stage or one per stage" + split_at, true);
 }
 

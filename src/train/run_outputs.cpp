@@ -10,6 +10,7 @@
 
 #include "pipetrain/commands.hpp"
 #include "pipetrain/error.hpp"
+#include "pipetrain/memory_info.hpp"
 #include "pipetrain/report.hpp"
 
 namespace pt {
@@ -50,8 +51,9 @@ namespace {
 
 // Per rank, in this order: first stage, replica, compute s, wall s, p2p bytes, allreduce
 // bytes, activation, buffer, weight and optimizer bytes, versions held, units in flight,
-// skipped updates, slot bytes per sample, allreduce network bytes.
-constexpr size_t kStats = 15;
+// skipped updates, slot bytes per sample, allreduce network bytes, recompute buffer bytes,
+// peak resident bytes.
+constexpr size_t kStats = 17;
 
 std::vector<double> rank_stats(const RunOutputs& o) {
   const ExecutorStats& st = o.ex.stats();
@@ -62,7 +64,8 @@ std::vector<double> rank_stats(const RunOutputs& o) {
           static_cast<double>(st.bytes_p2p), static_cast<double>(st.bytes_allreduce), static_cast<double>(st.activation_bytes),
           static_cast<double>(st.buffer_bytes), static_cast<double>(st.weight_bytes), static_cast<double>(st.optimizer_bytes),
           static_cast<double>(versions), static_cast<double>(st.max_in_flight), static_cast<double>(st.skipped_updates),
-          static_cast<double>(slot_bytes), static_cast<double>(st.bytes_allreduce_network)};
+          static_cast<double>(slot_bytes), static_cast<double>(st.bytes_allreduce_network),
+          static_cast<double>(st.recompute_bytes), static_cast<double>(peak_resident_bytes())};
 }
 
 // The summary's formula of a rank: the largest over its stages; null where only the
@@ -171,9 +174,17 @@ nlohmann::json per_rank(const RunOutputs& o, const std::vector<double>& all, Tot
                      {"weight_versions", static_cast<int>(v[10])}, {"weight_versions_formula", rank_formula(o.setup, r, true)},
                      {"max_in_flight", static_cast<int>(v[11])}, {"in_flight_formula", rank_formula(o.setup, r, false)},
                      {"skipped_updates", static_cast<int64_t>(v[12])},
-                     {"activation_bytes_per_microbatch", static_cast<int64_t>(v[13]) * o.setup.mb_size}});
+                     {"activation_bytes_per_microbatch", static_cast<int64_t>(v[13]) * o.setup.mb_size},
+                     {"recompute_bytes", static_cast<int64_t>(v[15])}, {"peak_resident_bytes", static_cast<int64_t>(v[16])}});
   }
   return ranks;
+}
+
+// parallel.recompute per stage
+std::vector<std::string> recompute_names(const TrainSetup& setup) {
+  std::vector<std::string> out;
+  for (Recompute r : setup.recompute) out.emplace_back(enum_name(r));
+  return out;
 }
 
 nlohmann::json summary_json(const RunOutputs& o, const Totals& t, nlohmann::json ranks) {
@@ -181,7 +192,8 @@ nlohmann::json summary_json(const RunOutputs& o, const Totals& t, nlohmann::json
   const int R = o.ctx.size();
   nlohmann::json s = {
       {"status", o.status}, {"deck", o.deck.path}, {"schedule", o.setup.def->name},
-      {"valid_gradients", o.setup.def->valid_gradients}, {"precision", enum_name(o.deck.train.precision)}, {"ranks", R}, {"stages", layout.stages()},
+      {"valid_gradients", o.setup.def->valid_gradients}, {"precision", enum_name(o.deck.train.precision)},
+      {"recompute", recompute_names(o.setup)}, {"ranks", R}, {"stages", layout.stages()},
       {"placement", placement_name(layout.placement)},
       {"split", std::vector<int>(layout.first.begin() + 1, layout.first.end() - 1)}, {"replicas", layout.replicas},
       {"microbatches", o.setup.microbatches}, {"microbatch_size", o.setup.mb_size}, {"batch_size", o.deck.train.batch_size},
