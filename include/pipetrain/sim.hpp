@@ -59,16 +59,24 @@ struct SimConfig {
   // Refuse (ok = false) when the IR would exceed this many actions even with the fewest
   // minibatches that still give a steady-state window; 0 = no limit.
   int64_t max_actions = 0;
+  // parallel.recompute per stage (empty: none everywhere; TrainSetup::recompute's shape):
+  // B and I cost the recomputation too, units in flight keep less (docs/PLANNER.md)
+  std::vector<Recompute> recompute;
+  Recompute recompute_of(int stage) const {
+    return recompute.empty() ? Recompute::none : recompute.at(static_cast<size_t>(stage));
+  }
 };
 
 // Per-worker peak memory, bytes, with the runtime's layout of buffers (executor.cpp):
-// activation slots = max_in_flight x (stage input + stashed outputs), message buffers =
-// max_in_flight x (incoming gradient + outgoing gradient), one gradient buffer, weight
-// versions = weight_copies(max_versions_held, bf16) x parameters, optimizer state.
+// activation slots = max_in_flight x (stage input + stashed outputs; selective: the
+// selective stash; full: the stage input and output), message buffers = max_in_flight x
+// (incoming gradient + outgoing gradient), one gradient buffer, weight versions =
+// weight_copies(max_versions_held, bf16) x parameters, optimizer state; under full
+// recomputation recompute buffers = (1 + units between I and W) x (input + stash).
 struct MemoryBreakdown {
-  double activations = 0, buffers = 0, gradients = 0, weights = 0, optimizer = 0;
+  double activations = 0, buffers = 0, gradients = 0, weights = 0, optimizer = 0, recompute = 0;
   int in_flight = 0, versions = 0;
-  double total() const { return activations + buffers + gradients + weights + optimizer; }
+  double total() const { return activations + buffers + gradients + weights + optimizer + recompute; }
 };
 
 struct StagePrediction {
@@ -118,7 +126,8 @@ CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConf
 // versions - 1 stashes packed the same way: 2.5 + (versions - 1) / 2.
 double weight_copies(int versions, bool bf16);
 // Peak memory of rank `rank` under a built schedule (real max_in_flight/max_versions_held).
-MemoryBreakdown worker_memory(const Profile& p, const Schedule& s, int rank, double samples_per_unit);
+MemoryBreakdown worker_memory(const Profile& p, const Schedule& s, int rank, double samples_per_unit,
+                              const std::vector<Recompute>& recompute = {});
 // Samples per unit (one microbatch, or one minibatch for minibatch units: the entry's unit size).
 double unit_samples(const SimConfig& cfg, const Profile& p);
 
@@ -136,6 +145,7 @@ struct MeasuredRun {
   double train_wall_s = 0, bubble = 0, bytes_p2p_per_sample = 0, bytes_allreduce_per_sample = 0;
   std::vector<double> forward_s, backward_s;  // per stage: mean per unit from trace.json (B, or I + W)
   std::vector<int64_t> units;                 // per stage: F events counted
+  std::vector<Recompute> recompute;           // per stage (summary.json's "recompute"; empty: none)
   static MeasuredRun load(const std::string& run_dir);
   // The run's layout (split, replicas, placement) over a model of `layers` layers.
   Layout layout(int layers) const;

@@ -12,23 +12,6 @@ namespace pt {
 StagePools::StagePools(const Stage& stage, const Boundary& in, const Boundary& out, bool first, bool last)
     : stage_(stage), in_(in), out_(out), first_(first), last_(last), full_(stage.recompute() == Recompute::full) {}
 
-namespace {
-
-// The most units of `stage` on `rank` between their I and their W at once (0 without a split
-// backward): what full recomputation keeps in recompute buffers besides the one a FORWARD or
-// B uses.
-int max_kept_for_w(const Schedule& ir, int rank, int stage) {
-  int kept = 0, most = 0;
-  for (const Action& a : ir.workers[static_cast<size_t>(rank)]) {
-    if (a.stage != stage) continue;
-    if (a.op == Op::backward_input) most = std::max(most, ++kept);
-    if (a.op == Op::backward_weight) --kept;
-  }
-  return most;
-}
-
-}  // namespace
-
 StagePools::~StagePools() {
   for (int32_t* p : slot_labels_)
     if (p) stage_.backend().release_int(p);
@@ -44,7 +27,7 @@ void StagePools::prepare(const Schedule& ir, int rank, int stage, int64_t mb_siz
   for (int64_t m : rec_mb_) PT_CHECK(m < 0, "an IR starts while mb " << m << " still holds a recompute buffer");
   const int need = std::max(1, max_in_flight(ir, rank, stage));
   while (size() < need) grow(mb_size, labels_per_sample);
-  const int rec = full_ ? 1 + max_kept_for_w(ir, rank, stage) : 0;
+  const int rec = full_ ? 1 + max_between_i_and_w(ir, rank, stage) : 0;
   while (recompute_buffers() < rec) {
     rec_mem_.emplace_back(stage_.backend(), static_cast<size_t>(stage_.slot_floats()));
     rec_slots_.push_back(stage_.carve(rec_mem_.back().data(), nullptr));  // labels: the bound unit's

@@ -208,6 +208,16 @@ int max_in_flight(const Schedule& S, int rank, int stage) {
   return best;
 }
 
+int max_between_i_and_w(const Schedule& S, int rank, int stage) {
+  int cur = 0, best = 0;
+  for (const Action& a : S.workers[static_cast<size_t>(rank)]) {
+    if (a.stage != stage) continue;
+    if (a.op == Op::backward_input) best = std::max(best, ++cur);
+    if (a.op == Op::backward_weight) --cur;
+  }
+  return best;
+}
+
 double peak_activations(const Schedule& S, int rank) {
   int cur = 0, best = 0;
   for (const Action& a : S.workers[static_cast<size_t>(rank)]) {

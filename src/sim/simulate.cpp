@@ -14,9 +14,22 @@ namespace pt {
 namespace {
 
 // Per-stage sums of the profile, at the profile's microbatch. bwd_w is the weight-gradient
-// part of the backward (W; I = bwd - bwd_w); dgrad the output gradients W keeps per unit.
+// part of the backward (W; I = bwd - bwd_w); dgrad the output gradients W keeps per unit;
+// bwd_sel and stash_sel the backward and the stash under selective recomputation.
 struct StageSums {
   double fwd = 0, bwd = 0, bwd_w = 0, params = 0, opt_bytes = 0, stash = 0, dgrad = 0, in = 0, out = 0;
+  double bwd_sel = 0, stash_sel = 0;
+  // the backward (B; I: without W) with its recomputation: full reruns the stage's forward,
+  // selective measured its layers' backward with their recomputation
+  double backward(Recompute r, bool input_half) const {
+    const double b = r == Recompute::selective ? bwd_sel : bwd + (r == Recompute::full ? fwd : 0.0);
+    return input_half ? b - bwd_w : b;
+  }
+  // bytes a unit keeps from F until B (or W): full keeps the stage's input and output only
+  double kept(Recompute r, bool split) const {
+    if (r == Recompute::full) return in + out;
+    return in + (r == Recompute::selective ? stash_sel : stash) + (split ? dgrad : 0.0);
+  }
 };
 
 // The W share of a layer's backward: measured, or half of it for a parametrised layer of a
@@ -39,6 +52,8 @@ StageSums stage_sums(const Profile& p, const Layout& l, int s) {
     t.params += lp.param_bytes;
     t.opt_bytes += lp.optimizer_bytes;
     t.stash += lp.stash_bytes;
+    t.bwd_sel += lp.selective_backward();
+    t.stash_sel += lp.selective_stash();
     if (lp.param_bytes > 0) t.dgrad += lp.output_bytes;
   }
   t.in = f == 0 ? p.input_bytes : p.layers[static_cast<size_t>(f - 1)].output_bytes;
@@ -69,12 +84,15 @@ CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConf
   const std::vector<StageSums> st = all_sums(p, L);
   CostModel m;
   const double opt_per_byte = p.optimizer_s_per_byte;
-  m.compute = [st, scale, opt_per_byte](int, const Action& a) {
+  std::vector<Recompute> rec;
+  for (int s = 0; s < L.stages(); ++s) rec.push_back(cfg.recompute_of(s));
+  m.compute = [st, scale, opt_per_byte, rec](int, const Action& a) {
     const StageSums& t = st[static_cast<size_t>(a.stage)];
+    const Recompute r = rec[static_cast<size_t>(a.stage)];
     switch (a.op) {
       case Op::forward: return t.fwd * scale;
-      case Op::backward: return t.bwd * scale;
-      case Op::backward_input: return (t.bwd - t.bwd_w) * scale;
+      case Op::backward: return t.backward(r, false) * scale;
+      case Op::backward_input: return t.backward(r, true) * scale;
       case Op::backward_weight: return t.bwd_w * scale;
       case Op::optimizer_step: return opt_per_byte * t.params;
       default: return 0.0;
@@ -94,17 +112,21 @@ CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConf
   return m;
 }
 
-MemoryBreakdown worker_memory(const Profile& p, const Schedule& s, int rank, double samples_per_unit) {
+MemoryBreakdown worker_memory(const Profile& p, const Schedule& s, int rank, double samples_per_unit,
+                              const std::vector<Recompute>& recompute) {
   const Layout& L = s.layout;
   const double scale = samples_per_unit / profile_mb(p);
+  const bool split = s.def->split_backward;
   MemoryBreakdown m;
   for (int st : L.stages_of_rank(rank)) {
     const StageSums t = stage_sums(p, L, st);
+    const Recompute r = recompute.empty() ? Recompute::none : recompute.at(static_cast<size_t>(st));
     const int n = std::max(1, max_in_flight(s, rank, st)), versions = max_versions_held(s, rank, st);
-    const double per_unit = t.in + t.stash + (s.def->split_backward ? t.dgrad : 0.0);
     m.in_flight = std::max(m.in_flight, n);
     m.versions = std::max(m.versions, versions);
-    m.activations += n * per_unit * scale;
+    m.activations += n * t.kept(r, split) * scale;
+    if (r == Recompute::full)  // the recompute buffers: one for a FORWARD or B, one per unit between I and W
+      m.recompute += (1 + max_between_i_and_w(s, rank, st)) * t.kept(Recompute::none, split) * scale;
     m.buffers += n * ((st + 1 < L.stages() ? t.out : 0.0) + (st > 0 ? t.in : 0.0)) * scale;
     m.gradients += t.params;
     m.weights += weight_copies(versions, p.precision == Precision::bf16) * t.params;
@@ -187,7 +209,7 @@ void stage_predictions(const Profile& p, const SimConfig& cfg, const CostModel& 
     sp.replicas = L.replicas_of(s);
     sp.samples_per_unit = su;
     sp.forward_s = t.fwd * scale;
-    sp.backward_s = t.bwd * scale;
+    sp.backward_s = t.backward(cfg.recompute_of(s), false) * scale;
     sp.optimizer_s = p.optimizer_s_per_byte * t.params;
     sp.allreduce_s = cost.allreduce(s);
   }
@@ -213,7 +235,7 @@ void worker_measures(const Profile& p, const SimConfig& cfg, const Schedule& sch
     }
     const double frac = len > 0 ? busy / len : 1.0;
     bubble_sum += 1.0 - frac;
-    const MemoryBreakdown mem = worker_memory(p, sched, w, su);
+    const MemoryBreakdown mem = worker_memory(p, sched, w, su, cfg.recompute);
     out.memory[static_cast<size_t>(w)] = mem;
     out.max_memory = std::max(out.max_memory, mem.total());
     for (int s : L.stages_of_rank(w)) {

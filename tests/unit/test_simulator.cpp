@@ -305,3 +305,44 @@ TEST(Simulator, ComparesWithAMeasuredVRun) {
 }
 
 }  // namespace pt
+
+namespace pt {
+
+// parallel.recompute: full adds the stage's forward to every B (and I), and a unit keeps
+// the stage's input and output only, plus recompute buffers (one, and one per unit between
+// I and W); selective costs its layers' measured backward and keeps their selective stash.
+TEST(Simulator, RecomputationCostsForwardTimeAndSavesBytes) {
+  Profile p = equal_layers(4);  // F = 1, B = 2 per stage and sample
+  p.input_bytes = 10;
+  for (LayerProfile& l : p.layers) l.output_bytes = 10, l.stash_bytes = 100, l.selective_stash_bytes = 40, l.selective_backward_s = 2.5, l.param_bytes = 8;
+  const ClusterModel net = ClusterModel::single(1e12);
+  auto sim = [&](const std::string& k, Recompute r) {
+    SimConfig c;
+    c.def = &schedule_def(k);
+    c.layout = one_layer_stages(4);
+    c.microbatches = 8;
+    c.batch_size = 8;
+    c.recompute.assign(4, r);
+    return simulate(p, net, c);
+  };
+  const SimResult none = sim("1f1b", Recompute::none), full = sim("1f1b", Recompute::full), sel = sim("1f1b", Recompute::selective);
+  ASSERT_TRUE(none.ok && full.ok && sel.ok);
+  EXPECT_NEAR(none.time_per_minibatch, 3.0 * (8 + 3), 1e-9);  // (M + K - 1)(F + B)
+  EXPECT_NEAR(full.time_per_minibatch, 4.0 * (8 + 3), 1e-9);  // B + F
+  EXPECT_NEAR(sel.time_per_minibatch, 3.5 * (8 + 3), 1e-9);   // B = 2.5
+  EXPECT_NEAR(full.stages[1].backward_s, 3.0, 1e-12);
+  const MemoryBreakdown& n0 = none.memory[0], &f0 = full.memory[0], &s0 = sel.memory[0];
+  EXPECT_EQ(n0.in_flight, 4);
+  EXPECT_NEAR(n0.activations, 4 * (10 + 100), 1e-9);  // input + stash per unit
+  EXPECT_NEAR(s0.activations, 4 * (10 + 40), 1e-9);
+  EXPECT_NEAR(f0.activations, 4 * (10 + 10), 1e-9);  // input + output per unit
+  EXPECT_NEAR(f0.recompute, 10 + 100, 1e-9);          // one recompute buffer
+  EXPECT_NEAR(f0.total() - f0.activations - f0.recompute, n0.total() - n0.activations, 1e-9);
+  const SimResult zb = sim("zb-h1", Recompute::full);
+  ASSERT_TRUE(zb.ok);
+  const int kept = max_between_i_and_w(zb.schedule, 0, 0);
+  ASSERT_GT(kept, 0);
+  EXPECT_NEAR(zb.memory[0].recompute, (1 + kept) * (10 + 100 + 10), 1e-9);  // input, stash, kept output gradients
+}
+
+}  // namespace pt

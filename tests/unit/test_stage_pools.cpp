@@ -339,10 +339,7 @@ TEST(StagePools, FullRecomputationUnitsKeepTheirInputAndOutputOnly) {
 
 TEST(StagePools, FullRecomputationKeepsTheBufferFromIUntilW) {
   Pools p("zb-h1", 1, false, 4, Recompute::full);
-  int kept = 0, most = 0;  // units between their I and W in the IR
-  for (const Action& a : p.ir.workers[1])
-    if (a.op == Op::backward_input) most = std::max(most, ++kept);
-    else if (a.op == Op::backward_weight) --kept;
+  const int most = max_between_i_and_w(p.ir, 1, 1);  // units between their I and W in the IR
   ASSERT_GT(most, 0);
   EXPECT_EQ(p.pools.recompute_buffers(), 1 + most);
   p.forward(1);
