@@ -118,7 +118,9 @@ struct SimResult {
 // the profile's microbatch scaled linearly to the unit's samples, optimizer =
 // optimizer_s_per_byte x stage parameter bytes, transfer = latency + bytes/bandwidth at the
 // level the two ranks' communication crosses, allreduce = the cluster's ring/measured cost.
-CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConfig& cfg);
+// With the IR (`ir`), a B or I that finds its F's layout still in its recompute buffer
+// (backward_reuses_forward) costs no recomputation under full.
+CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConfig& cfg, const Schedule* ir = nullptr);
 // The bytes of a stage's weight versions in units of its fp32 parameter bytes, with
 // `versions` held (the runtime's WeightStore): fp32 (a profile measured in fp32), one fp32
 // copy each; bf16 (Profile::precision "bf16"), the fp32 master of the latest, the compute

@@ -24,6 +24,12 @@
 // I keeps it bound (with the output gradients W needs) until W's release. So units between
 // F and their B or I hold only their input and output; units between I and W hold a whole
 // layout. Under none and selective compute_slot is the unit's slot and nothing is bound.
+// Reuse: the buffer a FORWARD computed in keeps that unit's layout after forwarded until the
+// next bind of any unit; if that next bind is the same unit's B or I, backward_slot hands the
+// buffer back filled and must_recompute() is false (the layout is bitwise what the forward
+// again would write). So a stage whose backward directly follows its forward (the last stage
+// of 1f1b) recomputes nothing; backward_reuses_forward (schedule_ir.hpp) is the same rule on
+// an IR, for the simulator.
 //
 // Invariants, checked by the operations (Exit::internal naming the microbatch):
 //  - a unit holds at most one activation slot and at most one incoming-gradient buffer;
@@ -117,6 +123,9 @@ class StagePools {
   Stage::Slot& backward_slot(int64_t mb, Half half);
   Stage::Slot& weight_slot(int64_t mb);        // W: the slot (or recompute buffer) its I kept (then finished)
   bool recomputes() const { return full_; }    // parallel.recompute = "full" on this stage
+  // After backward_slot: whether the slot still needs the forward again (full, and not the
+  // buffer the unit's own FORWARD just computed in: backward_reuses_forward)
+  bool must_recompute(int64_t mb) const;
   const Unit& unit(int64_t mb) const;          // a unit holding a slot
   Request& act_send_req(int64_t mb);           // its activation send (wait for it before release)
   void release(int64_t mb);                    // finished, its send completed: the slot is free
@@ -177,7 +186,9 @@ class StagePools {
   int find_grad_in(int64_t mb) const;
   int held_slot(int64_t mb, const char* use) const;  // find_slot, an internal error if none
   int find_rec(int64_t mb) const;                    // unit mb's recompute buffer, -1 none
-  Stage::Slot& bind_rec(int64_t mb, const char* use);  // full: a free recompute buffer for mb, its input copied
+  // full: a free recompute buffer for mb, its input copied; for a backward, the last
+  // FORWARD's buffer when that FORWARD was mb's and nothing bound since (filled: no recompute)
+  Stage::Slot& bind_rec(int64_t mb, const char* use, bool backward);
   void unbind_rec(int64_t mb);
   void grow(int64_t mb_size, int64_t labels_per_sample);
   void reset();
@@ -201,6 +212,9 @@ class StagePools {
   std::vector<Buffer> rec_mem_;
   std::vector<Stage::Slot> rec_slots_;
   std::vector<int64_t> rec_mb_;
+  std::vector<char> rec_filled_;  // a bound buffer holds its unit's forward layout already
+  int cached_ = -1;               // the free buffer the last FORWARD computed in (-1: overwritten since)
+  int64_t cached_mb_ = -1;        // ... and its unit
 };
 
 }  // namespace pt

@@ -132,7 +132,8 @@ float* Executor::claim_grad_out(StageRuntime& r, const Action& a) {
 // RECV_GRAD buffer, free again after; none on the last stage) and an outgoing buffer for the
 // input gradient (none on stage 0). After I the pools keep the slot for its W. Under full
 // recomputation the slot is a recompute buffer, filled first by the forward again on the
-// same weight version (the stash the FORWARD read, in asynchronous schedules).
+// same weight version (the stash the FORWARD read, in asynchronous schedules), unless it is
+// still the buffer the unit's own FORWARD computed in (StagePools::must_recompute).
 void Executor::run_backward(const Action& a, StagePools::Half half, Step& st) {
   StageRuntime& r = rt(a.stage);
   Stage::Slot& slot = r.pools.backward_slot(a.mb, half);
@@ -140,7 +141,7 @@ void Executor::run_backward(const Action& a, StagePools::Half half, Step& st) {
   float* dx = r.first ? nullptr : claim_grad_out(r, a);
   const float* w = r.weights->read(a.version);
   const LayerCtx lc = layer_ctx(r, slot, a.mb, true);
-  if (r.pools.recomputes()) r.stage->recompute_forward(slot, w, lc, mb_size_, st.poll);
+  if (r.pools.must_recompute(a.mb)) r.stage->recompute_forward(slot, w, lc, mb_size_, st.poll);
   if (half == StagePools::Half::fused) r.stage->backward(slot, w, r.grads.data(), dy, dx, lc, mb_size_, st.poll);
   else r.stage->backward_input(slot, w, r.grads.data(), dy, dx, lc, mb_size_, st.poll);
   r.weights->done_reading(a.version);

@@ -32,6 +32,7 @@ void StagePools::prepare(const Schedule& ir, int rank, int stage, int64_t mb_siz
     rec_mem_.emplace_back(stage_.backend(), static_cast<size_t>(stage_.slot_floats()));
     rec_slots_.push_back(stage_.carve(rec_mem_.back().data(), nullptr));  // labels: the bound unit's
     rec_mb_.push_back(-1);
+    rec_filled_.push_back(0);
   }
   reset();
 }
@@ -69,6 +70,7 @@ void StagePools::reset() {
   for (size_t g = 0; g < grad_in_.size(); ++g) free_grad_in_.push_back(static_cast<int>(g));
   std::fill(grad_out_mb_.begin(), grad_out_mb_.end(), -1);
   std::fill(rec_mb_.begin(), rec_mb_.end(), -1);
+  cached_ = -1, cached_mb_ = -1;
   pending_grad_out_ = -1;
 }
 
@@ -78,16 +80,28 @@ int StagePools::find_rec(int64_t mb) const {
   return -1;
 }
 
-Stage::Slot& StagePools::bind_rec(int64_t mb, const char* use) {
+// Any bind ends the reuse of the last FORWARD's layout (cached_): only the unit that layout
+// belongs to, binding for its backward before anything else binds, takes it back filled.
+Stage::Slot& StagePools::bind_rec(int64_t mb, const char* use, bool backward) {
   PT_CHECK(find_rec(mb) < 0, use << " of mb " << mb << ": the unit already holds a recompute buffer");
-  const int b = find_rec(-1);
+  const bool reuse = backward && cached_ >= 0 && cached_mb_ == mb;
+  const int b = reuse ? cached_ : find_rec(-1);
+  cached_ = -1, cached_mb_ = -1;
   PT_CHECK(b >= 0, use << " of mb " << mb << ": no free recompute buffer (" << rec_mb_.size() << ", all bound)");
   const Stage::Slot& unit = slots_[static_cast<size_t>(held_slot(mb, use))];
   Stage::Slot& r = rec_slots_[static_cast<size_t>(b)];
   rec_mb_[static_cast<size_t>(b)] = mb;
+  rec_filled_[static_cast<size_t>(b)] = reuse;
   r.labels = unit.labels;
-  stage_.backend().copy(r.input, unit.input, static_cast<size_t>(stage_.train_mb() * stage_.in_shape().numel()));
+  if (!reuse) stage_.backend().copy(r.input, unit.input, static_cast<size_t>(stage_.train_mb() * stage_.in_shape().numel()));
   return r;
+}
+
+bool StagePools::must_recompute(int64_t mb) const {
+  if (!full_) return false;
+  const int b = find_rec(mb);
+  PT_CHECK(b >= 0, "mb " << mb << " holds no recompute buffer to recompute into");
+  return !rec_filled_[static_cast<size_t>(b)];
 }
 
 void StagePools::unbind_rec(int64_t mb) {
@@ -136,7 +150,7 @@ Stage::Slot& StagePools::forward_slot(int64_t mb) {
 
 Stage::Slot& StagePools::compute_slot(int64_t mb) {
   Stage::Slot& unit = forward_slot(mb);
-  return full_ ? bind_rec(mb, "FORWARD") : unit;
+  return full_ ? bind_rec(mb, "FORWARD", false) : unit;
 }
 
 void StagePools::forwarded(int64_t mb, int64_t fwd_version, double loss) {
@@ -150,6 +164,7 @@ void StagePools::forwarded(int64_t mb, int64_t fwd_version, double loss) {
     stage_.backend().copy(stage_.output(unit), stage_.output(rec_slots_[static_cast<size_t>(b)]),
                           static_cast<size_t>(stage_.train_mb() * stage_.out_shape().numel()));
     unbind_rec(mb);
+    cached_ = b, cached_mb_ = mb;  // free, but its layout is this unit's until something else binds
   }
   ss.phase = Phase::forwarded;
   ss.unit.fwd_version = fwd_version;
@@ -168,7 +183,7 @@ Stage::Slot& StagePools::backward_slot(int64_t mb, Half half) {
   SlotState& ss = slot_state_[static_cast<size_t>(held_slot(mb, op))];
   PT_CHECK(ss.phase == Phase::forwarded, op << " of mb " << mb << " on a slot that is not forwarded (or already ran its backward)");
   Stage::Slot& unit = slots_[static_cast<size_t>(&ss - slot_state_.data())];
-  Stage::Slot& slot = full_ ? bind_rec(mb, op) : unit;
+  Stage::Slot& slot = full_ ? bind_rec(mb, op, true) : unit;
   ss.phase = half == Half::fused ? Phase::finished : Phase::kept;
   return slot;
 }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <memory>
+#include <set>
 #include <sstream>
 
 #include "pipetrain/error.hpp"
@@ -19,10 +21,11 @@ namespace {
 struct StageSums {
   double fwd = 0, bwd = 0, bwd_w = 0, params = 0, opt_bytes = 0, stash = 0, dgrad = 0, in = 0, out = 0;
   double bwd_sel = 0, stash_sel = 0;
-  // the backward (B; I: without W) with its recomputation: full reruns the stage's forward,
-  // selective measured its layers' backward with their recomputation
-  double backward(Recompute r, bool input_half) const {
-    const double b = r == Recompute::selective ? bwd_sel : bwd + (r == Recompute::full ? fwd : 0.0);
+  // the backward (B; I: without W) with its recomputation: full reruns the stage's forward
+  // (unless `reuse`: the unit's F computed in the buffer just before), selective measured its
+  // layers' backward with their recomputation
+  double backward(Recompute r, bool input_half, bool reuse = false) const {
+    const double b = r == Recompute::selective ? bwd_sel : bwd + (r == Recompute::full && !reuse ? fwd : 0.0);
     return input_half ? b - bwd_w : b;
   }
   // bytes a unit keeps from F until B (or W): full keeps the stage's input and output only
@@ -78,7 +81,24 @@ double unit_samples(const SimConfig& cfg, const Profile& p) {
   return B / cfg.def->units_per_minibatch(cfg.microbatches);
 }
 
-CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConfig& cfg) {
+namespace {
+
+// Per rank, the (stage, unit) of every B or I that finds its F's layout in its recompute
+// buffer (backward_reuses_forward: the runtime's rule) and recomputes nothing.
+using Reuses = std::vector<std::set<std::pair<int, int32_t>>>;
+Reuses forward_reuses(const Schedule& ir) {
+  Reuses out(ir.workers.size());
+  for (size_t w = 0; w < ir.workers.size(); ++w) {
+    const std::vector<bool> reuse = backward_reuses_forward(ir, static_cast<int>(w));
+    for (size_t i = 0; i < reuse.size(); ++i)
+      if (reuse[i]) out[w].insert({ir.workers[w][i].stage, ir.workers[w][i].mb});
+  }
+  return out;
+}
+
+}  // namespace
+
+CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConfig& cfg, const Schedule* ir) {
   const Layout& L = cfg.layout;
   const double scale = unit_samples(cfg, p) / profile_mb(p);
   const std::vector<StageSums> st = all_sums(p, L);
@@ -86,13 +106,15 @@ CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConf
   const double opt_per_byte = p.optimizer_s_per_byte;
   std::vector<Recompute> rec;
   for (int s = 0; s < L.stages(); ++s) rec.push_back(cfg.recompute_of(s));
-  m.compute = [st, scale, opt_per_byte, rec](int, const Action& a) {
+  const auto reuses = std::make_shared<const Reuses>(ir ? forward_reuses(*ir) : Reuses());
+  m.compute = [st, scale, opt_per_byte, rec, reuses](int w, const Action& a) {
     const StageSums& t = st[static_cast<size_t>(a.stage)];
     const Recompute r = rec[static_cast<size_t>(a.stage)];
+    const bool reuse = static_cast<size_t>(w) < reuses->size() && (*reuses)[static_cast<size_t>(w)].count({a.stage, a.mb});
     switch (a.op) {
       case Op::forward: return t.fwd * scale;
-      case Op::backward: return t.backward(r, false) * scale;
-      case Op::backward_input: return t.backward(r, true) * scale;
+      case Op::backward: return t.backward(r, false, reuse) * scale;
+      case Op::backward_input: return t.backward(r, true, reuse) * scale;
       case Op::backward_weight: return t.bwd_w * scale;
       case Op::optimizer_step: return opt_per_byte * t.params;
       default: return 0.0;
@@ -274,7 +296,7 @@ SimResult simulate(const Profile& p, const ClusterModel& c, const SimConfig& cfg
   out.warmup = W;
   out.window = n;
   Schedule sched = make_schedule(*cfg.def, L, S, cfg.microbatches);
-  const CostModel cost = make_cost_model(p, c, cfg);
+  const CostModel cost = make_cost_model(p, c, cfg, &sched);
   Replay rp = replay(sched, cost);
   if (!rp.ok) return fail_with(rp.error);
   out.makespan = rp.makespan;

@@ -329,12 +329,43 @@ TEST(StagePools, FullRecomputationUnitsKeepTheirInputAndOutputOnly) {
   Stage::Slot& again = p.pools.backward_slot(3, StagePools::Half::fused);  // B: bound again, input copied
   EXPECT_EQ(again.input, rec.input);
   EXPECT_EQ(host(*p.be, again.input, in), x);
+  EXPECT_TRUE(p.pools.must_recompute(3)) << "mb 4's FORWARD overwrote the layout since mb 3's";
   expect_internal([&] { p.pools.host_contents(3); }, "capture of mb 3 while it holds a recompute buffer");
   expect_internal([&] { p.pools.backward_slot(4, StagePools::Half::fused); }, "BACKWARD of mb 4: no free recompute buffer (1, all bound)");
   p.pools.release(3);  // frees the unit slot and its buffer
   EXPECT_EQ(&p.pools.backward_slot(4, StagePools::Half::fused), &again);
+  EXPECT_TRUE(p.pools.must_recompute(4));
   p.pools.release(4);
   EXPECT_TRUE(p.pools.forwarded_units().empty());
+  p.forward(5);  // a B right after its own FORWARD takes the FORWARD's layout back: nothing to recompute
+  p.pools.backward_slot(5, StagePools::Half::fused);
+  EXPECT_FALSE(p.pools.must_recompute(5));
+  p.pools.release(5);
+}
+
+// The pools' reuse of a FORWARD's layout is backward_reuses_forward's rule: driven through the
+// IR of each stage, must_recompute() is false exactly where the rule says so.
+TEST(StagePools, FullRecomputationReusesAsTheIrRuleSays) {
+  for (const char* sched : {"1f1b", "zb-h1", "gpipe"})
+    for (int s = 0; s < 3; ++s) {
+      Pools p(sched, s, false, 4, Recompute::full);
+      const std::vector<bool> reuse = backward_reuses_forward(p.ir, s);
+      int reused = 0;
+      for (size_t i = 0; i < p.ir.workers[static_cast<size_t>(s)].size(); ++i) {
+        const Action& a = p.ir.workers[static_cast<size_t>(s)][i];
+        if (a.op == Op::forward) p.forward(a.mb);
+        if (a.op == Op::backward || a.op == Op::backward_input) {
+          p.pools.backward_slot(a.mb, a.op == Op::backward ? StagePools::Half::fused : StagePools::Half::input);
+          EXPECT_EQ(p.pools.must_recompute(a.mb), !reuse[i]) << sched << " stage " << s << " " << action_text(a);
+          reused += reuse[i];
+        }
+        if (a.op == Op::backward_weight) p.pools.weight_slot(a.mb);
+        if (a.op == Op::backward || a.op == Op::backward_weight) p.pools.release(a.mb);
+      }
+      if (s == 2 && std::string(sched) != "gpipe") {
+        EXPECT_GT(reused, 0) << sched << ": the last stage backwards right after forwarding";
+      }
+    }
 }
 
 TEST(StagePools, FullRecomputationKeepsTheBufferFromIUntilW) {
