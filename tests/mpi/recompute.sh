@@ -6,7 +6,8 @@
 # once per unit), then checkpoint and resume with recomputation on: a pipedream run stopped
 # with units in flight under full resumes bitwise, units captured under none resume into a
 # fully recomputing run, and the reverse is a located error naming parallel.recompute.
-# make test runs a subset (a few steps each, two minutes or so); RECOMPUTE_MATRIX=1 (`make
+# make test runs a subset (a few steps each, about three minutes on 2 busy cores: every schedule
+# family at 2 or 4 ranks, the ResNet under 1f1b at 2 and pipedream and 2bw at 4); RECOMPUTE_MATRIX=1 (`make
 # test-recompute`, mk/recompute.mk) runs every schedule (1f1b, zb-h1, interleaved-1f1b,
 # pipedream, 2bw) on both models at 2 and 4 ranks (oversubscribed), both modes, and a resume
 # per schedule.
@@ -61,6 +62,7 @@ else
   case_ gpt 4 zb-h1 full
   case_ res 2 1f1b full
   case_ res 4 pipedream full
+  case_ res 4 2bw full
 fi
 # the pools' accounting: under full a unit keeps the stage's input and output only
 a=$(json_number "$out/gpt_1f1b_2_none/summary.json" activation_bytes_per_microbatch)
