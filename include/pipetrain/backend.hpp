@@ -210,7 +210,9 @@ class Backend {
   // gemm rounds them; softmax and every sum stay fp32. No dropout: a layer with dropout of
   // the probabilities composes. Forward: P = causal_softmax(scale q k^T), o = P v.
   // Backward: dP = do v^T, dS = causal_softmax_backward(P, dP), dq = scale dS k,
-  // dk = scale dS^T q, dv = P^T do.
+  // dk = scale dS^T q, dv = P^T do. P may be null in both (selective recomputation): the
+  // forward then stores no probabilities and the backward recomputes them from q and k as
+  // the forward computes them, bitwise the same values.
   struct AttentionGeom {
     int64_t n = 0, T = 0, H = 0, dh = 0;
     float scale = 1.0f;

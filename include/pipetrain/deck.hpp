@@ -12,8 +12,10 @@
 
 #include "pipetrain/device.hpp"
 #include "pipetrain/enum_names.hpp"
+#include "pipetrain/keys.hpp"
 #include "pipetrain/layer_spec.hpp"
 #include "pipetrain/placement.hpp"
+#include "pipetrain/recompute.hpp"
 
 namespace pt {
 
@@ -91,6 +93,8 @@ struct Deck {
     Allreduce allreduce = Allreduce::mpi;
     std::optional<Placement> placement;  // none: "auto", the schedule's
     int64_t microbatches = 1;
+    // activation recomputation: one mode for every stage, or one per stage (recompute.hpp)
+    PerStage<Recompute> recompute = Recompute::none;
   } parallel;
 
   struct Checkpoint {

@@ -144,9 +144,12 @@ struct WorkerState {
     int32_t mb = 0;
     int64_t fwd_version = 0;  // absolute
     double loss = 0;
-    std::vector<float> slot;  // the whole activation slot: input, outputs, saved extras, kept gradients
+    // its whole activation slot (Stage::carve_unit): input, outputs, saved extras, kept
+    // gradients; under full recomputation the stage's input and output only
+    std::vector<float> slot;
   };
   std::vector<Unit> units;
+  Recompute recompute = Recompute::none;  // the stage's parallel.recompute when captured: how `slot` is laid out
   struct Message {         // a send made before the cut whose receive comes after the peer's cut
     int64_t action = 0;    // its index in the rank's IR
     std::vector<float> payload;
@@ -190,7 +193,8 @@ struct ExecutorStats {
   double forward_s = 0, eval_compute_s = 0;  // training FORWARDs; evaluation forwards (infer and scoring)
   int64_t eval_samples = 0;
   int64_t bytes_p2p = 0, bytes_allreduce = 0, bytes_allreduce_network = 0, samples = 0, skipped_updates = 0;
-  int64_t activation_bytes = 0, buffer_bytes = 0, weight_bytes = 0, optimizer_bytes = 0;
+  // activation_bytes: the pools' unit slots and recompute buffers; recompute_bytes: the latter
+  int64_t activation_bytes = 0, buffer_bytes = 0, weight_bytes = 0, optimizer_bytes = 0, recompute_bytes = 0;
   int max_versions = 1, max_in_flight = 0;
 };
 
@@ -209,7 +213,8 @@ Boundary boundary_above(const Model& model, const Layout& layout, int stage, boo
 class StageRuntime {
  public:
   StageRuntime(Backend& be, const Model& model, const Layout& layout, int stage, int64_t train_mb, int64_t eval_mb,
-               bool split_backward, const Deck::Train& train, int64_t total_updates);
+               bool split_backward, const Deck::Train& train, int64_t total_updates,
+               Recompute recompute = Recompute::none);
   ~StageRuntime();
   StageRuntime(const StageRuntime&) = delete;
   StageRuntime& operator=(const StageRuntime&) = delete;

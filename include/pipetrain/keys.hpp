@@ -2,7 +2,8 @@
 // default, range and doc (key(), required_key()); the C++ type of that member fixes the key's
 // TOML type at compile time (KeyTraits): int64_t an integer, double a float, bool a boolean,
 // std::string a string, std::vector<int64_t> an array of integers, a named enum
-// (enum_names.hpp) a string choice of its names (std::optional of one: also "auto"), a
+// (enum_names.hpp) a string choice of its names (std::optional of one: also "auto";
+// PerStage of one: one name for every stage or an array of names, one per stage), a
 // `const Entry*` of a NamedRegistry (registry.hpp) a string choice of the registry's names.
 // A value travels between the parser, the printers and weights.h5 as a KeyValue; the key
 // alone converts it to and from its member's type, so a key cannot write a member of another
@@ -35,11 +36,12 @@ KeyRange key_gt(double v);
 KeyRange key_between(double lo, double hi, bool hi_open = false);
 
 // What a key's value is in TOML; follows from the member's C++ type (KeyTraits).
-enum class KeyType : uint8_t { integer, floating, boolean, string, choice, int_list, int_list_or_auto };
+enum class KeyType : uint8_t { integer, floating, boolean, string, choice, int_list, int_list_or_auto, choice_per_stage };
 const char* key_type_name(KeyType t);  // as docs/DECK.md and messages say it: "integer", "float", ...
 
-// A value in transit: integer, float, boolean, string (a choice's name, "auto"), integer array.
-using KeyValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>>;
+// A value in transit: integer, float, boolean, string (a choice's name, "auto"), integer array,
+// string array (a choice per stage).
+using KeyValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<std::string>>;
 
 // What the schema knows of a key, whatever it fills.
 struct KeyInfo {
@@ -72,6 +74,25 @@ struct Key {
 struct IntListOrAuto {
   bool is_auto = false;
   std::vector<int64_t> list;
+};
+
+// parallel.recompute: one value of a named enum E for every stage (a single entry), or one per
+// stage in stage order. at(s) is stage s's; the deck checks the length against the stages.
+template <class E>
+struct PerStage {
+  static_assert(is_named_enum_v<E>, "PerStage holds a named enum (enum_names.hpp)");
+  using value_type = E;
+  std::vector<E> values = {E{}};
+  PerStage() = default;
+  PerStage(E e) : values{e} {}  // NOLINT: one value for every stage (a key's default)
+  explicit PerStage(std::vector<E> v) : values(std::move(v)) {}
+  bool uniform() const { return values.size() == 1; }
+  E at(int stage) const { return uniform() ? values.front() : values.at(static_cast<size_t>(stage)); }
+  // One value per stage for K stages (the single value repeated).
+  std::vector<E> for_stages(int K) const {
+    return uniform() ? std::vector<E>(static_cast<size_t>(K), values.front()) : values;
+  }
+  bool operator==(const PerStage& o) const { return values == o.values; }
 };
 
 // ---- the C++ type -> TOML type table ----------------------------------------------------
@@ -149,6 +170,26 @@ struct KeyTraits<IntListOrAuto> {
   }
 };
 
+// One name (every stage) or an array of names (one per stage); in transit a string or a string array.
+template <class E>
+struct KeyTraits<PerStage<E>> {
+  static constexpr KeyType type = KeyType::choice_per_stage;
+  static std::vector<std::string> choices() { return enum_names<E>(); }
+  static KeyValue to_value(const PerStage<E>& v) {
+    if (v.uniform()) return KeyTraits<E>::to_value(v.values.front());
+    std::vector<std::string> names;
+    for (E e : v.values) names.emplace_back(enum_name(e));
+    return KeyValue(names);
+  }
+  static PerStage<E> from_value(const KeyValue& v) {
+    if (std::holds_alternative<std::string>(v)) return PerStage<E>(KeyTraits<E>::from_value(v));
+    std::vector<E> out;
+    for (const std::string& n : std::get<std::vector<std::string>>(v)) out.push_back(KeyTraits<E>::from_value(KeyValue(n)));
+    PT_CHECK(!out.empty(), "a per-stage key needs at least one value");
+    return PerStage<E>(std::move(out));
+  }
+};
+
 // ---- declaring keys ----------------------------------------------------------------------
 
 namespace key_detail {
@@ -179,6 +220,11 @@ struct is_optional : std::false_type {};
 template <class T>
 struct is_optional<std::optional<T>> : std::true_type {};
 
+template <class T>
+struct is_per_stage : std::false_type {};
+template <class E>
+struct is_per_stage<PerStage<E>> : std::true_type {};
+
 template <class T, class = void>
 struct is_entry : std::false_type {};
 template <class E>
@@ -194,6 +240,7 @@ constexpr bool default_fits() {
   else if constexpr (std::is_same_v<T, double>) return std::is_arithmetic_v<D> && !std::is_same_v<D, bool>;
   else if constexpr (std::is_same_v<T, std::string> || is_entry<T>::value) return std::is_convertible_v<D, std::string>;
   else if constexpr (is_optional<T>::value) return std::is_constructible_v<T, D> && !std::is_same_v<D, bool>;
+  else if constexpr (is_per_stage<T>::value) return std::is_same_v<D, typename T::value_type> || std::is_same_v<D, T>;
   else return std::is_same_v<D, T>;
 }
 
@@ -207,7 +254,7 @@ template <class T, class Owner, class Get, class Set>
 Key<Owner> make(std::string name, Get get, Set set, std::optional<KeyValue> def, KeyRange range, std::string doc) {
   static_assert(has_traits<T>::value,
                 "a key fills an int64_t, double, bool, std::string, std::vector<int64_t>, a named enum (or std::optional "
-                "of one), a const pointer to a registry entry, or an IntListOrAuto");
+                "or PerStage of one), a const pointer to a registry entry, or an IntListOrAuto");
   using Traits = KeyTraits<T>;
   Key<Owner> k;
   k.info = KeyInfo{std::move(name), Traits::type, std::move(def), range, Traits::choices(), std::move(doc)};

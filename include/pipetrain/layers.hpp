@@ -20,6 +20,7 @@
 #include "pipetrain/backend.hpp"
 #include "pipetrain/keys.hpp"
 #include "pipetrain/layer_spec.hpp"
+#include "pipetrain/recompute.hpp"
 #include "pipetrain/shape.hpp"
 
 namespace pt {
@@ -44,8 +45,12 @@ struct LayerCtx {
   // layer at base + Stage::state_offset(layer). Null when there is none.
   float* state = nullptr;
   // Scratch for the duration of one forward or backward call: at least
-  // n * workspace_per_sample() floats. The Stage provides it; contents are not kept.
+  // n * workspace_floats(mode) floats. The Stage provides it; contents are not kept.
   float* work = nullptr;
+  // parallel.recompute = "selective" on this layer's stage: the layer's aux region (and split
+  // region) has its selective layout, and its backward recomputes what that layout drops. Set
+  // by the Stage only for layers that recompute_selectively(); false in evaluation.
+  bool selective = false;
 };
 
 class Layer {
@@ -81,6 +86,28 @@ class Layer {
   // split_aux_per_sample()) floats and this extra part starts at aux + n * aux_per_sample();
   // the fused backward keeps it in LayerCtx::work instead.
   virtual int64_t split_aux_per_sample() const { return 0; }
+  // Selective recomputation (parallel.recompute = "selective"; docs/ARCHITECTURE.md
+  // "Recomputation"): a layer that returns true keeps selective_aux_per_sample() floats per
+  // sample instead of aux_per_sample() when LayerCtx::selective is set, and recomputes what it
+  // dropped in its backward from what it kept, with the same kernels in the same order, so
+  // every gradient is bitwise the same. Its split region is then
+  // selective_split_aux_per_sample() (what W needs of the recomputed tensors stays there from
+  // I until W) and its scratch selective_workspace_per_sample(). Other layers treat selective
+  // as none.
+  virtual bool recomputes_selectively() const { return false; }
+  virtual int64_t selective_aux_per_sample() const { return aux_per_sample(); }
+  virtual int64_t selective_split_aux_per_sample() const { return split_aux_per_sample(); }
+  virtual int64_t selective_workspace_per_sample() const { return workspace_per_sample(); }
+  // The sizes under a recompute mode, the ones the Stage's slot layout and scratch use
+  // (full: the layer runs as under none, in the recompute buffer).
+  bool selective_in(Recompute mode) const { return mode == Recompute::selective && recomputes_selectively(); }
+  int64_t aux_floats(Recompute mode) const { return selective_in(mode) ? selective_aux_per_sample() : aux_per_sample(); }
+  int64_t split_aux_floats(Recompute mode) const {
+    return selective_in(mode) ? selective_split_aux_per_sample() : split_aux_per_sample();
+  }
+  int64_t workspace_floats(Recompute mode) const {
+    return selective_in(mode) ? selective_workspace_per_sample() : workspace_per_sample();
+  }
   // Running state that is not a parameter (batch-norm running mean and variance): not
   // trained, not in the gradient, but checkpointed and kept per replica.
   virtual int64_t num_state() const { return 0; }

@@ -82,7 +82,9 @@ struct StageFootprint {
 // One stage's bytes by category with `in_flight` units (at least 1 slot) and `versions`
 // weight versions; rank-level terms (data, base, staging, kernels' buffers, snapshots) are
 // add_rank_terms'.
-RankMemory stage_memory(const StageFootprint& f, int in_flight, int versions);
+// recompute_buffers: full recomputation's buffers of the whole layout (1 + the units between an
+// I and its W: max_between_i_and_w), counted as activations.
+RankMemory stage_memory(const StageFootprint& f, int in_flight, int versions, int recompute_buffers = 0);
 
 // What a rank holds besides its stages' buffers.
 struct MemoryShared {
@@ -112,8 +114,9 @@ class FootprintSource {
   virtual ~FootprintSource() = default;
   virtual int layers() const = 0;
   // Layers [first, end) as one stage of units of `unit_samples` samples; split_backward: the
-  // schedule's (its slots keep output gradients from I until W).
-  virtual StageFootprint stage(int first, int end, int64_t unit_samples, bool split_backward) const = 0;
+  // schedule's (its slots keep output gradients from I until W); recompute: the stage's
+  // parallel.recompute (what a unit keeps, and full's recompute buffer: Stage::slot_geometry).
+  virtual StageFootprint stage(int first, int end, int64_t unit_samples, bool split_backward, Recompute recompute) const = 0;
 };
 struct ModelMemoryInputs {
   bool bf16 = false;
@@ -134,6 +137,7 @@ std::shared_ptr<const FootprintSource> model_footprints(const Model& model, cons
 struct ChainBytes {
   double input = 0;
   std::vector<double> out, stash, params, opt;
+  std::vector<double> stash_selective;  // stash under selective recomputation (empty: as stash)
   double samples = 1;
   bool bf16 = false;
 };
@@ -153,8 +157,9 @@ int64_t memory_ir_steps(const ScheduleDef& def, const Layout& layout, int microb
 // `ir` (built for `layout` by the schedule ir.def), plus its rank terms.
 class MemoryModel {
  public:
+  // recompute: parallel.recompute per stage (empty: none everywhere).
   MemoryModel(std::shared_ptr<const FootprintSource> src, const Layout& layout, const Schedule& ir, int64_t unit_samples,
-              const MemoryShared& shared);
+              const MemoryShared& shared, const std::vector<Recompute>& recompute = {});
   RankMemory rank(int r) const;
   std::vector<RankMemory> ranks() const;
   const StageFootprint& stage(int s) const { return stages_[static_cast<size_t>(s)]; }
@@ -162,7 +167,10 @@ class MemoryModel {
  private:
   Layout layout_;
   std::vector<StageFootprint> stages_;
-  std::vector<std::vector<std::pair<int, int>>> held_;  // per rank: (in flight, versions) per held stage
+  struct Held {
+    int in_flight, versions, recompute_buffers;
+  };
+  std::vector<std::vector<Held>> held_;  // per rank, per held stage
   MemoryShared shared_;
   bool flush_ = true;
 };

@@ -66,10 +66,15 @@ struct ChainCosts {
   int64_t unit_samples = 1;
   bool split_backward = false;  // the entry's (slots keep output gradients)
   bool flush = true;            // the entry's (an asynchronous schedule's checkpoint may keep units)
+  // parallel.recompute of every stage (from_profile's): compute adds the forward again (full)
+  // or the measured selective backward; stash is the selective stash; a full stage's unit
+  // keeps its input and output and one recompute buffer (more with a split backward).
+  Recompute recompute = Recompute::none;
 
   int layers() const { return static_cast<int>(compute.size()); }
   double in_bytes(int i) const { return i == 0 ? input_bytes : out[static_cast<size_t>(i) - 1]; }
-  static ChainCosts from_profile(const Profile& p, const ScheduleDef& kind, int microbatches, int64_t batch_size);
+  static ChainCosts from_profile(const Profile& p, const ScheduleDef& kind, int microbatches, int64_t batch_size,
+                                 Recompute recompute = Recompute::none);
 };
 
 int rule_in_flight(const ChainCosts& c, int depth, int replicas);

@@ -23,6 +23,12 @@ struct LayerProfile {
   double stash_bytes = 0;                // kept for backward per microbatch (outputs + saved extras)
   double param_bytes = 0;
   double optimizer_bytes = 0;
+  // parallel.recompute = "selective" (layers that recompute selectively; -1: not measured, as
+  // none): the backward with its recomputation (measured whole; the recompute's cost is
+  // selective_backward_s - backward_s) and the bytes kept per microbatch
+  double selective_backward_s = -1, selective_stash_bytes = -1;
+  double selective_backward() const { return selective_backward_s >= 0 ? selective_backward_s : backward_s; }
+  double selective_stash() const { return selective_stash_bytes >= 0 ? selective_stash_bytes : stash_bytes; }
   // of forward_s + backward_s: inside the matrix-product and convolution libraries, and
   // preparing their operands (Backend::kernel_clock; their shares of the repetitions' summed
   // time applied to the median; 0 where not measured); printed by `pipetrain profile`,

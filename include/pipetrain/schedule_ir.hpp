@@ -171,6 +171,13 @@ int max_versions_held(const Schedule& s, int rank, int stage);
 // Units of one stage in flight on a worker: forwarded and not yet done with their backward
 // (B, or W when the backward is split, which keeps the activations until W).
 int max_in_flight(const Schedule& s, int rank, int stage);
+// Units of one stage on a worker between their I and their W (0 without a split backward):
+// under full recomputation each holds a recompute buffer besides the one a F or B uses.
+int max_between_i_and_w(const Schedule& s, int rank, int stage);
+// Per action of a worker: a B or I whose stage bound no other unit's recompute buffer since
+// that unit's F (no F, B or I of another unit of the stage in between). Under full
+// recomputation its F's layout is still in the buffer and it recomputes nothing (StagePools).
+std::vector<bool> backward_reuses_forward(const Schedule& s, int rank);
 // A rank's peak activations over all its stages, in units of a whole rank's share of one
 // microbatch (a stage of a v-chunk rank counts 1/v).
 double peak_activations(const Schedule& s, int rank);

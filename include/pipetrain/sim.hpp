@@ -65,6 +65,12 @@ struct SimConfig {
   // terms (data, measured base, checkpoints).
   std::shared_ptr<const FootprintSource> memory;
   MemoryShared memory_shared;
+  // parallel.recompute per stage (empty: none everywhere; TrainSetup::recompute's shape):
+  // B and I cost the recomputation too, units in flight keep less (docs/PLANNER.md)
+  std::vector<Recompute> recompute;
+  Recompute recompute_of(int stage) const {
+    return recompute.empty() ? Recompute::none : recompute.at(static_cast<size_t>(stage));
+  }
 };
 
 struct StagePrediction {
@@ -106,7 +112,9 @@ struct SimResult {
 // the profile's microbatch scaled linearly to the unit's samples, optimizer =
 // optimizer_s_per_byte x stage parameter bytes, transfer = latency + bytes/bandwidth at the
 // level the two ranks' communication crosses, allreduce = the cluster's ring/measured cost.
-CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConfig& cfg);
+// With the IR (`ir`), a B or I that finds its F's layout still in its recompute buffer
+// (backward_reuses_forward) costs no recomputation under full.
+CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConfig& cfg, const Schedule* ir = nullptr);
 // Samples per unit (one microbatch, or one minibatch for minibatch units: the entry's unit size).
 double unit_samples(const SimConfig& cfg, const Profile& p);
 
@@ -124,6 +132,7 @@ struct MeasuredRun {
   double train_wall_s = 0, bubble = 0, bytes_p2p_per_sample = 0, bytes_allreduce_per_sample = 0;
   std::vector<double> forward_s, backward_s;  // per stage: mean per unit from trace.json (B, or I + W)
   std::vector<int64_t> units;                 // per stage: F events counted
+  std::vector<Recompute> recompute;           // per stage (summary.json's "recompute"; empty: none)
   static MeasuredRun load(const std::string& run_dir);
   // The run's layout (split, replicas, placement) over a model of `layers` layers.
   Layout layout(int layers) const;

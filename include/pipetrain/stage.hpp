@@ -4,12 +4,15 @@
 // split-backward schedules, the output gradient of every layer whose weight gradient runs
 // later and the composites' split regions), and forward/backward/inference over a slot.
 // Used by the executor, the profiler and the sequential emulator alike.
+// Recomputation (parallel.recompute, recompute.hpp) changes what a unit in flight keeps:
+// slot_geometry() is the one sizing rule, shared with the memory model.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "pipetrain/backend.hpp"
 #include "pipetrain/model.hpp"
+#include "pipetrain/recompute.hpp"
 
 namespace pt {
 
@@ -23,17 +26,42 @@ struct PollHook {
 class Stage {
  public:
   // keep_output_grads: slots also hold each splitting layer's output gradient, from
-  // backward_input until backward_weight (the zero-bubble schedules).
+  // backward_input until backward_weight (the zero-bubble schedules). recompute: what a unit
+  // in flight keeps (slot_geometry).
   Stage(Backend& be, const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb,
-        bool keep_output_grads = false);
+        bool keep_output_grads = false, Recompute recompute = Recompute::none);
+
+  // The per-unit buffers of layers [first, last) under a recompute mode, in floats per sample:
+  //  - layout: the slot the layers compute in (stage input, every output, saved extras, and
+  //    with keep_output_grads the kept output gradients and split regions), with each layer's
+  //    saved extras as the mode has them (Layer::aux_floats; full: as none);
+  //  - unit: what one unit in flight keeps from its F until its B (or W): the layout under
+  //    none and selective; under full only the stage's input and output (the output stays for
+  //    the SEND_ACT, the input for the recompute), the layout then living in a recompute
+  //    buffer only while a B runs, or from an I until its W;
+  //  - recompute: a recompute buffer (the layout) under full, else 0.
+  // The memory model (memory_model.hpp) multiplies unit by units in flight and recompute by
+  // the recompute buffers (1 + max_between_i_and_w).
+  //  - kept: of layout, the output gradients kept for the split backward (0 under full,
+  //    where they live in the recompute buffer).
+  struct SlotGeometry {
+    int64_t layout = 0, unit = 0, recompute = 0, input = 0, output = 0, kept = 0;
+  };
+  static SlotGeometry slot_geometry(const Model& model, int first, int last, bool keep_output_grads, Recompute mode);
+  Recompute recompute() const { return mode_; }
+  // The mode's layout equals another's (selective without a selective layer is none's):
+  // what a checkpoint's units need to come back as they were.
+  Recompute layout_mode(Recompute mode) const;
 
   // What a stage of layers [first, last) allocates, in floats, computed from the model alone:
   // the constructor allocates exactly this, and the memory model (memory_model.hpp) asks for
   // it before anything is allocated. Change a buffer here and both follow.
   struct Geometry {
     int64_t num_params = 0, num_state = 0;
-    int64_t slot_floats = 0;       // one activation slot (train_mb samples): input, outputs, saved extras, kept gradients
+    int64_t slot_floats = 0;       // one unit's activation slot (train_mb samples): SlotGeometry::unit
     int64_t slot_kept_floats = 0;  // of which the output gradients kept for the split backward (dout, split regions)
+    int64_t layout_floats = 0;     // the layout the layers compute in (SlotGeometry::layout x train_mb)
+    int64_t recompute_floats = 0;  // one recompute buffer under full (the layout), else 0
     int64_t scratch_floats = 0;    // each of the two ping-pong scratch buffers: max(train_mb, eval_mb) x max_numel
     int64_t eval_aux_floats = 0;   // saved extras of an evaluation forward: eval_mb x aux_max (at least 1)
     int64_t work_floats = 0;       // the layers' workspace: max(train_mb, eval_mb) x work_max
@@ -41,11 +69,12 @@ class Stage {
     int64_t max_numel = 0, aux_max = 0, work_max = 0;  // per sample, over the slice's inputs and outputs / layers
   };
   static Geometry geometry(const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb,
-                           bool keep_output_grads);
+                           bool keep_output_grads, Recompute mode = Recompute::none);
   // Floats per sample layer l adds to a slot (its output unless a view, its saved extras, and
-  // with keep_output_grads its split region and kept output gradient); *kept: of which kept
+  // with keep_output_grads its split region and kept output gradient) in the layout of `mode`
+  // (full: as none); *kept: of which kept
   // gradients. A slot is the stage input plus this over the slice's layers.
-  static int64_t slot_floats_per_sample(const Layer& layer, bool keep_output_grads, int64_t* kept = nullptr);
+  static int64_t slot_floats_per_sample(const Layer& layer, bool keep_output_grads, Recompute mode, int64_t* kept = nullptr);
 
   int first() const { return first_; }
   int last() const { return last_; }
@@ -78,12 +107,29 @@ class Stage {
     std::vector<float*> dout;      // per layer: its output gradient kept for backward_weight, or null
     int32_t* labels = nullptr;     // last stage only
   };
-  int64_t slot_floats() const { return slot_floats_; }  // per slot, for train_mb samples
+  // The layout (the slot layers compute in), for train_mb samples, and its carving.
+  int64_t slot_floats() const { return slot_floats_; }
   Slot carve(float* base, int32_t* labels) const;
+  // A unit's slot (SlotGeometry::unit), for train_mb samples: the layout, or under full the
+  // stage's input and output only (out holds only the output, at out.back(); no aux).
+  int64_t unit_floats() const { return unit_floats_; }
+  Slot carve_unit(float* base, int32_t* labels) const;
+  // A unit's slot as `mode` laid it out (contents of unit_floats() under that mode, host
+  // memory), as this stage's unit slot: the same contents when the layouts agree; the input
+  // and output of a whole layout when this stage recomputes fully. Empty when neither
+  // (the whole layout cannot come from an input and output without running the forward).
+  std::vector<float> unit_from(const std::vector<float>& contents, Recompute mode) const;
+  bool can_restore_units(Recompute mode) const;  // whether unit_from(., mode) gives a slot
   const float* output(const Slot& s) const { return s.out.back(); }
   float* output(Slot& s) const { return s.out.back(); }
 
   void forward(const Slot& s, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
+  // Full recomputation before a backward: the training forward again into a recompute
+  // buffer's layout, with the same kernels, dropout keys and weights as the unit's FORWARD,
+  // but no running state touched (batch norm normalises with the batch statistics as in any
+  // training forward and leaves its running statistics alone: ctx.state is ignored), so the
+  // layout holds bitwise what the FORWARD computed.
+  void recompute_forward(const Slot& s, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
   // grads accumulate. dy: gradient of the stage output (ignored when the stage ends in the
   // loss). dx: where the gradient of the stage input goes (null: not needed).
   void backward(const Slot& s, const float* params, float* grads, const float* dy, float* dx, const LayerCtx& ctx,
@@ -117,8 +163,8 @@ class Stage {
   // One splitting layer's weight-gradient half alone, for the profiler (dy: its output gradient).
   void backward_weight_layer(int layer, const Slot& s, const float* params, float* grads, const float* dy,
                              const LayerCtx& ctx, int64_t n) const;
-  // Bytes of activations a slot keeps per sample (inputs, outputs, saved extras).
-  int64_t slot_bytes_per_sample() const { return slot_floats_ / train_mb_ * 4; }
+  // Bytes of activations a unit in flight keeps per sample (its slot: the unit geometry).
+  int64_t slot_bytes_per_sample() const { return unit_floats_ / train_mb_ * 4; }
   int64_t max_numel() const { return max_numel_; }
 
  private:
@@ -128,7 +174,12 @@ class Stage {
   int first_compute_;  // the stage's first layer that is not a view (last_ if none)
   int64_t train_mb_, eval_mb_;
   bool keep_dout_;
+  Recompute mode_;
   bool bf16_ = false;
+  int64_t unit_floats_ = 0;
+  // the layout under `mode` at base (carve: this stage's own mode)
+  Slot carve_layout(float* base, int32_t* labels, Recompute mode) const;
+  void run_forward(const Slot& s, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
   void round_output(int l, float* y, int64_t n) const;
   void round_input_grad(int l, float* dx, int64_t n) const;
   int64_t num_params_ = 0, slot_floats_ = 0, max_numel_ = 0, num_state_ = 0;

@@ -1,7 +1,10 @@
 // StagePools: the per-unit buffers of one held stage and the only code that touches them.
-// A unit (microbatch) in flight on the stage holds an activation slot (the stage input,
-// every layer output, saved extras and, for a split backward, the output gradients kept for
-// W: Stage::carve) with its labels (last stage) and its state; an incoming-gradient buffer
+// A unit (microbatch) in flight on the stage holds an activation slot (Stage::carve_unit:
+// under parallel.recompute none and selective the whole layout, i.e. the stage input, every
+// layer output, saved extras and, for a split backward, the output gradients kept for W;
+// under full only the stage's input and output) with its labels (last stage) and its state;
+// under full also a recompute buffer (Stage::carve: the whole layout) while its FORWARD or B
+// runs, or from its I until its W; an incoming-gradient buffer
 // from its RECV_GRAD posted ahead until its B or I; an outgoing-gradient buffer from its B
 // or I until that buffer's next reuse (a ring). Where a boundary's messages are bf16
 // (Boundary) each slot and gradient buffer has its packed wire copy. The executor and the
@@ -14,6 +17,20 @@
 // release (after B or W, once its activation send completed) -> free. restore (resume)
 // takes a free slot straight to forwarded with its saved contents.
 //
+// Full recomputation: compute_slot (FORWARD) binds a free recompute buffer to the unit with
+// a copy of its input, and forwarded copies the stage output back into the unit's slot and
+// frees the buffer; backward_slot binds one again (the executor reruns the forward in it
+// before the backward) and hands it out instead of the unit's slot; B frees it at release,
+// I keeps it bound (with the output gradients W needs) until W's release. So units between
+// F and their B or I hold only their input and output; units between I and W hold a whole
+// layout. Under none and selective compute_slot is the unit's slot and nothing is bound.
+// Reuse: the buffer a FORWARD computed in keeps that unit's layout after forwarded until the
+// next bind of any unit; if that next bind is the same unit's B or I, backward_slot hands the
+// buffer back filled and must_recompute() is false (the layout is bitwise what the forward
+// again would write). So a stage whose backward directly follows its forward (the last stage
+// of 1f1b) recomputes nothing; backward_reuses_forward (schedule_ir.hpp) is the same rule on
+// an IR, for the simulator.
+//
 // Invariants, checked by the operations (Exit::internal naming the microbatch):
 //  - a unit holds at most one activation slot and at most one incoming-gradient buffer;
 //  - a FORWARD runs on a claimed slot whose receive completed, once; B and I read a
@@ -22,9 +39,13 @@
 //    send is not pending; an incoming-gradient buffer only once its receive completed; an
 //    outgoing-gradient buffer is claimed only when its earlier send completed and the
 //    previous backward's gradient was sent;
+//  - full recomputation: a unit holds at most one recompute buffer, bound only during its
+//    FORWARD, during its B, or from its I to its W; a checkpoint captures no unit holding
+//    one (a cut never falls inside an action or between an I and its W);
 //  - the pools never grow while an IR runs: prepare() sizes them (from the IR's max units in
-//    flight on the stage) before it runs, and requires that nothing is held or pending then;
-//    claims never allocate.
+//    flight on the stage, and under full 1 + its max units between I and W for the recompute
+//    buffers) before it runs, and requires that nothing is held or pending then; claims and
+//    binds never allocate.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -104,11 +125,22 @@ class StagePools {
   bool can_claim() const { return !free_slots_.empty(); }
   Stage::Slot& claim(int64_t mb);              // a free slot for unit mb
   MessageBuffer act_in(int64_t mb);            // its input, for the RECV_ACT posted ahead (claimed)
-  Stage::Slot& forward_slot(int64_t mb);       // FORWARD: claimed, its receive completed
+  Stage::Slot& forward_slot(int64_t mb);       // FORWARD: claimed, its receive completed (its inputs go here)
+  // FORWARD: the slot the stage computes in: the unit's slot, or under full a recompute
+  // buffer bound to it holding a copy of its input (and its labels)
+  Stage::Slot& compute_slot(int64_t mb);
+  // after the FORWARD (full: the output copied into the unit's slot, the buffer free again)
   void forwarded(int64_t mb, int64_t fwd_version, double loss);
   MessageBuffer act_out(int64_t mb);           // SEND_ACT: its output (forwarded, no send pending)
-  Stage::Slot& backward_slot(int64_t mb, Half half);  // B (then finished) or I (then kept until W)
-  Stage::Slot& weight_slot(int64_t mb);        // W: the slot its I kept (then finished)
+  // B (then finished) or I (then kept until W): the slot the backward reads; under full a
+  // recompute buffer bound to the unit with a copy of its input, which the caller fills by
+  // Stage::recompute_forward before the backward (recomputes())
+  Stage::Slot& backward_slot(int64_t mb, Half half);
+  Stage::Slot& weight_slot(int64_t mb);        // W: the slot (or recompute buffer) its I kept (then finished)
+  bool recomputes() const { return full_; }    // parallel.recompute = "full" on this stage
+  // After backward_slot: whether the slot still needs the forward again (full, and not the
+  // buffer the unit's own FORWARD just computed in: backward_reuses_forward)
+  bool must_recompute(int64_t mb) const;
   const Unit& unit(int64_t mb) const;          // a unit holding a slot
   Request& act_send_req(int64_t mb);           // its activation send (wait for it before release)
   void release(int64_t mb);                    // finished, its send completed: the slot is free
@@ -148,7 +180,9 @@ class StagePools {
   }
 
   int size() const { return static_cast<int>(slots_.size()); }  // activation slots
-  int64_t activation_bytes() const;  // the slots
+  int recompute_buffers() const { return static_cast<int>(rec_slots_.size()); }
+  int64_t activation_bytes() const;  // the slots and the recompute buffers
+  int64_t recompute_bytes() const;   // the recompute buffers (full)
   int64_t buffer_bytes() const;      // gradient buffers and wire copies
 
  private:
@@ -166,6 +200,11 @@ class StagePools {
   int find_slot(int64_t mb) const;  // -1: mb holds none
   int find_grad_in(int64_t mb) const;
   int held_slot(int64_t mb, const char* use) const;  // find_slot, an internal error if none
+  int find_rec(int64_t mb) const;                    // unit mb's recompute buffer, -1 none
+  // full: a free recompute buffer for mb, its input copied; for a backward, the last
+  // FORWARD's buffer when that FORWARD was mb's and nothing bound since (filled: no recompute)
+  Stage::Slot& bind_rec(int64_t mb, const char* use, bool backward);
+  void unbind_rec(int64_t mb);
   void grow(int64_t mb_size, int64_t labels_per_sample);
   void reset();
 
@@ -183,6 +222,14 @@ class StagePools {
   std::vector<Request> grad_out_req_;
   std::vector<int64_t> grad_out_mb_;  // unit whose gradient each outgoing buffer holds, -1 none
   int grad_out_next_ = 0, pending_grad_out_ = -1;
+  // full recomputation: the recompute buffers, their layouts and the unit each is bound to (-1 free)
+  const bool full_;
+  std::vector<Buffer> rec_mem_;
+  std::vector<Stage::Slot> rec_slots_;
+  std::vector<int64_t> rec_mb_;
+  std::vector<char> rec_filled_;  // a bound buffer holds its unit's forward layout already
+  int cached_ = -1;               // the free buffer the last FORWARD computed in (-1: overwritten since)
+  int64_t cached_mb_ = -1;        // ... and its unit
 };
 
 }  // namespace pt

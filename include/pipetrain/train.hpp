@@ -34,6 +34,10 @@ struct TrainSetup {
   int microbatches = 1;  // units per minibatch (the entry's units_per_minibatch)
   int64_t mb_size = 0;   // samples per unit (the entry's unit_size)
   bool grad_norm = false;  // train.clip_grad_norm > 0: a flush schedule's IR carries GRAD_NORM
+  // parallel.recompute per stage (one value repeated, or the deck's list); the planner may
+  // choose per stage one day, so everything downstream reads this vector
+  std::vector<Recompute> recompute;
+  Recompute recompute_of(int stage) const { return recompute.at(static_cast<size_t>(stage)); }
   static TrainSetup from_deck(const Deck& deck, int world_size);
   // The training IR of a segment of `steps` minibatches (make_schedule with this setup).
   Schedule schedule(int64_t steps) const;

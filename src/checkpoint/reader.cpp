@@ -326,6 +326,13 @@ WorkerState load_stage(hid_t f, const std::string& own, hid_t f0, const std::str
   if (!grp) fail(Exit::bad_input, own + ": group " + g + " is missing");
   st.latest = h5::read_attr_int(grp.id(), "latest_version", own);
   st.optimizer_updates = h5::read_attr_int(grp.id(), "optimizer_updates", own);
+  st.recompute = Recompute::none;  // checkpoints from before parallel.recompute kept whole slots
+  if (H5Aexists(grp.id(), "recompute") > 0) {
+    const std::string r = h5::read_attr_string(grp.id(), "recompute", own);
+    const std::optional<Recompute> e = enum_from_name<Recompute>(r);
+    if (!e) fail(Exit::bad_input, own + ": " + g + " attribute recompute = '" + r + "' is not none, selective or full");
+    st.recompute = *e;
+  }
   for (int64_t mb : int64s(f, g + "/inflight_units", own)) {
     WorkerState::Unit u;
     u.mb = static_cast<int32_t>(mb);

@@ -101,6 +101,7 @@ class Parser {
       case KeyType::choice: return text(n, key, at, k, raw);
       case KeyType::int_list: return KeyValue(int_list(n, key, at, k.range));
       case KeyType::int_list_or_auto: return int_list_or_auto(n, key, at, k.range);
+      case KeyType::choice_per_stage: return choice_per_stage(n, key, at, k, raw);
     }
     PT_CHECK(false, "key " << key << ": no conversion for its type");
     return {};
@@ -136,13 +137,36 @@ class Parser {
     auto s = n.as_string();
     if (!s && !from_set) wrong_type(n, key, at, k);
     const std::string v = s ? std::string(s->get()) : *raw;
-    if (k.type == KeyType::choice && std::find(k.choices.begin(), k.choices.end(), v) == k.choices.end()) {
-      std::string known;
-      for (auto& c : k.choices) known += (known.empty() ? "" : ", ") + c;
-      std::string dym = did_you_mean(v, k.choices);
-      bad(at, key, "unknown value '" + v + "'" + (dym.empty() ? "" : "; did you mean '" + dym + "'?") + " (known: " + known + ")");
-    }
+    if (k.type != KeyType::string) check_choice(v, key, at, k, "");
     return KeyValue(v);
+  }
+
+  // v must be one of the key's choices (`element`: which array element, for the message).
+  void check_choice(const std::string& v, const std::string& key, const std::string& at, const KeyInfo& k,
+                    const std::string& element) const {
+    if (std::find(k.choices.begin(), k.choices.end(), v) != k.choices.end()) return;
+    std::string known;
+    for (auto& c : k.choices) known += (known.empty() ? "" : ", ") + c;
+    std::string dym = did_you_mean(v, k.choices);
+    bad(at, key, element + "unknown value '" + v + "'" + (dym.empty() ? "" : "; did you mean '" + dym + "'?") + " (known: " + known + ")");
+  }
+
+  // One choice (every stage) or a non-empty array of choices (one per stage).
+  KeyValue choice_per_stage(const toml::node& n, const std::string& key, const std::string& at, const KeyInfo& k,
+                            const std::string* raw) const {
+    auto a = n.as_array();
+    if (!a) return text(n, key, at, k, raw);
+    if (a->empty()) bad(at, key, "must name at least one value (one for every stage, or one per stage), got []");
+    std::vector<std::string> out;
+    for (size_t i = 0; i < a->size(); ++i) {
+      auto s = (*a)[i].as_string();
+      if (!s)
+        bad(at, key, "element " + std::to_string(i) + " must be a string, got " + node_text((*a)[i]) + " (" +
+                         node_type_name((*a)[i]) + ")");
+      check_choice(s->get(), key, at, k, "element " + std::to_string(i) + ": ");
+      out.emplace_back(s->get());
+    }
+    return KeyValue(out);
   }
 
   KeyValue int_list_or_auto(const toml::node& n, const std::string& key, const std::string& at, const KeyRange& range) const {
@@ -410,6 +434,24 @@ void resolve_data_defaults(Deck& d) {
   if (d.locations["data.path"] == "default") d.data.path = kFortunesPath;
 }
 
+// parallel.recompute: one value, or one per stage of parallel.split (not with "auto": the
+// stage count is not known until the planner ran).
+void check_recompute(const Deck& d, size_t K) {
+  const PerStage<Recompute>& r = d.parallel.recompute;
+  if (r.uniform()) return;
+  const std::string list = key_value_text(KeyTraits<PerStage<Recompute>>::to_value(r));
+  const std::string at = d.where("parallel.recompute") + ": key 'parallel.recompute': ";
+  const std::string split_at = " (parallel.split set at " + d.where("parallel.split") + ")";
+  if (d.parallel.split_auto)
+    fail(Exit::bad_input, at + "has " + std::to_string(r.values.size()) + " entries " + list +
+                              ", one per stage, but parallel.split = \"auto\" chooses the stages; give one value for every stage" +
+                              split_at, true);
+  if (r.values.size() != K)
+    fail(Exit::bad_input, at + "has " + std::to_string(r.values.size()) + " entries " + list + " but parallel.split " +
+                              toml_int_list(d.parallel.split) + " makes " + std::to_string(K) + (K == 1 ? " stage" : " stages") + "; give one value for every "
+                              "stage or one per stage" + split_at, true);
+}
+
 // Cross-field rules: each message names both keys and their values.
 void check_consistency(const Deck& d) {
   auto both = [&](const std::string& a, const std::string& b, const std::string& msg) {
@@ -445,6 +487,7 @@ void check_consistency(const Deck& d) {
                                                  : ", which the " + std::string(placement_name(placement)) + " placement cannot spread over " + std::to_string(R) +
                                                    " rank groups (V: 2 stages per group; looped: the same number per group)"));
   const ScheduleDef& sched = schedule_def(d.parallel.schedule);
+  check_recompute(d, K);
   if (!d.parallel.split_auto && !sched.stage_count_problem(static_cast<int>(K)).empty())
     both("parallel.split", "parallel.schedule", sched.name + " " + sched.stages_doc + ", but split = " + toml_int_list(d.parallel.split));
   check_data_consistency(d);

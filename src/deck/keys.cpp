@@ -42,6 +42,7 @@ const char* key_type_name(KeyType t) {
     case KeyType::choice: return "string";
     case KeyType::int_list: return "array of integers";
     case KeyType::int_list_or_auto: return "array of integers or \"auto\"";
+    case KeyType::choice_per_stage: return "string or array of strings (one per stage)";
   }
   return "?";
 }
@@ -146,6 +147,11 @@ std::string value_text(const KeyValue& v, Float float_text) {
   if (auto f = std::get_if<double>(&v)) return float_text(*f);
   if (auto b = std::get_if<bool>(&v)) return *b ? "true" : "false";
   if (auto s = std::get_if<std::string>(&v)) return toml_string(*s);
+  if (auto l = std::get_if<std::vector<std::string>>(&v)) {
+    std::string o = "[";
+    for (size_t i = 0; i < l->size(); ++i) o += (i ? ", " : "") + toml_string((*l)[i]);
+    return o + "]";
+  }
   return toml_int_list(std::get<std::vector<int64_t>>(v));
 }
 }  // namespace

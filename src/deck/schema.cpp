@@ -127,7 +127,12 @@ std::vector<Key<Deck>> parallel_keys() {
            "microbatches per minibatch (flush schedules and 2bw); must divide train.batch_size"),
        key("profile", &P::profile, "", "split = \"auto\": read this profile.json instead of profiling"),
        key("allreduce", &P::allreduce, Allreduce::mpi,
-           "replica gradient reduction (nccl needs CUDA=1 and run.device = \"cuda\")")});
+           "replica gradient reduction (nccl needs CUDA=1 and run.device = \"cuda\")"),
+       key("recompute", &P::recompute, Recompute::none,
+           "activation recomputation, one value for every stage or an array with one per stage: none keeps every "
+           "activation until the backward; selective drops the attention probabilities and the MLP hidden activations of "
+           "transformer blocks and recomputes them in the backward; full keeps only each stage's input and output per unit "
+           "in flight and reruns the stage's forward before its backward (bitwise the same results; docs/ARCHITECTURE.md)")});
 }
 
 std::vector<Key<Deck>> checkpoint_cluster_keys() {

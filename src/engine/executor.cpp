@@ -75,12 +75,13 @@ bool Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
   }
   drain_sends("final");
   stats_.wall_s += now_s() - t_begin;
-  stats_.weight_bytes = stats_.activation_bytes = stats_.buffer_bytes = 0;
+  stats_.weight_bytes = stats_.activation_bytes = stats_.buffer_bytes = stats_.recompute_bytes = 0;
   for (StageRuntime* r : stages_) {
     stats_.max_versions = std::max(stats_.max_versions, r->weights->max_held());
     stats_.max_in_flight = std::max(stats_.max_in_flight, r->pools.size());
     stats_.weight_bytes += r->weights->bytes();
     stats_.activation_bytes += r->pools.activation_bytes();
+    stats_.recompute_bytes += r->pools.recompute_bytes();
     stats_.buffer_bytes += r->pool_bytes();
   }
   ir_ = nullptr;
@@ -108,13 +109,14 @@ void Executor::load_inputs(StageRuntime& r, Stage::Slot& slot, int64_t mb) {
 }
 
 /// FORWARD: the unit's activation slot (stage 0 claims a free one; other stages use the one
-/// its RECV_ACT filled) runs the stage's layers on the version the action names; the last
-/// stage keeps the unit's summed loss in the slot state.
+/// its RECV_ACT filled) runs the stage's layers on the version the action names (under full
+/// recomputation in a recompute buffer, the output copied back into the unit's slot); the
+/// last stage keeps the unit's summed loss in the slot state.
 void Executor::on_forward(const Action& a, Step& st) {
   StageRuntime& r = rt(a.stage);
   if (r.first) r.pools.claim(a.mb);
-  Stage::Slot& slot = r.pools.forward_slot(a.mb);
-  load_inputs(r, slot, a.mb);
+  load_inputs(r, r.pools.forward_slot(a.mb), a.mb);
+  Stage::Slot& slot = r.pools.compute_slot(a.mb);
   r.stage->forward(slot, r.weights->read(a.version), layer_ctx(r, slot, a.mb, true), mb_size_, st.poll);
   const double loss = r.last ? be_.sum(static_cast<size_t>(mb_size_), r.stage->output(slot)) : 0.0;
   r.pools.forwarded(a.mb, r.weights->base() + a.version, loss);
@@ -130,7 +132,10 @@ float* Executor::claim_grad_out(StageRuntime& r, const Action& a) {
 
 // B and I share everything but the stage call: the unit's slot, its incoming gradient (the
 // RECV_GRAD buffer, free again after; none on the last stage) and an outgoing buffer for the
-// input gradient (none on stage 0). After I the pools keep the slot for its W.
+// input gradient (none on stage 0). After I the pools keep the slot for its W. Under full
+// recomputation the slot is a recompute buffer, filled first by the forward again on the
+// same weight version (the stash the FORWARD read, in asynchronous schedules), unless it is
+// still the buffer the unit's own FORWARD computed in (StagePools::must_recompute).
 void Executor::run_backward(const Action& a, StagePools::Half half, Step& st) {
   StageRuntime& r = rt(a.stage);
   Stage::Slot& slot = r.pools.backward_slot(a.mb, half);
@@ -138,6 +143,7 @@ void Executor::run_backward(const Action& a, StagePools::Half half, Step& st) {
   float* dx = r.first ? nullptr : claim_grad_out(r, a);
   const float* w = r.weights->read(a.version);
   const LayerCtx lc = layer_ctx(r, slot, a.mb, true);
+  if (r.pools.must_recompute(a.mb)) r.stage->recompute_forward(slot, w, lc, mb_size_, st.poll);
   if (half == StagePools::Half::fused) r.stage->backward(slot, w, r.grads.data(), dy, dx, lc, mb_size_, st.poll);
   else r.stage->backward_input(slot, w, r.grads.data(), dy, dx, lc, mb_size_, st.poll);
   r.weights->done_reading(a.version);

@@ -26,6 +26,7 @@ std::vector<WorkerState> Executor::capture(const Schedule& ir, size_t position, 
     for (Buffer* b : r->opt->state()) st.optimizer.push_back(host_copy(be_, b->data(), b->size()));
     st.optimizer_updates = r->opt->updates();
     st.state = host_copy(be_, r->state.data(), r->state.size());
+    st.recompute = r->stage->recompute();
     for (const StagePools::Unit& p : r->pools.forwarded_units()) {  // a unit only posted ahead is not state
       WorkerState::Unit u;
       u.mb = static_cast<int32_t>(p.mb);
@@ -72,11 +73,16 @@ void Executor::restore(const Schedule& ir, const std::vector<WorkerState>& state
     for (const WorkerState::Message& m : st.crossing) resend_crossing(ir, m);
 }
 
-// Units in flight come back into free slots, whole (activations and kept gradients); the
+// Units in flight come back into free slots, whole (activations and kept gradients; a slot
+// captured under another recompute mode as this stage lays it out: Stage::unit_from); the
 // last stage reads their labels again.
 void Executor::restore_units(StageRuntime& r, const WorkerState& st) {
   for (const WorkerState::Unit& u : st.units) {
-    Stage::Slot& slot = r.pools.restore({u.mb, u.fwd_version, u.loss}, u.slot);
+    const std::vector<float> contents = r.stage->unit_from(u.slot, st.recompute);
+    PT_CHECK(!contents.empty(), "mb " << u.mb << " of stage " << r.id << " was captured under recompute = "
+                                      << enum_name(st.recompute) << " and cannot be restored under "
+                                      << enum_name(r.stage->recompute()) << " (resume checks this first)");
+    Stage::Slot& slot = r.pools.restore({u.mb, u.fwd_version, u.loss}, contents);
     if (!r.last) continue;
     for (int64_t j = 0; j < mb_size_; ++j) idx_[static_cast<size_t>(j)] = (*perm_)[static_cast<size_t>(u.mb * mb_size_ + j)];
     train_.get_labels(idx_.data(), mb_size_, host_labels_.data());

@@ -8,36 +8,60 @@
 
 namespace pt {
 
-int64_t Stage::slot_floats_per_sample(const Layer& layer, bool keep_output_grads, int64_t* kept) {
+int64_t Stage::slot_floats_per_sample(const Layer& layer, bool keep_output_grads, Recompute mode, int64_t* kept) {
+  const Recompute lm = mode == Recompute::full ? Recompute::none : mode;  // the layout's saved extras
   int64_t k = 0;
   if (keep_output_grads) {
-    k = layer.split_aux_per_sample();
+    k = layer.split_aux_floats(lm);
     if (layer.splits_backward() && !layer.is_loss()) k += layer.out_shape().numel();
   }
   if (kept) *kept = k;
-  return (layer.is_view() ? 0 : layer.out_shape().numel()) + layer.aux_per_sample() + k;
+  return (layer.is_view() ? 0 : layer.out_shape().numel()) + layer.aux_floats(lm) + k;
+}
+
+Stage::SlotGeometry Stage::slot_geometry(const Model& model, int first, int last, bool keep_output_grads, Recompute mode) {
+  PT_CHECK(0 <= first && first < last && last <= model.size(), "bad stage [" << first << ", " << last << ")");
+  SlotGeometry g;
+  g.input = model.layer(first).in_shape().numel();
+  g.output = model.layer(last - 1).out_shape().numel();
+  g.layout = g.input;
+  for (int l = first; l < last; ++l) {
+    int64_t k = 0;
+    g.layout += slot_floats_per_sample(model.layer(l), keep_output_grads, mode, &k);
+    g.kept += k;
+  }
+  const bool full = mode == Recompute::full;
+  g.unit = full ? g.input + g.output : g.layout;
+  g.recompute = full ? g.layout : 0;
+  if (full) g.kept = 0;  // kept gradients live in the recompute buffer from I until W
+  return g;
+}
+
+Recompute Stage::layout_mode(Recompute mode) const {
+  if (mode != Recompute::selective) return mode;
+  for (int l = first_; l < last_; ++l)
+    if (model_.layer(l).recomputes_selectively()) return mode;
+  return Recompute::none;
 }
 
 Stage::Geometry Stage::geometry(const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb,
-                                bool keep_output_grads) {
-  PT_CHECK(0 <= first && first < last && last <= model.size(), "bad stage [" << first << ", " << last << ")");
+                                bool keep_output_grads, Recompute mode) {
+  const SlotGeometry sg = slot_geometry(model, first, last, keep_output_grads, mode);
   Geometry g;
-  int64_t slot = model.layer(first).in_shape().numel(), kept = 0;
-  g.max_numel = slot;
+  g.max_numel = model.layer(first).in_shape().numel();
   for (int l = first; l < last; ++l) {
     const Layer& layer = model.layer(l);
-    int64_t k = 0;
-    slot += slot_floats_per_sample(layer, keep_output_grads, &k);
-    kept += k;
     g.num_params += layer.num_params();
     g.num_state += layer.num_state();
     g.aux_max = std::max(g.aux_max, layer.aux_per_sample());
-    g.work_max = std::max(g.work_max, layer.workspace_per_sample());
+    g.work_max = std::max({g.work_max, layer.workspace_per_sample(), layer.workspace_floats(mode)});
     g.max_numel = std::max({g.max_numel, layer.in_shape().numel(), layer.out_shape().numel()});
   }
   const int64_t widest = std::max(train_mb, eval_mb);
-  g.slot_floats = slot * train_mb;
-  g.slot_kept_floats = kept * train_mb;
+  g.layout_floats = sg.layout * train_mb;
+  g.slot_floats = sg.unit * train_mb;
+  g.recompute_floats = sg.recompute * train_mb;
+  g.slot_kept_floats = sg.kept * train_mb;
   g.scratch_floats = widest * g.max_numel;
   g.eval_aux_floats = std::max<int64_t>(1, eval_mb * g.aux_max);
   g.work_floats = g.work_max ? widest * g.work_max : 0;
@@ -46,9 +70,11 @@ Stage::Geometry Stage::geometry(const Model& model, int first, int last, int64_t
   return g;
 }
 
-Stage::Stage(Backend& be, const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb, bool keep_output_grads)
-    : be_(be), model_(model), first_(first), last_(last), first_compute_(last), train_mb_(train_mb), eval_mb_(eval_mb), keep_dout_(keep_output_grads) {
-  const Geometry g = geometry(model, first, last, train_mb, eval_mb, keep_output_grads);
+Stage::Stage(Backend& be, const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb, bool keep_output_grads,
+             Recompute recompute)
+    : be_(be), model_(model), first_(first), last_(last), first_compute_(last), train_mb_(train_mb), eval_mb_(eval_mb),
+      keep_dout_(keep_output_grads), mode_(recompute) {
+  const Geometry g = geometry(model, first, last, train_mb, eval_mb, keep_output_grads, recompute);
   for (int l = first; l < last; ++l) {
     const Layer& layer = model.layer(l);
     offset_.push_back(num_params_);
@@ -57,7 +83,8 @@ Stage::Stage(Backend& be, const Model& model, int first, int last, int64_t train
     num_state_ += layer.num_state();
     if (!layer.is_view() && first_compute_ == last) first_compute_ = l;
   }
-  slot_floats_ = g.slot_floats;
+  slot_floats_ = g.layout_floats;
+  unit_floats_ = g.slot_floats;
   max_numel_ = g.max_numel;
   scratch_a_ = Buffer(be, static_cast<size_t>(g.scratch_floats));
   scratch_b_ = Buffer(be, static_cast<size_t>(g.scratch_floats));
@@ -78,6 +105,7 @@ LayerCtx Stage::layer_ctx(const LayerCtx& ctx, int l) const {
   LayerCtx lc = ctx;
   lc.work = work_.data();
   lc.state = ctx.state && model_.layer(l).num_state() ? ctx.state + state_offset(l) : nullptr;
+  lc.selective = ctx.training && model_.layer(l).selective_in(mode_);  // evaluation keeps nothing anyway
   return lc;
 }
 
@@ -87,7 +115,10 @@ void Stage::require_state(const LayerCtx& ctx) const {
                                                       "was passed (LayerCtx::state)");
 }
 
-Stage::Slot Stage::carve(float* base, int32_t* labels) const {
+Stage::Slot Stage::carve(float* base, int32_t* labels) const { return carve_layout(base, labels, mode_); }
+
+Stage::Slot Stage::carve_layout(float* base, int32_t* labels, Recompute mode) const {
+  const Recompute lm = mode == Recompute::full ? Recompute::none : mode;
   Slot s;
   s.labels = labels;
   float* p = base;
@@ -99,7 +130,7 @@ Stage::Slot Stage::carve(float* base, int32_t* labels) const {
     float* y = layer.is_view() ? const_cast<float*>(prev) : p;
     if (!layer.is_view()) p += train_mb_ * layer.out_shape().numel();
     s.out.push_back(y);
-    const int64_t aux = layer.aux_per_sample() + (keep_dout_ ? layer.split_aux_per_sample() : 0);
+    const int64_t aux = layer.aux_floats(lm) + (keep_dout_ ? layer.split_aux_floats(lm) : 0);
     s.aux.push_back(aux ? p : nullptr);
     p += train_mb_ * aux;
     const bool keep = keep_dout_ && layer.splits_backward() && !layer.is_loss();
@@ -107,8 +138,43 @@ Stage::Slot Stage::carve(float* base, int32_t* labels) const {
     if (keep) p += train_mb_ * layer.out_shape().numel();
     prev = y;
   }
-  PT_CHECK(p - base == slot_floats_, "slot layout " << (p - base) << " != " << slot_floats_);
+  PT_CHECK(p - base == slot_geometry(model_, first_, last_, keep_dout_, mode).layout * train_mb_,
+           "slot layout " << (p - base) << " floats, not the geometry's");
   return s;
+}
+
+Stage::Slot Stage::carve_unit(float* base, int32_t* labels) const {
+  if (mode_ != Recompute::full) return carve(base, labels);
+  Slot s;
+  s.labels = labels;
+  s.input = base;
+  const size_t L = static_cast<size_t>(last_ - first_);
+  s.out.assign(L, nullptr);
+  s.aux.assign(L, nullptr);
+  s.dout.assign(L, nullptr);
+  s.out.back() = base + train_mb_ * in_shape().numel();
+  return s;
+}
+
+bool Stage::can_restore_units(Recompute mode) const {
+  const Recompute from = layout_mode(mode), to = layout_mode(mode_);
+  return from == to || (to == Recompute::full && from != Recompute::full);
+}
+
+std::vector<float> Stage::unit_from(const std::vector<float>& contents, Recompute mode) const {
+  const Recompute from = layout_mode(mode), to = layout_mode(mode_);
+  const SlotGeometry g = slot_geometry(model_, first_, last_, keep_dout_, from);
+  PT_CHECK(static_cast<int64_t>(contents.size()) == g.unit * train_mb_,
+           "a unit slot of " << contents.size() << " floats for stage layers " << first_ << ".." << last_ - 1
+                             << " under recompute = " << enum_name(mode) << ", whose slot has " << g.unit * train_mb_);
+  if (from == to) return contents;
+  if (!can_restore_units(mode)) return {};
+  std::vector<float> whole = contents;  // carved in place: the input and the output's offsets
+  const Slot s = carve_layout(whole.data(), nullptr, from);
+  const int64_t in = train_mb_ * in_shape().numel(), out = train_mb_ * out_shape().numel();
+  std::vector<float> unit(s.input, s.input + in);
+  unit.insert(unit.end(), output(s), output(s) + out);
+  return unit;
 }
 
 void Stage::forward_layer(int l, const Slot& s, const float* params, const LayerCtx& ctx, int64_t n) const {
@@ -118,8 +184,18 @@ void Stage::forward_layer(int l, const Slot& s, const float* params, const Layer
 }
 
 void Stage::forward(const Slot& s, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const {
-  PT_CHECK(n <= train_mb_, "microbatch " << n << " > slot capacity " << train_mb_);
   require_state(ctx);
+  run_forward(s, params, ctx, n, poll);
+}
+
+void Stage::recompute_forward(const Slot& s, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const {
+  LayerCtx c = ctx;
+  c.state = nullptr;  // the FORWARD updated the running statistics once already
+  run_forward(s, params, c, n, poll);
+}
+
+void Stage::run_forward(const Slot& s, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const {
+  PT_CHECK(n <= train_mb_, "microbatch " << n << " > slot capacity " << train_mb_);
   for (int l = first_; l < last_; ++l) {
     forward_layer(l, s, params, ctx, n);
     round_output(l, s.out[static_cast<size_t>(l - first_)], n);

@@ -10,7 +10,7 @@
 namespace pt {
 
 StagePools::StagePools(const Stage& stage, const Boundary& in, const Boundary& out, bool first, bool last)
-    : stage_(stage), in_(in), out_(out), first_(first), last_(last) {}
+    : stage_(stage), in_(in), out_(out), first_(first), last_(last), full_(stage.recompute() == Recompute::full) {}
 
 StagePools::~StagePools() {
   for (int32_t* p : slot_labels_)
@@ -24,8 +24,16 @@ void StagePools::prepare(const Schedule& ir, int rank, int stage, int64_t mb_siz
   for (const GradIn& g : grad_in_)
     PT_CHECK(g.mb < 0 && !g.recv.pending(), "an IR starts while mb " << g.mb << " still holds an incoming gradient buffer");
   for (const Request& q : grad_out_req_) PT_CHECK(!q.pending(), "an IR starts while a gradient send is pending");
+  for (int64_t m : rec_mb_) PT_CHECK(m < 0, "an IR starts while mb " << m << " still holds a recompute buffer");
   const int need = std::max(1, max_in_flight(ir, rank, stage));
   while (size() < need) grow(mb_size, labels_per_sample);
+  const int rec = full_ ? 1 + max_between_i_and_w(ir, rank, stage) : 0;
+  while (recompute_buffers() < rec) {
+    rec_mem_.emplace_back(stage_.backend(), static_cast<size_t>(stage_.slot_floats()));
+    rec_slots_.push_back(stage_.carve(rec_mem_.back().data(), nullptr));  // labels: the bound unit's
+    rec_mb_.push_back(-1);
+    rec_filled_.push_back(0);
+  }
   reset();
 }
 
@@ -49,11 +57,11 @@ StagePools::UnitSizes StagePools::unit_sizes(int64_t slot_floats, int64_t train_
 // One more unit's worth of every pool (between IRs only), sized by unit_sizes.
 void StagePools::grow(int64_t mb_size, int64_t labels_per_sample) {
   Backend& be = stage_.backend();
-  const UnitSizes u = unit_sizes(stage_.slot_floats(), stage_.train_mb(), in_, out_, first_, last_, mb_size, labels_per_sample);
+  const UnitSizes u = unit_sizes(stage_.unit_floats(), stage_.train_mb(), in_, out_, first_, last_, mb_size, labels_per_sample);
   auto n = [](int64_t x) { return static_cast<size_t>(x); };
   slot_mem_.emplace_back(be, n(u.slot_floats));
   slot_labels_.push_back(last_ ? be.alloc_int(n(u.labels)) : nullptr);
-  slots_.push_back(stage_.carve(slot_mem_.back().data(), slot_labels_.back()));
+  slots_.push_back(stage_.carve_unit(slot_mem_.back().data(), slot_labels_.back()));
   slot_state_.emplace_back();
   if (!last_) grad_in_.push_back(GradIn{Buffer(be, n(u.grad_in_floats)), Buffer(), -1, Request()});
   if (!first_) {
@@ -77,7 +85,46 @@ void StagePools::reset() {
   free_grad_in_.clear();
   for (size_t g = 0; g < grad_in_.size(); ++g) free_grad_in_.push_back(static_cast<int>(g));
   std::fill(grad_out_mb_.begin(), grad_out_mb_.end(), -1);
+  std::fill(rec_mb_.begin(), rec_mb_.end(), -1);
+  cached_ = -1, cached_mb_ = -1;
   pending_grad_out_ = -1;
+}
+
+int StagePools::find_rec(int64_t mb) const {
+  for (size_t b = 0; b < rec_mb_.size(); ++b)
+    if (rec_mb_[b] == mb) return static_cast<int>(b);
+  return -1;
+}
+
+// Any bind ends the reuse of the last FORWARD's layout (cached_): only the unit that layout
+// belongs to, binding for its backward before anything else binds, takes it back filled.
+Stage::Slot& StagePools::bind_rec(int64_t mb, const char* use, bool backward) {
+  PT_CHECK(find_rec(mb) < 0, use << " of mb " << mb << ": the unit already holds a recompute buffer");
+  const bool reuse = backward && cached_ >= 0 && cached_mb_ == mb;
+  const int b = reuse ? cached_ : find_rec(-1);
+  cached_ = -1, cached_mb_ = -1;
+  PT_CHECK(b >= 0, use << " of mb " << mb << ": no free recompute buffer (" << rec_mb_.size() << ", all bound)");
+  const Stage::Slot& unit = slots_[static_cast<size_t>(held_slot(mb, use))];
+  Stage::Slot& r = rec_slots_[static_cast<size_t>(b)];
+  rec_mb_[static_cast<size_t>(b)] = mb;
+  rec_filled_[static_cast<size_t>(b)] = reuse;
+  r.labels = unit.labels;
+  if (!reuse) stage_.backend().copy(r.input, unit.input, static_cast<size_t>(stage_.train_mb() * stage_.in_shape().numel()));
+  return r;
+}
+
+bool StagePools::must_recompute(int64_t mb) const {
+  if (!full_) return false;
+  const int b = find_rec(mb);
+  PT_CHECK(b >= 0, "mb " << mb << " holds no recompute buffer to recompute into");
+  return !rec_filled_[static_cast<size_t>(b)];
+}
+
+void StagePools::unbind_rec(int64_t mb) {
+  const int b = find_rec(mb);
+  if (b < 0) return;
+  rec_mb_[static_cast<size_t>(b)] = -1;
+  rec_slots_[static_cast<size_t>(b)].labels = nullptr;
 }
 
 int StagePools::find_slot(int64_t mb) const {
@@ -117,9 +164,24 @@ Stage::Slot& StagePools::forward_slot(int64_t mb) {
   return slots_[s];
 }
 
+Stage::Slot& StagePools::compute_slot(int64_t mb) {
+  Stage::Slot& unit = forward_slot(mb);
+  return full_ ? bind_rec(mb, "FORWARD", false) : unit;
+}
+
 void StagePools::forwarded(int64_t mb, int64_t fwd_version, double loss) {
-  SlotState& ss = slot_state_[static_cast<size_t>(held_slot(mb, "FORWARD"))];
+  const int s = held_slot(mb, "FORWARD");
+  SlotState& ss = slot_state_[static_cast<size_t>(s)];
   PT_CHECK(ss.phase == Phase::claimed, "FORWARD of mb " << mb << " a second time");
+  if (full_) {  // the output stays for the SEND_ACT; the layout goes back to the pool
+    const int b = find_rec(mb);
+    PT_CHECK(b >= 0, "FORWARD of mb " << mb << " finished without the recompute buffer it computes in");
+    Stage::Slot& unit = slots_[static_cast<size_t>(s)];
+    stage_.backend().copy(stage_.output(unit), stage_.output(rec_slots_[static_cast<size_t>(b)]),
+                          static_cast<size_t>(stage_.train_mb() * stage_.out_shape().numel()));
+    unbind_rec(mb);
+    cached_ = b, cached_mb_ = mb;  // free, but its layout is this unit's until something else binds
+  }
   ss.phase = Phase::forwarded;
   ss.unit.fwd_version = fwd_version;
   ss.unit.loss = loss;
@@ -136,8 +198,10 @@ Stage::Slot& StagePools::backward_slot(int64_t mb, Half half) {
   const char* op = half == Half::fused ? "BACKWARD" : "BACKWARD_INPUT";
   SlotState& ss = slot_state_[static_cast<size_t>(held_slot(mb, op))];
   PT_CHECK(ss.phase == Phase::forwarded, op << " of mb " << mb << " on a slot that is not forwarded (or already ran its backward)");
+  Stage::Slot& unit = slots_[static_cast<size_t>(&ss - slot_state_.data())];
+  Stage::Slot& slot = full_ ? bind_rec(mb, op, true) : unit;
   ss.phase = half == Half::fused ? Phase::finished : Phase::kept;
-  return slots_[static_cast<size_t>(&ss - slot_state_.data())];
+  return slot;
 }
 
 Stage::Slot& StagePools::weight_slot(int64_t mb) {
@@ -145,7 +209,10 @@ Stage::Slot& StagePools::weight_slot(int64_t mb) {
   PT_CHECK(s >= 0 && slot_state_[static_cast<size_t>(s)].phase == Phase::kept,
            "BACKWARD_WEIGHT of mb " << mb << " without its kept output gradients (no BACKWARD_INPUT kept its slot)");
   slot_state_[static_cast<size_t>(s)].phase = Phase::finished;
-  return slots_[static_cast<size_t>(s)];
+  if (!full_) return slots_[static_cast<size_t>(s)];
+  const int b = find_rec(mb);
+  PT_CHECK(b >= 0, "BACKWARD_WEIGHT of mb " << mb << " without the recompute buffer its BACKWARD_INPUT kept");
+  return rec_slots_[static_cast<size_t>(b)];
 }
 
 const StagePools::Unit& StagePools::unit(int64_t mb) const { return slot_state_[static_cast<size_t>(held_slot(mb, "unit"))].unit; }
@@ -159,6 +226,7 @@ void StagePools::release(int64_t mb) {
   PT_CHECK(ss.phase == Phase::finished, "activation slot of mb " << mb << " released before its backward ran");
   PT_CHECK(!ss.send.pending(), "activation slot of mb " << mb << " released while its SEND_ACT is pending");
   PT_CHECK(!ss.recv.pending(), "activation slot of mb " << mb << " released while its RECV_ACT is pending");
+  unbind_rec(mb);
   ss.phase = Phase::free;
   ss.unit = Unit{};
   free_slots_.push_back(s);
@@ -166,7 +234,8 @@ void StagePools::release(int64_t mb) {
 
 Stage::Slot& StagePools::restore(const Unit& u, const std::vector<float>& contents) {
   PT_CHECK(!free_slots_.empty(), "no free slot to restore mb " << u.mb);
-  PT_CHECK(contents.size() == static_cast<size_t>(stage_.slot_floats()), "restored slot size mismatch");
+  PT_CHECK(contents.size() == static_cast<size_t>(stage_.unit_floats()),
+           "restored slot of mb " << u.mb << ": " << contents.size() << " floats, the unit slot has " << stage_.unit_floats());
   Stage::Slot& slot = claim(u.mb);
   const size_t s = static_cast<size_t>(find_slot(u.mb));
   stage_.backend().from_host(slot_mem_[s].data(), contents.data(), contents.size());
@@ -184,7 +253,8 @@ std::vector<StagePools::Unit> StagePools::forwarded_units() const {
 }
 
 std::vector<float> StagePools::host_contents(int64_t mb) const {
-  std::vector<float> v(static_cast<size_t>(stage_.slot_floats()));
+  PT_CHECK(find_rec(mb) < 0, "capture of mb " << mb << " while it holds a recompute buffer (a cut inside its backward)");
+  std::vector<float> v(static_cast<size_t>(stage_.unit_floats()));
   stage_.backend().to_host(v.data(), slot_mem_[static_cast<size_t>(held_slot(mb, "capture"))].data(), v.size());
   return v;
 }
@@ -258,7 +328,11 @@ const float* StagePools::grad_out_of(int64_t mb) const {
   return nullptr;
 }
 
-int64_t StagePools::activation_bytes() const { return static_cast<int64_t>(slot_mem_.size()) * stage_.slot_floats() * 4; }
+int64_t StagePools::activation_bytes() const {
+  return static_cast<int64_t>(slot_mem_.size()) * stage_.unit_floats() * 4 + recompute_bytes();
+}
+
+int64_t StagePools::recompute_bytes() const { return static_cast<int64_t>(rec_mem_.size()) * stage_.slot_floats() * 4; }
 
 int64_t StagePools::buffer_bytes() const {
   int64_t b = 0;

@@ -30,9 +30,10 @@ Boundary boundary_above(const Model& model, const Layout& layout, int stage, boo
 }
 
 StageRuntime::StageRuntime(Backend& be, const Model& model, const Layout& layout, int s, int64_t train_mb, int64_t eval_mb,
-                           bool split_backward, const Deck::Train& train, int64_t total_updates)
+                           bool split_backward, const Deck::Train& train, int64_t total_updates, Recompute recompute)
     : id(s),
-      stage(std::make_unique<Stage>(be, model, layout.first_layer(s), layout.end_layer(s), train_mb, eval_mb, split_backward)),
+      stage(std::make_unique<Stage>(be, model, layout.first_layer(s), layout.end_layer(s), train_mb, eval_mb, split_backward,
+                                    recompute)),
       in(boundary_below(model, layout, s, train.precision == Precision::bf16)),
       out(boundary_above(model, layout, s, train.precision == Precision::bf16)),
       first(s == 0),

@@ -25,10 +25,15 @@ void AttentionCore::init_params(float* host, uint64_t seed, int layer, int first
   init_constant(w + D_ * D_, D_, 0.0f);
 }
 
-int64_t AttentionCore::forward_work() const {
-  return std::max(3 * T_ * D_, (p_ > 0 ? H_ * T_ * T_ : 0) + T_ * D_);
+// selective: the composed path keeps the probabilities in the workspace instead (the fused
+// kernel needs none: it recomputes them per head)
+int64_t AttentionCore::forward_work(bool selective) const {
+  const int64_t TT = H_ * T_ * T_;
+  return std::max(3 * T_ * D_, (selective ? TT : 0) + (p_ > 0 ? TT : 0) + T_ * D_);
 }
-int64_t AttentionCore::backward_work() const { return 5 * T_ * D_ + (p_ > 0 ? 2 : 1) * H_ * T_ * T_; }
+int64_t AttentionCore::backward_work(bool selective) const {
+  return 5 * T_ * D_ + (p_ > 0 ? 2 : 1) * H_ * T_ * T_ + (selective ? H_ * T_ * T_ : 0);
+}
 
 void AttentionCore::heads_gemm(Backend& be, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                                const float* A, const float* B, float* C, int64_t n) const {
@@ -41,6 +46,11 @@ const float* AttentionCore::dropped(const LayerCtx& c, const float* P, float* bu
   if (!c.training || p_ == 0.0f) return P;
   dropout_apply(c, layer_, kProbDropout, p_, H_ * T_ * T_, P, buf, n);
   return buf;
+}
+
+void AttentionCore::probabilities(Backend& be, const float* q, const float* k, float* P, int64_t n) const {
+  heads_gemm(be, false, true, T_, T_, dh_, scale_, q, k, P, n);  // scores
+  be.causal_softmax_forward(n * H_, T_, P, P);
 }
 
 Backend::AttentionGeom AttentionCore::geom(int64_t n, bool packed) const {
@@ -59,7 +69,7 @@ void AttentionCore::forward(const LayerCtx& c, const float* w, const float* x, f
   const bool pk = packed_operands(be);
   Carve s{saved, n};
   float* qkv = s.take(3 * TD);
-  float* P = s.take(H_ * T_ * T_);
+  float* P = c.selective ? nullptr : s.take(H_ * T_ * T_);  // selective: not kept
   float* O = s.take(TD);
   if (fused(be)) {  // in bf16 q, k, v are products' operands only: saved packed
     qkv_.forward(be, w, x, qkv, n * T_, x_packed, pk);
@@ -69,9 +79,9 @@ void AttentionCore::forward(const LayerCtx& c, const float* w, const float* x, f
   qkv_.forward(be, w, x, c.work, n * T_, x_packed);  // [n, T, 3, H, dh]
   be.heads_split(n, T_, 3, H_, dh_, c.work, qkv);
   const float *q = qkv, *k = qkv + n * TD, *v = qkv + 2 * n * TD;
-  heads_gemm(be, false, true, T_, T_, dh_, scale_, q, k, P, n);  // scores
-  be.causal_softmax_forward(n * H_, T_, P, P);
-  Carve wk{c.work, n};
+  Carve wk{c.work, n};  // the projections above are consumed: the workspace is free again
+  if (!P) P = wk.take(H_ * T_ * T_);
+  probabilities(be, q, k, P, n);
   float* pd_buf = p_ > 0 ? wk.take(H_ * T_ * T_) : nullptr;
   float* Oh = wk.take(TD);
   heads_gemm(be, false, false, T_, dh_, T_, 1.0f, dropped(c, P, pd_buf, n), v, Oh, n);
@@ -85,7 +95,6 @@ void AttentionCore::input_half(const LayerCtx& c, const float* w, const float* d
   Backend& be = c.be;
   const int64_t TD = T_ * D_, TT = T_ * T_;
   const float* qkvh = saved;
-  const float* P = saved + n * 3 * TD;
   const float *q = qkvh, *k = qkvh + n * TD, *v = qkvh + 2 * n * TD;
   Carve wk{c.work, n};
   float* dO = wk.take(TD);
@@ -94,10 +103,16 @@ void AttentionCore::input_half(const LayerCtx& c, const float* w, const float* d
   float* pd_buf = p_ > 0 ? wk.take(H_ * TT) : nullptr;
   float* dqkvh = wk.take(3 * TD);
   const bool pk = packed_operands(be);
+  const float* P = c.selective ? nullptr : saved + n * 3 * TD;  // selective: recomputed below (or in the fused kernel)
   proj_.backward_input(be, w + qkv_.size(), dy, dO, n * T_, dy_packed);
   if (fused(be)) {
     be.attention_backward(geom(n, pk), qkvh, P, dO, keep);
     return qkv_.backward_input(be, w, keep, dx, n * T_, pk);
+  }
+  if (!P) {
+    float* Pr = wk.take(H_ * TT);
+    probabilities(be, q, k, Pr, n);
+    P = Pr;
   }
   be.heads_split(n, T_, 1, H_, dh_, dO, dOh);
   heads_gemm(be, false, true, T_, T_, dh_, 1.0f, dOh, v, dP, n);                          // dPd = dO V^T
@@ -113,7 +128,7 @@ void AttentionCore::input_half(const LayerCtx& c, const float* w, const float* d
 
 void AttentionCore::weight_half(const LayerCtx& c, const float* x, const float* dy, float* dw, const float* saved,
                                 const float* keep, int64_t n, bool x_packed, bool dy_packed) const {
-  const float* O = saved + n * (3 * T_ * D_ + H_ * T_ * T_);
+  const float* O = saved + n * (saved_per_sample(c.selective) - T_ * D_);
   const bool pk = packed_operands(c.be);
   proj_.backward_weight(c.be, O, dy, dw + qkv_.size(), n * T_, pk, dy_packed);
   qkv_.backward_weight(c.be, x, keep, dw, n * T_, x_packed, pk);
@@ -151,6 +166,12 @@ class Attention final : public Layer {
   int64_t workspace_per_sample() const override {
     return std::max(core_.forward_work(), core_.keep_per_sample() + core_.backward_work());
   }
+  // selective: the probabilities are recomputed (AttentionCore)
+  bool recomputes_selectively() const override { return true; }
+  int64_t selective_aux_per_sample() const override { return core_.saved_per_sample(true); }
+  int64_t selective_workspace_per_sample() const override {
+    return std::max(core_.forward_work(true), core_.keep_per_sample() + core_.backward_work(true));
+  }
   void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const override {
     core_.forward(c, w, x, y, aux, n);
   }
@@ -163,11 +184,11 @@ class Attention final : public Layer {
   bool splits_backward() const override { return true; }
   void backward_input(const LayerCtx& c, const float* w, const float*, const float*, const float* dy, float* dx, float*,
                       float* aux, int64_t n) const override {
-    core_.input_half(c, w, dy, dx, aux, aux + n * aux_per_sample(), n);
+    core_.input_half(c, w, dy, dx, aux, aux + n * core_.saved_per_sample(c.selective), n);
   }
   void backward_weight(const LayerCtx& c, const float*, const float* x, const float*, const float* dy, float* dw,
                        const float* aux, int64_t n) const override {
-    core_.weight_half(c, x, dy, dw, aux, aux + n * aux_per_sample(), n);
+    core_.weight_half(c, x, dy, dw, aux, aux + n * core_.saved_per_sample(c.selective), n);
   }
   double flops_forward() const override { return core_.flops_forward(); }
   double flops_backward() const override { return 2.0 * core_.flops_forward(); }

@@ -6,7 +6,10 @@
 // probabilities before dropout (H T T) and the merged head outputs (T D); the input half of
 // backward leaves the in_proj output gradient (3 T D) in `keep` for the weight half.
 // Probability dropout is keyed by (seed, layer, stream slot 3, sample, head/query/key
-// position) and recomputed in backward.
+// position) and recomputed in backward. Selective recomputation (LayerCtx::selective) saves
+// no probabilities: the backward recomputes them from the saved q and k with the forward's
+// own kernels (the fused kernel per head in its tiles, or the composed scores product and
+// softmax into the workspace), so they are bitwise the forward's.
 #pragma once
 #include "layer_util.hpp"
 
@@ -22,10 +25,11 @@ class AttentionCore {
   int64_t num_params() const { return qkv_.size() + proj_.size(); }
   void init_params(float* host, uint64_t seed, int layer, int first_tensor) const;  // N(0, 0.02), zero biases
   double model_flops() const { return 12.0 * static_cast<double>(T_) * static_cast<double>(T_) * static_cast<double>(D_); }
-  int64_t saved_per_sample() const { return 4 * T_ * D_ + H_ * T_ * T_; }
+  // selective: without the probabilities (H T T), which the backward recomputes
+  int64_t saved_per_sample(bool selective = false) const { return 4 * T_ * D_ + (selective ? 0 : H_ * T_ * T_); }
   int64_t keep_per_sample() const { return 3 * T_ * D_; }
-  int64_t forward_work() const;   // per sample
-  int64_t backward_work() const;  // per sample, input half
+  int64_t forward_work(bool selective = false) const;   // per sample
+  int64_t backward_work(bool selective = false) const;  // per sample, input half
 
   // x_packed: x holds pack_bf16 of the input (RowLinear); in bf16 the merged head outputs are
   // saved packed the same way
@@ -45,6 +49,8 @@ class AttentionCore {
   void heads_gemm(Backend& be, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   const float* B, float* C, int64_t n) const;
   const float* dropped(const LayerCtx& c, const float* P, float* buf, int64_t n) const;
+  // the composed path's probabilities from head-major q and k: scores, then causal softmax
+  void probabilities(Backend& be, const float* q, const float* k, float* P, int64_t n) const;
   // the backend's fused kernel (Backend::attention_forward) where it has one and the
   // probabilities have no dropout; else the composition of batched GEMMs and softmax
   bool fused(const Backend& be) const { return be.fused_attention() && p_ == 0.0f; }

@@ -7,6 +7,10 @@
 // Residual dropout streams: slot 1 (attention branch) and 2 (MLP branch), keyed by (seed,
 // layer, sample, position, feature). Backward = input half (every inner output gradient
 // into `keep`) then weight half, so the fused and the split backward are bitwise equal.
+// Selective recomputation (LayerCtx::selective) keeps neither the attention probabilities
+// (attention_core.hpp) nor the MLP's hidden activations gelu'(f) and gelu(f), f = fc1(ln2(h)):
+// the input half recomputes fc1 and the GELU from the kept ln2 output with the forward's
+// kernels, and keeps gelu(f) in the split region for the weight half (fc2's weight gradient).
 #include <algorithm>
 
 #include "attention_core.hpp"
@@ -37,21 +41,31 @@ class TransformerBlock final : public Layer {
     const int64_t bwd = split_aux_per_sample() + T_ * D_ + std::max(T_ * F_, attn_.backward_work());
     return std::max(fwd, bwd);
   }
+  // selective: no gelu'(f), gelu(f) (2 T F) and no probabilities; gelu(f) is recomputed into
+  // the split region; the scratch holds f, gelu(f) in the forward and gelu'(f) in the backward
+  bool recomputes_selectively() const override { return true; }
+  int64_t selective_aux_per_sample() const override { return 3 * T_ * D_ + 4 * T_ + attn_.saved_per_sample(true); }
+  int64_t selective_split_aux_per_sample() const override { return split_aux_per_sample() + T_ * F_; }
+  int64_t selective_workspace_per_sample() const override {
+    const int64_t fwd = T_ * D_ + std::max(attn_.forward_work(true), 2 * T_ * F_);
+    const int64_t bwd = selective_split_aux_per_sample() + T_ * D_ + std::max(T_ * F_, attn_.backward_work(true)) + T_ * F_;
+    return std::max(fwd, bwd);
+  }
   void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const override;
   void backward(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float* dw,
                 const float* aux, int64_t n) const override {
-    const KeepInWork k = keep_in_work(c, split_aux_per_sample(), n);
+    const KeepInWork k = keep_in_work(c, split_aux_floats(mode(c)), n);
     input_half(k.ctx, w, x, dy, dx, aux, k.keep, n);
     weight_half(k.ctx, w, x, dw, aux, k.keep, n);
   }
   bool splits_backward() const override { return true; }
   void backward_input(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float*,
                       float* aux, int64_t n) const override {
-    input_half(c, w, x, dy, dx, aux, aux + n * aux_per_sample(), n);
+    input_half(c, w, x, dy, dx, aux, aux + n * aux_floats(mode(c)), n);
   }
   void backward_weight(const LayerCtx& c, const float* w, const float* x, const float*, const float*, float* dw,
                        const float* aux, int64_t n) const override {
-    weight_half(c, w, x, dw, aux, aux + n * aux_per_sample(), n);
+    weight_half(c, w, x, dw, aux, aux + n * aux_floats(mode(c)), n);
   }
   double flops_forward() const override {
     const double TD = static_cast<double>(T_ * D_);
@@ -74,27 +88,38 @@ class TransformerBlock final : public Layer {
     o.fc2 = o.fc1 + fc1_.size();
     return o;
   }
-  // The saved activations of n samples.
+  static Recompute mode(const LayerCtx& c) { return c.selective ? Recompute::selective : Recompute::none; }
+  // The saved activations of n samples (selective: f and g are not saved, null).
   struct Saved {
     float *a1, *st1, *h, *b, *st2, *f, *g, *attn;
   };
-  Saved saved(float* aux, int64_t n) const {
+  Saved saved(float* aux, int64_t n, bool selective) const {
     Carve s{aux, n};
     Saved v;
-    v.a1 = s.take(T_ * D_), v.st1 = s.take(2 * T_), v.h = s.take(T_ * D_), v.b = s.take(T_ * D_);
-    v.st2 = s.take(2 * T_), v.f = s.take(T_ * F_), v.g = s.take(T_ * F_), v.attn = s.take(attn_.saved_per_sample());
+    v.a1 = s.take(T_ * D_), v.st1 = s.take(2 * T_), v.h = s.take(T_ * D_), v.b = s.take(T_ * D_), v.st2 = s.take(2 * T_);
+    v.f = selective ? nullptr : s.take(T_ * F_);
+    v.g = selective ? nullptr : s.take(T_ * F_);
+    v.attn = s.take(attn_.saved_per_sample(selective));
     return v;
   }
-  // The kept output gradients of n samples.
+  // The kept output gradients of n samples (selective: and the recomputed gelu(f), g).
   struct Kept {
-    float *dm, *df, *db, *da, *dqkv, *da1;
+    float *dm, *df, *db, *da, *dqkv, *da1, *g;
   };
-  Kept kept(float* keep, int64_t n) const {
+  Kept kept(float* keep, int64_t n, bool selective) const {
     Carve k{keep, n};
     Kept v;
     v.dm = k.take(T_ * D_), v.df = k.take(T_ * F_), v.db = k.take(T_ * D_), v.da = k.take(T_ * D_);
     v.dqkv = k.take(attn_.keep_per_sample()), v.da1 = k.take(T_ * D_);
+    v.g = selective ? k.take(T_ * F_) : nullptr;
     return v;
+  }
+  // f and g = gelu(f) from the kept ln2 output b as the forward computes them, f then
+  // holding gelu'(f) (Backend::gelu_forward_deriv; g packed in bf16)
+  void mlp_hidden(Backend& be, const float* w_fc1, const float* b, float* f, float* g, int64_t rows, bool pk) const {
+    fc1_.forward(be, w_fc1, b, f, rows, pk);
+    if (pk) be.gelu_forward_deriv_packed(static_cast<size_t>(rows * F_), f, g);  // f becomes gelu'(f)
+    else be.gelu_forward_deriv(static_cast<size_t>(rows * F_), f, g);
   }
   // a residual branch's output gradient through its dropout into a kept buffer, packed when
   // pk (one pass without dropout)
@@ -150,12 +175,13 @@ void TransformerBlock::forward(const LayerCtx& c, const float* w, const float* x
                                int64_t n) const {
   Backend& be = c.be;
   const Offsets o = off();
-  const Saved s = saved(aux, n);
+  Saved s = saved(aux, n, c.selective);
   const int64_t rows = n * T_;
   const size_t nd = static_cast<size_t>(rows * D_);
   float* m = c.work;  // a branch's output, then its dropped copy
   LayerCtx lc = c;
   lc.work = c.work + n * T_ * D_;
+  if (c.selective) s.f = lc.work, s.g = lc.work + rows * F_;  // after the attention, in its scratch
   const bool pk = packed_operands(be);  // a1, b and g: read by linears only
   ln_.forward(be, w + o.ln1, x, s.a1, s.st1, rows);
   pack_in_place(be, pk, s.a1, rows * D_);
@@ -164,9 +190,7 @@ void TransformerBlock::forward(const LayerCtx& c, const float* w, const float* x
   be.add(nd, x, m, s.h);
   ln_.forward(be, w + o.ln2, s.h, s.b, s.st2, rows);
   pack_in_place(be, pk, s.b, rows * D_);
-  fc1_.forward(be, w + o.fc1, s.b, s.f, rows, pk);
-  if (pk) be.gelu_forward_deriv_packed(static_cast<size_t>(rows * F_), s.f, s.g);  // f becomes gelu'(f)
-  else be.gelu_forward_deriv(static_cast<size_t>(rows * F_), s.f, s.g);
+  mlp_hidden(be, w + o.fc1, s.b, s.f, s.g, rows, pk);
   fc2_.forward(be, w + o.fc2, s.g, m, rows, pk);
   dropout_apply(c, index(), 2, p_, T_ * D_, m, m, n);
   be.add(nd, s.h, m, y);
@@ -176,8 +200,8 @@ void TransformerBlock::input_half(const LayerCtx& c, const float* w, const float
                                   const float* aux, float* keep, int64_t n) const {
   Backend& be = c.be;
   const Offsets o = off();
-  const Saved s = saved(const_cast<float*>(aux), n);
-  const Kept k = kept(keep, n);
+  Saved s = saved(const_cast<float*>(aux), n, c.selective);
+  const Kept k = kept(keep, n, c.selective);
   const int64_t rows = n * T_;
   const size_t nd = static_cast<size_t>(rows * D_);
   float* dh = c.work;                    // gradient of h
@@ -185,6 +209,10 @@ void TransformerBlock::input_half(const LayerCtx& c, const float* w, const float
   LayerCtx lc = c;
   lc.work = dg;
   const bool pk = packed_operands(be);  // dm, df, da and the attention's dqkv: read by linears only
+  if (c.selective) {  // gelu'(f) after the attention's scratch, gelu(f) kept for the weight half
+    s.f = dg + n * std::max(T_ * F_, attn_.backward_work(true)), s.g = k.g;
+    mlp_hidden(be, w + o.fc1, s.b, s.f, s.g, rows, pk);
+  }
   branch_grad(c, pk, 2, dy, k.dm, n);
   fc2_.backward_input(be, w + o.fc2, k.dm, dg, rows, pk);
   if (pk) be.mul_packed(static_cast<size_t>(rows * F_), dg, s.f, k.df);  // gelu_backward: dg gelu'(f)
@@ -203,11 +231,11 @@ void TransformerBlock::weight_half(const LayerCtx& c, const float* w, const floa
                                    const float* keep, int64_t n) const {
   Backend& be = c.be;
   const Offsets o = off();
-  const Saved s = saved(const_cast<float*>(aux), n);
-  const Kept k = kept(const_cast<float*>(keep), n);
+  const Saved s = saved(const_cast<float*>(aux), n, c.selective);
+  const Kept k = kept(const_cast<float*>(keep), n, c.selective);
   const int64_t rows = n * T_;
   const bool pk = packed_operands(be);
-  fc2_.backward_weight(be, s.g, k.dm, dw + o.fc2, rows, pk, pk);
+  fc2_.backward_weight(be, c.selective ? k.g : s.g, k.dm, dw + o.fc2, rows, pk, pk);
   fc1_.backward_weight(be, s.b, k.df, dw + o.fc1, rows, pk, pk);
   ln_.backward_weight(be, w + o.ln2, s.h, s.st2, k.db, dw + o.ln2, rows);
   attn_.weight_half(c, s.a1, k.da, dw + o.attn, s.attn, k.dqkv, n, pk, pk);

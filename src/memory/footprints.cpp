@@ -17,13 +17,13 @@ class ModelFootprints final : public FootprintSource {
   int layers() const override { return m_.size(); }
 
   // Exactly what StageRuntime(..., first..end, unit_samples, eval_mb, split_backward) allocates.
-  StageFootprint stage(int first, int end, int64_t unit, bool split) const override {
+  StageFootprint stage(int first, int end, int64_t unit, bool split, Recompute recompute) const override {
     StageFootprint f;
     f.first = first, f.end = end;
     f.first_stage = first == 0, f.last_stage = end == m_.size();
     f.bf16 = in_.bf16;
     f.train_mb = unit, f.eval_mb = in_.eval_mb;
-    f.geo = Stage::geometry(m_, first, end, unit, in_.eval_mb, split);
+    f.geo = Stage::geometry(m_, first, end, unit, in_.eval_mb, split, recompute);
     f.params = f.geo.num_params, f.state = f.geo.num_state;
     f.optimizer_states = in_.optimizer_states;
     f.optimizer_floats = f.optimizer_states * f.params;
@@ -73,10 +73,11 @@ class ChainFootprints final : public FootprintSource {
     const size_t L = b.out.size();
     pmb_ = b.samples > 0 ? b.samples : 1.0;
     input_ = b.input / 4;
-    stash_.assign(L + 1, 0.0), params_ = opt_ = kept_ = stash_;
+    stash_.assign(L + 1, 0.0), params_ = opt_ = kept_ = stash_sel_ = stash_;
     for (size_t i = 0; i < L; ++i) {
       out_.push_back(floats(b.out[i]));
       stash_[i + 1] = stash_[i] + b.stash[i] / 4;
+      stash_sel_[i + 1] = stash_sel_[i] + (b.stash_selective.empty() ? b.stash[i] : b.stash_selective[i]) / 4;
       params_[i + 1] = params_[i] + b.params[i] / 4;
       opt_[i + 1] = opt_[i] + b.opt[i] / 4;
       kept_[i + 1] = kept_[i] + (b.params[i] > 0 && i + 1 < L ? out_.back() : 0.0);
@@ -84,7 +85,7 @@ class ChainFootprints final : public FootprintSource {
   }
   int layers() const override { return static_cast<int>(out_.size()); }
 
-  StageFootprint stage(int first, int end, int64_t unit, bool split) const override {
+  StageFootprint stage(int first, int end, int64_t unit, bool split, Recompute recompute) const override {
     PT_CHECK(0 <= first && first < end && end <= layers(), "profile stage [" << first << ", " << end << ")");
     const size_t i = static_cast<size_t>(first), j = static_cast<size_t>(end);
     StageFootprint f;
@@ -96,8 +97,13 @@ class ChainFootprints final : public FootprintSource {
     const double in = first == 0 ? input_ : out_[i - 1], kept = split ? kept_[j] - kept_[i] : 0.0;
     f.params = static_cast<int64_t>(params);
     f.optimizer_floats = static_cast<int64_t>(opt_[j] - opt_[i]);
-    f.geo.slot_kept_floats = static_cast<int64_t>(kept * scale);
-    f.geo.slot_floats = static_cast<int64_t>((in + stash_[j] - stash_[i] + kept) * scale);
+    const std::vector<double>& stash = recompute == Recompute::selective ? stash_sel_ : stash_;
+    const double layout = in + stash[j] - stash[i] + kept, out = out_[j - 1];
+    const bool full = recompute == Recompute::full;  // a unit keeps input and output; the layout is recomputed
+    f.geo.layout_floats = static_cast<int64_t>(layout * scale);
+    f.geo.slot_kept_floats = full ? 0 : static_cast<int64_t>(kept * scale);
+    f.geo.slot_floats = static_cast<int64_t>((full ? in + out : layout) * scale);
+    f.geo.recompute_floats = full ? f.geo.layout_floats : 0;
     StagePools::UnitSizes& u = f.unit;
     u.slot_floats = f.geo.slot_floats;
     const int64_t fin = static_cast<int64_t>(in * scale), fout = static_cast<int64_t>(out_[j - 1] * scale);
@@ -116,7 +122,7 @@ class ChainFootprints final : public FootprintSource {
   double floats(double bytes) const { return bf16_ ? bytes / 2 : bytes / 4; }
   bool bf16_;
   double pmb_ = 1, input_ = 0;
-  std::vector<double> out_, stash_, params_, opt_, kept_;  // per layer; prefix sums (floats at the profile's microbatch)
+  std::vector<double> out_, stash_, stash_sel_, params_, opt_, kept_;  // per layer; prefix sums (floats at the profile's microbatch)
 };
 
 }  // namespace
@@ -131,7 +137,7 @@ std::shared_ptr<const FootprintSource> profile_footprints(const Profile& p) {
   ChainBytes b;
   b.input = p.input_bytes;
   for (const LayerProfile& l : p.layers) {
-    b.out.push_back(l.output_bytes), b.stash.push_back(l.stash_bytes);
+    b.out.push_back(l.output_bytes), b.stash.push_back(l.stash_bytes), b.stash_selective.push_back(l.selective_stash());
     b.params.push_back(l.param_bytes), b.opt.push_back(l.optimizer_bytes);
   }
   b.samples = p.microbatch > 0 ? static_cast<double>(p.microbatch) : 1.0;

@@ -88,7 +88,7 @@ std::string bytes_text(double b) {
 // workspace and evaluation buffers (Stage::geometry, StageRuntime::eval_sizes). Scratch and
 // workspace are sized for max(train_mb, eval_mb): what a train_mb buffer would take is
 // workspace, the rest is the evaluation's.
-RankMemory stage_memory(const StageFootprint& f, int in_flight, int versions) {
+RankMemory stage_memory(const StageFootprint& f, int in_flight, int versions, int recompute_buffers) {
   using C = MemCategory;
   RankMemory m;
   const int n = std::max(1, in_flight);
@@ -101,7 +101,7 @@ RankMemory stage_memory(const StageFootprint& f, int in_flight, int versions) {
   m[C::optimizer] = optimizer_bytes(f, false);
   const StagePools::UnitSizes& u = f.unit;
   const int64_t slot = R(u.slot_floats * 4), kept = f.geo.slot_kept_floats * 4;
-  m[C::activations] = n * (slot - kept + Rv(u.labels * 4));
+  m[C::activations] = n * (slot - kept + Rv(u.labels * 4)) + recompute_buffers * R(f.geo.recompute_floats * 4);
   m[C::output_grads] = n * kept;
   m[C::messages] = n * (R(u.grad_in_floats * 4) + R(u.grad_out_floats * 4) + R(u.wire_act_in * 4) + R(u.wire_act_out * 4) +
                         R(u.wire_grad_in * 4) + R(u.wire_grad_out * 4));
@@ -154,17 +154,21 @@ int64_t memory_ir_steps(const ScheduleDef& def, const Layout& layout, int microb
 }
 
 MemoryModel::MemoryModel(std::shared_ptr<const FootprintSource> src, const Layout& layout, const Schedule& ir,
-                         int64_t unit_samples, const MemoryShared& shared)
+                         int64_t unit_samples, const MemoryShared& shared, const std::vector<Recompute>& recompute)
     : layout_(layout), shared_(shared) {
   PT_CHECK(src->layers() == layout.end_layer(layout.stages() - 1), "memory model: layout of " << layout.end_layer(layout.stages() - 1)
                                                                                               << " layers for a model of " << src->layers());
   const bool split = ir.def && ir.def->split_backward;
   flush_ = !ir.def || ir.def->flush;
+  auto mode = [&](int s) { return recompute.empty() ? Recompute::none : recompute.at(static_cast<size_t>(s)); };
   for (int s = 0; s < layout.stages(); ++s)
-    stages_.push_back(src->stage(layout.first_layer(s), layout.end_layer(s), unit_samples, split));
+    stages_.push_back(src->stage(layout.first_layer(s), layout.end_layer(s), unit_samples, split, mode(s)));
   held_.resize(static_cast<size_t>(layout.ranks()));
   for (int r = 0; r < layout.ranks(); ++r)
-    for (int s : layout.stages_of_rank(r)) held_[static_cast<size_t>(r)].push_back({max_in_flight(ir, r, s), max_versions_held(ir, r, s)});
+    for (int s : layout.stages_of_rank(r)) {
+      const int rec = mode(s) == Recompute::full ? 1 + max_between_i_and_w(ir, r, s) : 0;
+      held_[static_cast<size_t>(r)].push_back({max_in_flight(ir, r, s), max_versions_held(ir, r, s), rec});
+    }
 }
 
 RankMemory MemoryModel::rank(int r) const {
@@ -173,9 +177,9 @@ RankMemory MemoryModel::rank(int r) const {
   std::vector<const StageFootprint*> held;
   const std::vector<int> stages = layout_.stages_of_rank(r);
   for (size_t i = 0; i < stages.size(); ++i) {
-    const auto [n, v] = held_[static_cast<size_t>(r)][i];
+    const Held& h = held_[static_cast<size_t>(r)][i];
     const StageFootprint& f = stages_[static_cast<size_t>(stages[i])];
-    m.add(stage_memory(f, n, v));
+    m.add(stage_memory(f, h.in_flight, h.versions, h.recompute_buffers));
     held.push_back(&f);
   }
   RankRole role;

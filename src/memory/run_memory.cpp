@@ -39,7 +39,7 @@ MemoryShared shared_terms(const Deck& deck, const Model& model, int64_t data_byt
 // The evaluation buffers of the whole model as one stage with evaluation microbatch e.
 int64_t evaluation_bytes(const Deck& deck, const Model& model, int64_t label_count, int64_t e) {
   const auto src = model_footprints(model, model_inputs(deck, label_count, e, false));
-  return stage_memory(src->stage(0, model.size(), 1, false), 1, 1)[MemCategory::evaluation];
+  return stage_memory(src->stage(0, model.size(), 1, false, Recompute::none), 1, 1)[MemCategory::evaluation];
 }
 
 
@@ -55,7 +55,8 @@ std::vector<RankMemory> run_memory(const Deck& deck, const TrainSetup& setup, co
   for (int s = 0; s < L.stages(); ++s)  // the reporter receives the others' weights one stage at a time
     if (std::find(reporter.begin(), reporter.end(), s) == reporter.end())
       sh.largest_stage_params = std::max(sh.largest_stage_params, setup.model->num_params(L.first_layer(s), L.end_layer(s)));
-  const MemoryModel mm(model_footprints(*setup.model, model_inputs(deck, in.label_count, eval_mb)), L, ir, setup.mb_size, sh);
+  const MemoryModel mm(model_footprints(*setup.model, model_inputs(deck, in.label_count, eval_mb)), L, ir, setup.mb_size, sh,
+                       setup.recompute);
   std::vector<RankMemory> out = mm.ranks();
   for (RankMemory& m : out) {
     const size_t r = static_cast<size_t>(m.rank);

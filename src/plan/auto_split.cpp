@@ -62,6 +62,20 @@ Deck one_rank_group(const Deck& deck, const ScheduleDef& def, int rank) {
   return deck;
 }
 
+// parallel.recompute of the one stage a split collapses to: its one value, or the list's
+// value when every stage has the same; different values per stage are a located error.
+PerStage<Recompute> one_stage_recompute(const Deck& deck) {
+  const std::vector<Recompute>& v = deck.parallel.recompute.values;
+  for (Recompute r : v)
+    if (r != v.front())
+      fail(Exit::bad_input, deck.where("parallel.recompute") + ": key 'parallel.recompute': " +
+                                key_value_text(KeyTraits<PerStage<Recompute>>::to_value(deck.parallel.recompute)) +
+                                " differs between stages, but on one rank the split " + split_str(deck) +
+                                " runs as one stage (parallel.split set at " + deck.where("parallel.split") +
+                                "); give one value", true);
+  return PerStage<Recompute>(v.front());
+}
+
 // One process (`pipetrain train DECK`, or `mpirun -np 1`): there is nothing to plan and no
 // second rank for a second stage. "auto" and an explicit split whose schedule's update rule
 // does not depend on the stage count (the registry's flush schedules and 2bw: the same
@@ -91,6 +105,7 @@ Deck resolve_one_rank(const Deck& deck, int rank) {
   d.parallel.split_auto = false;
   d.parallel.split.clear();
   d.parallel.replicas.clear();
+  d.parallel.recompute = one_stage_recompute(deck);
   const std::string why = multi ? "one rank: the split " + split_text + " runs as one stage (" + deck.where("parallel.split") + ")"
                                 : "one rank: nothing to plan for parallel.split = \"auto\" (" + deck.where("parallel.split") + ")";
   for (const char* k : {"parallel.split", "parallel.replicas"}) d.locations[k] = why;

@@ -68,12 +68,18 @@ struct ChainModel {
     return 2.0 * c.units * net.p2p_seconds(level, c.out[static_cast<size_t>(j) - 1]) / r;
   }
   StageFootprint footprint(int i, int j) const {
-    return src->stage(i, j, std::max<int64_t>(1, c.unit_samples), c.split_backward);
+    // the chain's own bytes already hold the selective stash; the model's source applies the mode
+    const Recompute mode = c.memory || c.recompute == Recompute::full ? c.recompute : Recompute::none;
+    return src->stage(i, j, std::max<int64_t>(1, c.unit_samples), c.split_backward, mode);
   }
   // The memory model's total for a rank holding layers i..j-1 on r replicas at depth `depth`
   // (the last stage's: the reporter's)
   double memory(const StageFootprint& f, int r, int depth) const {
-    RankMemory m = stage_memory(f, rule_in_flight(c, depth, r), rule_versions(c, depth));
+    const int n = rule_in_flight(c, depth, r);
+    // full: one recompute buffer, and with a split backward at most one per unit in flight
+    // between its I and its W (the replay's max_between_i_and_w; here its bound)
+    const int rec = c.recompute == Recompute::full ? 1 + (c.split_backward ? n : 0) : 0;
+    RankMemory m = stage_memory(f, n, rule_versions(c, depth), rec);
     RankRole role;
     role.reporter = f.end == L;
     role.asynchronous = !c.flush;
@@ -94,7 +100,8 @@ struct ChainModel {
 
 }  // namespace
 
-ChainCosts ChainCosts::from_profile(const Profile& p, const ScheduleDef& kind, int microbatches, int64_t batch_size) {
+ChainCosts ChainCosts::from_profile(const Profile& p, const ScheduleDef& kind, int microbatches, int64_t batch_size,
+                                    Recompute recompute) {
   ChainCosts c;
   const double pmb = p.microbatch > 0 ? static_cast<double>(p.microbatch) : 1.0;
   const double B = batch_size > 0 ? static_cast<double>(batch_size) : pmb;
@@ -102,10 +109,12 @@ ChainCosts ChainCosts::from_profile(const Profile& p, const ScheduleDef& kind, i
   c.amortized = kind.per_minibatch_units;
   const double unit = B / c.units;
   for (const LayerProfile& l : p.layers) {
-    c.compute.push_back((l.forward_s + l.backward_s) * B / pmb);
+    const bool sel = recompute == Recompute::selective;
+    const double backward = sel ? l.selective_backward() : l.backward_s + (recompute == Recompute::full ? l.forward_s : 0.0);
+    c.compute.push_back((l.forward_s + backward) * B / pmb);
     c.params.push_back(l.param_bytes);
     c.opt_state.push_back(l.optimizer_bytes);
-    c.stash.push_back(l.stash_bytes * unit / pmb);
+    c.stash.push_back((sel ? l.selective_stash() : l.stash_bytes) * unit / pmb);
     c.out.push_back(l.output_bytes * unit / pmb);
   }
   c.input_bytes = p.input_bytes * unit / pmb;
@@ -115,6 +124,7 @@ ChainCosts ChainCosts::from_profile(const Profile& p, const ScheduleDef& kind, i
   c.unit_samples = std::max<int64_t>(1, std::llround(unit));
   c.split_backward = kind.split_backward;
   c.flush = kind.flush;
+  c.recompute = recompute;
   return c;
 }
 

@@ -17,7 +17,8 @@ std::string Profile::to_json() const {
     layers_j.push_back({{"index", l.index}, {"name", l.name}, {"type", l.type}, {"forward_s", l.forward_s},
                         {"backward_s", l.backward_s}, {"backward_weight_s", l.backward_weight_s}, {"output_bytes", l.output_bytes}, {"stash_bytes", l.stash_bytes},
                         {"param_bytes", l.param_bytes}, {"optimizer_bytes", l.optimizer_bytes},
-                        {"product_s", l.product_s}, {"convert_s", l.convert_s}});
+                        {"product_s", l.product_s}, {"convert_s", l.convert_s},
+                        {"selective_backward_s", l.selective_backward()}, {"selective_stash_bytes", l.selective_stash()}});
   nlohmann::json net = {{"measured", network.measured}, {"bandwidth", network.bandwidth}, {"latency", network.latency},
                         {"allreduce_ranks", network.allreduce_ranks}};
   nlohmann::json p2p = nlohmann::json::array(), ar = nlohmann::json::array();
@@ -62,6 +63,8 @@ Profile Profile::from_json(const std::string& text, const std::string& path) {
       lp.optimizer_bytes = l.value("optimizer_bytes", 0.0);
       lp.product_s = l.value("product_s", 0.0);  // absent before the kernel clock: 0, not measured
       lp.convert_s = l.value("convert_s", 0.0);
+      lp.selective_backward_s = l.value("selective_backward_s", -1.0);  // absent before recomputation: as none
+      lp.selective_stash_bytes = l.value("selective_stash_bytes", -1.0);
       if (lp.forward_s < 0 || lp.backward_s < 0 || lp.output_bytes < 0 || lp.param_bytes < 0)
         fail(Exit::bad_input, path + ": layer " + std::to_string(lp.index) + " has a negative cost", true);
       p.layers.push_back(lp);

@@ -31,6 +31,7 @@ struct Timings {
   const std::vector<std::vector<double>>& tb;
   const std::vector<std::vector<double>>& tw;
   const std::vector<Backend::KernelClock>& kc;
+  const std::vector<std::vector<double>>& ts;  // the backward under selective recomputation (its layers only)
 };
 
 // Per layer: medians of the timings, the library shares, and the bytes it moves and keeps.
@@ -55,8 +56,13 @@ std::vector<LayerProfile> summarise(const Model& model, const Timings& t, int64_
     p.product_s = t.kc[i].product_s * scale;
     p.convert_s = t.kc[i].convert_s * scale;
     p.output_bytes = static_cast<double>(mb * layer.out_shape().numel() * (bf16 && computed ? 2 : 4));
-    p.stash_bytes = static_cast<double>(mb * ((layer.is_view() ? 0 : layer.out_shape().numel()) + layer.aux_per_sample()) * 4);
+    const int64_t out_floats = layer.is_view() ? 0 : layer.out_shape().numel();
+    p.stash_bytes = static_cast<double>(mb * (out_floats + layer.aux_per_sample()) * 4);
     p.param_bytes = static_cast<double>(layer.num_params() * 4);
+    if (layer.recomputes_selectively()) {
+      p.selective_stash_bytes = static_cast<double>(mb * (out_floats + layer.aux_floats(Recompute::selective)) * 4);
+      p.selective_backward_s = median(t.ts[i]);
+    }
     out.push_back(p);
   }
   return out;
@@ -100,6 +106,34 @@ double optimizer_seconds_per_byte(Backend& be, WeightStore& weights, Buffer& gra
     if (rep >= warmup) ts.push_back(now_s() - t0);
   }
   return n > 0 ? median(ts) / static_cast<double>(n * 4) : 0.0;
+}
+
+// Parallel.recompute = "selective": the backward of each layer that recomputes selectively,
+// with its recomputation, timed on a stage laid out that way (its forward first, untimed, to
+// fill the selective slot). Empty vectors for the other layers.
+std::vector<std::vector<double>> selective_backward_times(Backend& be, const Model& model, const Stage& none, int64_t mb,
+                                                          int reps, int warmup, const float* params, Buffer& grads,
+                                                          Buffer& dy, Buffer& dx, const LayerCtx& ctx) {
+  const int L = model.size();
+  std::vector<std::vector<double>> ts(static_cast<size_t>(L));
+  bool any = false;
+  for (int l = 0; l < L; ++l) any = any || model.layer(l).recomputes_selectively();
+  if (!any) return ts;
+  Stage st(be, model, 0, L, mb, 1, true, Recompute::selective);
+  st.set_activation_bf16(none.activation_bf16());
+  Buffer mem(be, static_cast<size_t>(st.slot_floats()));
+  Stage::Slot slot = st.carve(mem.data(), const_cast<int32_t*>(ctx.labels));
+  be.fill(mem.data(), 0.0f, mem.size());
+  for (int rep = 0; rep < warmup + reps; ++rep)
+    for (int l = L - 1; l >= 0; --l) {
+      if (!model.layer(l).recomputes_selectively()) continue;
+      st.forward_layer(l, slot, params, ctx, mb);
+      be.timer_start();
+      st.backward_layer(l, slot, params, grads.data(), dy.data(), l == 0 ? nullptr : dx.data(), ctx, mb);
+      const double t = be.timer_stop();
+      if (rep >= warmup) ts[static_cast<size_t>(l)].push_back(t);
+    }
+  return ts;
 }
 
 }  // namespace
@@ -153,7 +187,8 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_
       if (rep >= warmup) tw[static_cast<size_t>(l)].push_back(w);
     }
   }
-  std::vector<LayerProfile> out = summarise(model, Timings{tf, tb, tw, kc}, mb, bf16);
+  std::vector<std::vector<double>> ts = selective_backward_times(be, model, st, mb, reps, warmup, params, grads, dy, dx, ctx);
+  std::vector<LayerProfile> out = summarise(model, Timings{tf, tb, tw, kc, ts}, mb, bf16);
   if (optimizer_s_per_byte) *optimizer_s_per_byte = optimizer_seconds_per_byte(be, weights, grads, reps, warmup);
   be.release_int(labels);
   return out;

@@ -235,6 +235,30 @@ int max_in_flight(const Schedule& S, int rank, int stage) {
   return best;
 }
 
+int max_between_i_and_w(const Schedule& S, int rank, int stage) {
+  int cur = 0, best = 0;
+  for (const Action& a : S.workers[static_cast<size_t>(rank)]) {
+    if (a.stage != stage) continue;
+    if (a.op == Op::backward_input) best = std::max(best, ++cur);
+    if (a.op == Op::backward_weight) --cur;
+  }
+  return best;
+}
+
+std::vector<bool> backward_reuses_forward(const Schedule& S, int rank) {
+  const auto& acts = S.workers[static_cast<size_t>(rank)];
+  std::vector<bool> out(acts.size(), false);
+  std::map<int, std::pair<Op, int32_t>> last;  // per stage: the last action that bound a recompute buffer
+  for (size_t i = 0; i < acts.size(); ++i) {
+    const Action& a = acts[i];
+    if (a.op != Op::forward && !is_backward(a.op)) continue;
+    const auto it = last.find(a.stage);
+    out[i] = is_backward(a.op) && it != last.end() && it->second == std::make_pair(Op::forward, a.mb);
+    last[a.stage] = {a.op, a.mb};
+  }
+  return out;
+}
+
 double peak_activations(const Schedule& S, int rank) {
   int cur = 0, best = 0;
   for (const Action& a : S.workers[static_cast<size_t>(rank)]) {

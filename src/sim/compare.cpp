@@ -80,6 +80,11 @@ MeasuredRun MeasuredRun::load(const std::string& dir) {
     m.bubble = s.value("bubble_fraction", 0.0);
     m.bytes_p2p_per_sample = s.value("bytes_p2p_per_sample", 0.0);
     m.bytes_allreduce_per_sample = s.value("bytes_allreduce_per_sample", 0.0);
+    for (const std::string& r : s.value("recompute", std::vector<std::string>{})) {  // absent before recomputation
+      const std::optional<Recompute> e = enum_from_name<Recompute>(r);
+      if (!e) fail(Exit::bad_input, dir + "/summary.json: recompute '" + r + "' is not none, selective or full", true);
+      m.recompute.push_back(*e);
+    }
   } catch (const nlohmann::json::exception& e) {
     fail(Exit::bad_input, dir + "/summary.json: missing field: " + e.what(), true);
   }

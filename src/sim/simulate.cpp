@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <memory>
+#include <set>
 #include <sstream>
 
 #include "pipetrain/error.hpp"
@@ -14,9 +16,17 @@ namespace pt {
 namespace {
 
 // Per-stage sums of the profile's costs, at the profile's microbatch. bwd_w is the
-// weight-gradient part of the backward (W; I = bwd - bwd_w). (Memory: the memory model.)
+// weight-gradient part of the backward (W; I = bwd - bwd_w); bwd_sel the backward under
+// selective recomputation. (Memory: the memory model.)
 struct StageSums {
-  double fwd = 0, bwd = 0, bwd_w = 0, params = 0, in = 0, out = 0;
+  double fwd = 0, bwd = 0, bwd_w = 0, params = 0, in = 0, out = 0, bwd_sel = 0;
+  // the backward (B; I: without W) with its recomputation: full reruns the stage's forward
+  // (unless `reuse`: the unit's F computed in the buffer just before), selective measured its
+  // layers' backward with their recomputation
+  double backward(Recompute r, bool input_half, bool reuse = false) const {
+    const double b = r == Recompute::selective ? bwd_sel : bwd + (r == Recompute::full && !reuse ? fwd : 0.0);
+    return input_half ? b - bwd_w : b;
+  }
 };
 
 // The W share of a layer's backward: measured, or half of it for a parametrised layer of a
@@ -37,6 +47,7 @@ StageSums stage_sums(const Profile& p, const Layout& l, int s) {
     t.bwd += lp.backward_s;
     t.bwd_w += weight_backward_s(lp);
     t.params += lp.param_bytes;
+    t.bwd_sel += lp.selective_backward();
   }
   t.in = f == 0 ? p.input_bytes : p.layers[static_cast<size_t>(f - 1)].output_bytes;
   t.out = p.layers[static_cast<size_t>(e - 1)].output_bytes;
@@ -58,18 +69,40 @@ double unit_samples(const SimConfig& cfg, const Profile& p) {
   return B / cfg.def->units_per_minibatch(cfg.microbatches);
 }
 
-CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConfig& cfg) {
+namespace {
+
+// Per rank, the (stage, unit) of every B or I that finds its F's layout in its recompute
+// buffer (backward_reuses_forward: the runtime's rule) and recomputes nothing.
+using Reuses = std::vector<std::set<std::pair<int, int32_t>>>;
+Reuses forward_reuses(const Schedule& ir) {
+  Reuses out(ir.workers.size());
+  for (size_t w = 0; w < ir.workers.size(); ++w) {
+    const std::vector<bool> reuse = backward_reuses_forward(ir, static_cast<int>(w));
+    for (size_t i = 0; i < reuse.size(); ++i)
+      if (reuse[i]) out[w].insert({ir.workers[w][i].stage, ir.workers[w][i].mb});
+  }
+  return out;
+}
+
+}  // namespace
+
+CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConfig& cfg, const Schedule* ir) {
   const Layout& L = cfg.layout;
   const double scale = unit_samples(cfg, p) / profile_mb(p);
   const std::vector<StageSums> st = all_sums(p, L);
   CostModel m;
   const double opt_per_byte = p.optimizer_s_per_byte;
-  m.compute = [st, scale, opt_per_byte](int, const Action& a) {
+  std::vector<Recompute> rec;
+  for (int s = 0; s < L.stages(); ++s) rec.push_back(cfg.recompute_of(s));
+  const auto reuses = std::make_shared<const Reuses>(ir ? forward_reuses(*ir) : Reuses());
+  m.compute = [st, scale, opt_per_byte, rec, reuses](int w, const Action& a) {
     const StageSums& t = st[static_cast<size_t>(a.stage)];
+    const Recompute r = rec[static_cast<size_t>(a.stage)];
+    const bool reuse = static_cast<size_t>(w) < reuses->size() && (*reuses)[static_cast<size_t>(w)].count({a.stage, a.mb});
     switch (a.op) {
       case Op::forward: return t.fwd * scale;
-      case Op::backward: return t.bwd * scale;
-      case Op::backward_input: return (t.bwd - t.bwd_w) * scale;
+      case Op::backward: return t.backward(r, false, reuse) * scale;
+      case Op::backward_input: return t.backward(r, true, reuse) * scale;
       case Op::backward_weight: return t.bwd_w * scale;
       case Op::optimizer_step: return opt_per_byte * t.params;
       default: return 0.0;
@@ -163,7 +196,7 @@ void stage_predictions(const Profile& p, const SimConfig& cfg, const CostModel& 
     sp.replicas = L.replicas_of(s);
     sp.samples_per_unit = su;
     sp.forward_s = t.fwd * scale;
-    sp.backward_s = t.bwd * scale;
+    sp.backward_s = t.backward(cfg.recompute_of(s), false) * scale;
     sp.optimizer_s = p.optimizer_s_per_byte * t.params;
     sp.allreduce_s = cost.allreduce(s);
   }
@@ -177,7 +210,7 @@ void worker_measures(const Profile& p, const SimConfig& cfg, const Schedule& sch
   double bubble_sum = 0, p2p = 0, ar_payload = 0, ar_wire = 0;
   // the memory model (memory_model.hpp) with this replay's IR: units in flight and versions
   const MemoryModel mm(cfg.memory ? cfg.memory : profile_footprints(p), L, sched,
-                       static_cast<int64_t>(std::llround(su)), cfg.memory_shared);
+                       static_cast<int64_t>(std::llround(su)), cfg.memory_shared, cfg.recompute);
   out.memory.resize(static_cast<size_t>(L.ranks()));
   for (int w = 0; w < L.ranks(); ++w) {
     double busy = 0;
@@ -231,7 +264,7 @@ SimResult simulate(const Profile& p, const ClusterModel& c, const SimConfig& cfg
   out.warmup = W;
   out.window = n;
   Schedule sched = make_schedule(*cfg.def, L, S, cfg.microbatches);
-  const CostModel cost = make_cost_model(p, c, cfg);
+  const CostModel cost = make_cost_model(p, c, cfg, &sched);
   Replay rp = replay(sched, cost);
   if (!rp.ok) return fail_with(rp.error);
   out.makespan = rp.makespan;

@@ -11,6 +11,17 @@
 
 namespace pt {
 
+// parallel.recompute for K stages: the deck's one value, or its list when it has K entries
+// (a plan's or the planner's layout may have another stage count: a located error).
+std::vector<Recompute> deck_recompute(const Deck* deck, int K) {
+  if (!deck) return {};
+  const PerStage<Recompute>& r = deck->parallel.recompute;
+  if (!r.uniform() && static_cast<int>(r.values.size()) != K)
+    fail(Exit::bad_input, deck->where("parallel.recompute") + ": key 'parallel.recompute': has " + std::to_string(r.values.size()) +
+                              " entries, one per stage, but the simulated layout has " + std::to_string(K) + " stages", true);
+  return r.for_stages(K);
+}
+
 int cmd_simulate(const SimulateArgs& a) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -59,6 +70,7 @@ int cmd_simulate(const SimulateArgs& a) {
   } else {
     fail(Exit::bad_input, "command line: simulate needs a deck, --plan FILE or --compare RUN_DIR", true);
   }
+  cfg.recompute = a.compare.empty() ? deck_recompute(in.deck.get(), cfg.layout.stages()) : run.recompute;
   if (a.ranks > 0 && a.compare.empty() && cfg.layout.ranks() != a.ranks)
     fail(Exit::bad_input, "command line: --ranks " + std::to_string(a.ranks) + " but the layout from " + from + " has " +
                               std::to_string(cfg.layout.ranks()) + " ranks", true);

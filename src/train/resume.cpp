@@ -147,6 +147,28 @@ void report_unusable(const ParallelContext& ctx, const std::string& dir, std::st
   tried += "  " + dir + (shared ? ": " + why : std::string(" (failed verification, see above)\n"));
 }
 
+// Units in flight at the cut come back as this run lays out their slots (Stage::unit_from):
+// under another parallel.recompute only from a whole slot into a fully recomputing stage's
+// input and output; otherwise a located error on every rank (nothing in flight: anything goes).
+void check_recompute(const ResumePoint& rp, const Deck& deck, const ParallelContext& ctx,
+                     const std::vector<const StageRuntime*>& stages) {
+  std::string mine;
+  for (const WorkerState& st : rp.states)
+    for (const StageRuntime* r : stages)
+      if (r->id == st.stage && !st.units.empty() && !r->stage->can_restore_units(st.recompute))
+        mine = "stage " + std::to_string(st.stage) + " has " + std::to_string(st.units.size()) + " units in flight captured under " +
+               "recompute = \"" + enum_name(st.recompute) + "\", which this run (\"" + enum_name(r->stage->recompute()) +
+               "\") cannot rebuild without rerunning their forwards";
+  int bad = mine.empty() ? 0 : 1, any = 0;
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, ctx.world());
+  if (!any) return;
+  fail(Exit::bad_input, deck.where("parallel.recompute") + ": key 'parallel.recompute': " + rp.step_dir + " was taken under " +
+                            "another recompute setting with units in flight across its cut" + (mine.empty() ? "" : " (" + mine + ")") +
+                            "; resume it with the setting it was taken under (a full stage also takes units captured "
+                            "under none or selective), or from a checkpoint of a flush schedule",
+       true);
+}
+
 }  // namespace
 
 ResumePoint choose_resume(const std::string& path, const Deck& deck, const TrainSetup& setup, const ParallelContext& ctx,
@@ -177,6 +199,7 @@ ResumePoint choose_resume(const std::string& path, const Deck& deck, const Train
     }
     rp.valid = true, rp.step_dir = c.step_dir, rp.resliced = !exact;
     rp.states = load_states(c.step_dir, rp.meta, exact, setup, ctx, stages);
+    check_recompute(rp, deck, ctx, stages);
     const int64_t segment = fit_segment(rp, setup, ctx, total_steps);
     for (WorkerState& st : rp.states) {
       st.epoch = rp.meta.epoch_complete ? rp.meta.epoch + 1 : rp.meta.epoch;

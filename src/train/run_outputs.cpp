@@ -53,8 +53,9 @@ namespace {
 // bytes, activation, buffer, weight and optimizer bytes, versions held, units in flight,
 // skipped updates, slot bytes per sample, allreduce network bytes, peak resident bytes (the
 // kernel's high-water mark, read after the end-of-run gathers), training forward seconds,
-// evaluation compute seconds and the samples it evaluated on a first stage.
-constexpr size_t kStats = 19;
+// evaluation compute seconds, the samples it evaluated on a first stage, and the bytes of full
+// recomputation's buffers.
+constexpr size_t kStats = 20;
 
 std::vector<double> rank_stats(const RunOutputs& o) {
   const ExecutorStats& st = o.ex.stats();
@@ -66,7 +67,8 @@ std::vector<double> rank_stats(const RunOutputs& o) {
           static_cast<double>(st.buffer_bytes), static_cast<double>(st.weight_bytes), static_cast<double>(st.optimizer_bytes),
           static_cast<double>(versions), static_cast<double>(st.max_in_flight), static_cast<double>(st.skipped_updates),
           static_cast<double>(slot_bytes), static_cast<double>(st.bytes_allreduce_network),
-          static_cast<double>(peak_resident_bytes()), st.forward_s, st.eval_compute_s, static_cast<double>(st.eval_samples)};
+          static_cast<double>(peak_resident_bytes()), st.forward_s, st.eval_compute_s, static_cast<double>(st.eval_samples),
+          static_cast<double>(st.recompute_bytes)};
 }
 
 // The summary's formula of a rank: the largest over its stages; null where only the
@@ -196,7 +198,8 @@ nlohmann::json per_rank(const RunOutputs& o, const std::vector<double>& all, Tot
                      {"max_in_flight", static_cast<int>(v[11])}, {"in_flight_formula", rank_formula(o.setup, r, false)},
                      {"skipped_updates", static_cast<int64_t>(v[12])},
                      {"activation_bytes_per_microbatch", static_cast<int64_t>(v[13]) * o.setup.mb_size},
-                     {"forward_compute_s", v[16]}, {"eval_compute_s", v[17]}});
+                     {"forward_compute_s", v[16]}, {"eval_compute_s", v[17]},
+                     {"recompute_bytes", static_cast<int64_t>(v[19])}});
     t.forward_s += v[16], t.eval_compute_s += v[17], t.eval_samples += v[18];
     rank_memory(o, r, static_cast<int64_t>(v[15]), ranks.back());
   }
@@ -217,12 +220,20 @@ nlohmann::json token_rates(const RunOutputs& o, double samples_per_s) {
           {"mfu", peak > 0 ? nlohmann::json(samples_per_s * flops / peak) : nlohmann::json()}};
 }
 
+// parallel.recompute per stage
+std::vector<std::string> recompute_names(const TrainSetup& setup) {
+  std::vector<std::string> out;
+  for (Recompute r : setup.recompute) out.emplace_back(enum_name(r));
+  return out;
+}
+
 nlohmann::json summary_json(const RunOutputs& o, const Totals& t, nlohmann::json ranks) {
   const Layout& layout = o.setup.layout;
   const int R = o.ctx.size();
   nlohmann::json s = {
       {"status", o.status}, {"deck", o.deck.path}, {"schedule", o.setup.def->name},
-      {"valid_gradients", o.setup.def->valid_gradients}, {"precision", enum_name(o.deck.train.precision)}, {"ranks", R}, {"stages", layout.stages()},
+      {"valid_gradients", o.setup.def->valid_gradients}, {"precision", enum_name(o.deck.train.precision)},
+      {"recompute", recompute_names(o.setup)}, {"ranks", R}, {"stages", layout.stages()},
       {"placement", placement_name(layout.placement)},
       {"split", std::vector<int>(layout.first.begin() + 1, layout.first.end() - 1)}, {"replicas", layout.replicas},
       {"microbatches", o.setup.microbatches}, {"microbatch_size", o.setup.mb_size}, {"batch_size", o.deck.train.batch_size},

@@ -25,6 +25,7 @@ TrainSetup TrainSetup::from_deck(const Deck& deck, int world_size) {
                               ", " + t.layout.str() + "): " + why, true);
   t.mb_size = t.def->unit_size(deck.train.batch_size, static_cast<int>(deck.parallel.microbatches));
   t.grad_norm = deck.train.clip_grad_norm > 0;
+  t.recompute = deck.parallel.recompute.for_stages(t.layout.stages());
   if (const std::string why = tie_conflict(deck, *t.def, t.layout); !why.empty())
     fail(Exit::bad_input, deck.where("parallel.schedule") + ": key 'parallel.schedule': " + why, true);
   if (deck.train.eval_every % t.boundary_stride() != 0)

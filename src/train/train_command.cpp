@@ -166,7 +166,7 @@ void Trainer::build_stages() {
   for (int s : ctx_->stages()) {
     auto r = std::make_unique<StageRuntime>(*be_, *setup_.model, setup_.layout, s, setup_.mb_size, eval_mb,
                                             setup_.def->split_backward, deck_.train,
-                                            total_steps_ / setup_.version_stride(s));
+                                            total_steps_ / setup_.version_stride(s), setup_.recompute_of(s));
     r->labels_per_sample = data_.train->label_count();
     std::vector<float> host(static_cast<size_t>(r->stage->num_params()));
     r->stage->init_params(host.data(), static_cast<uint64_t>(deck_.run.seed));

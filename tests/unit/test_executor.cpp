@@ -10,7 +10,11 @@
 // sequential emulator's weights (cmd_emulate). A pipedream run stopped at a checkpoint cut
 // with units and messages in flight across it, resumed from the captured states, equals
 // the uninterrupted run. A rank whose peer never sends fails at its deadline with the
-// message naming what it waits for.
+// message naming what it waits for. Activation recomputation (parallel.recompute selective
+// and full) gives bitwise the weights, losses and evaluation of none under every schedule
+// family, on the MLP and on a tiny transformer (tied head, dropout, the fused and the
+// composed attention), in bf16 too; a pipedream cut under full (or under none, resumed
+// under full) resumes bitwise.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -54,6 +58,21 @@ const char* kTiedGpt =
     "[[model.layers]]\ntype = \"transformer_block\"\nheads = 2\n"
     "[[model.layers]]\ntype = \"lm_head\"\ntie = \"tok\"\n"
     "[train]\nbatch_size = 8\nmax_steps = 4\neval_every = 2\neval_batch_size = 16\noptimizer = \"adamw\"\nlr = 0.01\n";
+
+// A tiny transformer on a text corpus (data.path is set per test): embedding, four blocks
+// (the second with dropout: the composed attention path; the third with a narrower MLP),
+// and a head tied to the embedding (untie it for asynchronous schedules).
+const char* kGpt =
+    "[run]\nseed = 5\n"
+    "[data]\nsource = \"text\"\nseq_len = 8\n"
+    "[model]\n"
+    "[[model.layers]]\ntype = \"embedding\"\nname = \"tok\"\ndim = 16\n"
+    "[[model.layers]]\ntype = \"transformer_block\"\nheads = 2\n"
+    "[[model.layers]]\ntype = \"transformer_block\"\nheads = 4\ndropout = 0.1\n"
+    "[[model.layers]]\ntype = \"transformer_block\"\nheads = 2\nmlp_ratio = 2\n"
+    "[[model.layers]]\ntype = \"transformer_block\"\nheads = 2\n"
+    "[[model.layers]]\ntype = \"lm_head\"\ntie = \"tok\"\n"
+    "[train]\nbatch_size = 8\nmax_steps = 6\neval_every = 4\neval_batch_size = 16\noptimizer = \"adamw\"\nlr = 0.01\n";
 
 struct Options {
   const char* deck = kMlp;
@@ -104,7 +123,8 @@ std::vector<std::unique_ptr<StageRuntime>> build_stages(Backend& be, const Deck&
   const int64_t eval_mb = std::min<int64_t>(deck.train.eval_batch_size, data.test->size());
   for (int s : ctx.stages()) {
     out.push_back(std::make_unique<StageRuntime>(be, *setup.model, setup.layout, s, setup.mb_size, eval_mb,
-                                                 setup.def->split_backward, deck.train, total / setup.version_stride(s)));
+                                                 setup.def->split_backward, deck.train, total / setup.version_stride(s),
+                                                 setup.recompute_of(s)));
     StageRuntime& r = *out.back();
     r.labels_per_sample = data.train->label_count();
     std::vector<float> w(static_cast<size_t>(r.stage->num_params())), st(static_cast<size_t>(r.stage->num_state()));
@@ -375,6 +395,108 @@ TEST(Executor, WaitingForASilentPeerFailsAtTheDeadline) {
                                          "(rank 1, stage 1); the peer is hung, dead or took another path"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// ---- activation recomputation -----------------------------------------------------------
+
+// The same pipeline under parallel.recompute = none, selective and full: bitwise the same
+// weights, per-update losses and evaluation (the recomputed tensors are the forward's).
+void expect_recompute_equals_none(const Options& o) {
+  Options none = o;
+  none.sets.push_back("parallel.recompute=\"none\"");
+  const Result ref = run_pipeline(none);
+  ASSERT_FALSE(ref.losses.empty());
+  for (const char* mode : {"selective", "full"}) {
+    Options r = o;
+    r.sets.push_back(std::string("parallel.recompute=\"") + mode + "\"");
+    const Result got = run_pipeline(r);
+    const std::string what = o.sets[0] + " recompute " + mode;
+    expect_same_weights(got, ref, what);
+    EXPECT_EQ(got.losses, ref.losses) << what;
+    EXPECT_EQ(got.eval.loss_sum, ref.eval.loss_sum) << what;
+    EXPECT_EQ(got.eval.correct, ref.eval.correct) << what;
+  }
+}
+
+// The tiny transformer over a small corpus written for the test.
+struct GptCorpus {
+  TempDir dir;
+  GptCorpus() {
+    std::string text;
+    for (int i = 0; text.size() < 6000; ++i) text += "line " + std::to_string(i * 7919 % 1000) + " of the corpus; ";
+    write_plain(dir.file("corpus.txt"), Bytes(text.begin(), text.end()));
+  }
+  Options pipeline(const std::string& sched, int ranks, const std::string& split, int microbatches, bool untie = false) const {
+    Options o = test::pipeline(sched, ranks, split, microbatches, {"data.path=\"" + dir.file("corpus.txt") + "\""});
+    o.deck = kGpt;
+    if (untie) o.sets.push_back("model.layers.5.tie=\"\"");  // tied layers across stages need a flush schedule
+    return o;
+  }
+};
+
+TEST(Recompute, MlpUnderEveryScheduleFamilyEqualsNone) {
+  expect_recompute_equals_none(pipeline("1f1b", 3, "[2,4]", 4));
+  expect_recompute_equals_none(pipeline("zb-h1", 3, "[2,4]", 4));
+  expect_recompute_equals_none(pipeline("zb-v", 2, "[1,2,4]", 4));
+  expect_recompute_equals_none(pipeline("pipedream", 2, "[2]", 1));
+  expect_recompute_equals_none(pipeline("1f1b", 3, "[2,4]", 4, {"train.precision=\"bf16\""}));
+}
+
+TEST(Recompute, TransformerFlushSchedulesEqualNone) {
+  const GptCorpus c;
+  expect_recompute_equals_none(c.pipeline("1f1b", 3, "[2,4]", 4));
+  expect_recompute_equals_none(c.pipeline("zb-h1", 3, "[2,4]", 4));
+  expect_recompute_equals_none(c.pipeline("zb-v", 2, "[1,3,4]", 4));
+  expect_recompute_equals_none(c.pipeline("interleaved-1f1b", 2, "[1,3,4]", 4));
+}
+
+TEST(Recompute, TransformerAsynchronousSchedulesEqualNone) {
+  const GptCorpus c;
+  expect_recompute_equals_none(c.pipeline("pipedream", 2, "[3]", 1, true));
+  expect_recompute_equals_none(c.pipeline("2bw", 2, "[3]", 4, true));
+}
+
+TEST(Recompute, TransformerBf16EqualsNone) {
+  const GptCorpus c;
+  Options o = c.pipeline("zb-h1", 2, "[3]", 4);
+  o.sets.push_back("train.precision=\"bf16\"");
+  expect_recompute_equals_none(o);
+}
+
+TEST(Recompute, PerStageModesEqualNone) {
+  const GptCorpus c;
+  Options o = c.pipeline("1f1b", 3, "[2,4]", 4);
+  o.sets.push_back("parallel.recompute=[\"full\", \"selective\", \"none\"]");
+  Options none = c.pipeline("1f1b", 3, "[2,4]", 4);
+  const Result a = run_pipeline(o), b = run_pipeline(none);
+  expect_same_weights(a, b, "per-stage recompute");
+  EXPECT_EQ(a.losses, b.losses);
+}
+
+// Stopped at a pipedream cut (units in flight hold only their input and output under full),
+// resumed from the captured states: the uninterrupted run; and units captured whole (none)
+// resume into a fully recomputing stage as its input and output.
+TEST(Recompute, PipedreamCutAndResumeEqualsUninterrupted) {
+  const GptCorpus c;
+  Options o = c.pipeline("pipedream", 2, "[3]", 1, true);
+  o.sets.push_back("train.eval_every=0");
+  const Result full = run_pipeline(o);
+  for (const char* captured : {"full", "none"}) {
+    Options cut = o;
+    cut.sets.push_back(std::string("parallel.recompute=\"") + captured + "\"");
+    cut.stop_at = 3;
+    const Result first = run_pipeline(cut);
+    ASSERT_TRUE(first.stopped);
+    EXPECT_GT(first.units_at_cut, 0) << "no unit in flight across the cut";
+    Options resumed = o;
+    resumed.sets.push_back("parallel.recompute=\"full\"");
+    resumed.resume = &first.states;
+    const Result second = run_pipeline(resumed);
+    expect_same_weights(second, full, std::string("captured under ") + captured + ", resumed under full");
+    std::vector<double> losses = first.losses;
+    losses.insert(losses.end(), second.losses.begin(), second.losses.end());
+    EXPECT_EQ(losses, full.losses) << captured;
   }
 }
 

@@ -40,8 +40,10 @@ const char* kDeck =
 Deck deck_with(const std::vector<std::string>& sets) { return parse_deck_text(kDeck, "mem.toml", sets); }
 
 // Every stage of a 3-stage layout, built as the trainer builds it, reports what the model's
-// footprint says, for a fused and a split backward, in fp32 and bf16.
+// footprint says, for a fused and a split backward, in fp32 and bf16, without and with full
+// recomputation (its recompute buffers: 1 + the units between an I and its W).
 TEST(MemoryModel, FootprintsAreWhatTheEngineAllocates) {
+  for (const Recompute rc : {Recompute::none, Recompute::full})
   for (const char* sched : {"1f1b", "zb-h1", "pipedream"})
     for (const char* prec : {"fp32", "bf16"}) {
       const Deck deck = deck_with({std::string("parallel.schedule=\"") + sched + "\"", std::string("train.precision=\"") + prec + "\"",
@@ -55,17 +57,24 @@ TEST(MemoryModel, FootprintsAreWhatTheEngineAllocates) {
       mi.bf16 = bf16, mi.optimizer_states = 2, mi.labels_per_sample = 1, mi.eval_mb = 7;
       const auto src = model_footprints(*setup.model, mi);
       for (int s = 0; s < 3; ++s) {
-        StageRuntime r(*be, *setup.model, setup.layout, s, setup.mb_size, 7, setup.def->split_backward, deck.train, 4);
+        StageRuntime r(*be, *setup.model, setup.layout, s, setup.mb_size, 7, setup.def->split_backward, deck.train, 4, rc);
         r.pools.prepare(ir, s, s, setup.mb_size, 1);
         r.weights->prepare(ir, s, s);
         r.eval_buffers(7);
-        const StageFootprint f = src->stage(setup.layout.first_layer(s), setup.layout.end_layer(s), setup.mb_size, setup.def->split_backward);
-        const std::string what = std::string(sched) + " " + prec + " stage " + std::to_string(s);
-        EXPECT_EQ(f.geo.slot_floats, r.stage->slot_floats()) << what;
+        const StageFootprint f =
+            src->stage(setup.layout.first_layer(s), setup.layout.end_layer(s), setup.mb_size, setup.def->split_backward, rc);
+        const std::string what = std::string(sched) + " " + prec + " " + enum_name(rc) + " stage " + std::to_string(s);
+        EXPECT_EQ(f.geo.slot_floats, r.stage->unit_floats()) << what;
+        EXPECT_EQ(f.geo.layout_floats, r.stage->slot_floats()) << what;
+        const int rec = rc == Recompute::full ? 1 + max_between_i_and_w(ir, s, s) : 0;
+        EXPECT_EQ(rec * f.geo.recompute_floats * 4, r.pools.recompute_bytes()) << what;
+        if (rc == Recompute::full) EXPECT_LT(f.geo.slot_floats, f.geo.layout_floats) << what;
         EXPECT_EQ(f.params, r.stage->num_params()) << what;
         const int n = r.pools.size(), v = r.weights->max_held();
         EXPECT_EQ(n, max_in_flight(ir, s, s)) << what;
-        EXPECT_EQ(n * (f.unit.activation_bytes() - f.unit.labels * 4), r.pools.activation_bytes()) << what;
+        EXPECT_EQ(n * (f.unit.activation_bytes() - f.unit.labels * 4) + r.pools.recompute_bytes(), r.pools.activation_bytes()) << what;
+        EXPECT_EQ(stage_memory(f, n, v, rec)[MemCategory::activations] - stage_memory(f, n, v, 0)[MemCategory::activations],
+                  r.pools.recompute_bytes()) << what;
         EXPECT_EQ(n * f.unit.buffer_bytes(), r.pools.buffer_bytes()) << what;
         EXPECT_EQ(WeightStore::sizes(static_cast<size_t>(f.params), bf16, max_versions_held(ir, s, s)).bytes(), r.weights->bytes()) << what;
         EXPECT_EQ(static_cast<int64_t>(r.grads.bytes()), (f.params + 1) * 4) << what;
@@ -152,7 +161,7 @@ TEST(MemoryModel, EvalBatchSizedToFitItsShare) {
     ModelMemoryInputs mi;
     auto bytes = [&](int64_t x) {
       mi.eval_mb = x;
-      return stage_memory(model_footprints(*setup.model, mi)->stage(0, setup.model->size(), 1, false), 1, 1)[MemCategory::evaluation];
+      return stage_memory(model_footprints(*setup.model, mi)->stage(0, setup.model->size(), 1, false, Recompute::none), 1, 1)[MemCategory::evaluation];
     };
     EXPECT_GE(e, 1);
     if (e > 1) EXPECT_LE(static_cast<double>(bytes(e)), kEvalBudgetShare * static_cast<double>(budget)) << budget;

@@ -306,3 +306,57 @@ TEST(Simulator, ComparesWithAMeasuredVRun) {
 }
 
 }  // namespace pt
+
+namespace pt {
+
+// parallel.recompute: full adds the stage's forward to every B (and I), and a unit keeps
+// the stage's input and output only, plus recompute buffers (one, and one per unit between
+// I and W); selective costs its layers' measured backward and keeps their selective stash.
+TEST(Simulator, RecomputationCostsForwardTimeAndSavesBytes) {
+  Profile p = equal_layers(4);  // F = 1, B = 2 per stage and sample
+  p.input_bytes = 1e5;
+  for (LayerProfile& l : p.layers)
+    l.output_bytes = 1e5, l.stash_bytes = 1e6, l.selective_stash_bytes = 4e5, l.selective_backward_s = 2.5, l.param_bytes = 8;
+  const ClusterModel net = ClusterModel::single(1e18);
+  auto sim = [&](const std::string& k, Recompute r) {
+    SimConfig c;
+    c.def = &schedule_def(k);
+    c.layout = one_layer_stages(4);
+    c.microbatches = 8;
+    c.batch_size = 8;
+    c.recompute.assign(4, r);
+    return simulate(p, net, c);
+  };
+  const SimResult none = sim("1f1b", Recompute::none), full = sim("1f1b", Recompute::full), sel = sim("1f1b", Recompute::selective);
+  ASSERT_TRUE(none.ok && full.ok && sel.ok);
+  EXPECT_NEAR(none.time_per_minibatch, 3.0 * (8 + 3), 1e-9);  // (M + K - 1)(F + B)
+  EXPECT_NEAR(sel.time_per_minibatch, 3.5 * (8 + 3), 1e-9);   // B = 2.5
+  EXPECT_NEAR(full.stages[1].backward_s, 3.0, 1e-12);         // B + F
+  // the last stage's B directly follows its own F: the F's layout is reused, nothing recomputed
+  for (size_t w = 0; w < 4; ++w)
+    for (const ReplayEvent& e : full.replay.events[w]) {
+      const Action& a = full.schedule.workers[w][static_cast<size_t>(e.index)];
+      if (a.op == Op::backward) {
+        EXPECT_NEAR(e.end - e.start, w == 3 ? 2.0 : 3.0, 1e-12) << "rank " << w << " B" << a.mb;
+      }
+    }
+  EXPECT_GT(full.time_per_minibatch, none.time_per_minibatch);
+  EXPECT_LE(full.time_per_minibatch, 4.0 * (8 + 3) + 1e-9);
+  // memory (the memory model on the profile's bytes, within 1% for allocator rounding)
+  using C = MemCategory;
+  const RankMemory &n0 = none.memory[0], &f0 = full.memory[0], &s0 = sel.memory[0];
+  auto near = [](double got, double want) { EXPECT_NEAR(got, want, 0.01 * want); };
+  EXPECT_EQ(n0.in_flight, 4);
+  near(n0[C::activations], 4 * (1e5 + 1e6));         // input + stash per unit
+  near(s0[C::activations], 4 * (1e5 + 4e5));         // input + selective stash
+  near(f0[C::activations], 4 * (1e5 + 1e5) + 1.1e6);  // input + output per unit, one recompute buffer
+  EXPECT_EQ(f0.total() - f0[C::activations], n0.total() - n0[C::activations]);
+  const SimResult zb = sim("zb-h1", Recompute::full);
+  ASSERT_TRUE(zb.ok);
+  const int kept = max_between_i_and_w(zb.schedule, 0, 0);
+  ASSERT_GT(kept, 0);
+  // recompute buffers: input, stash and the kept output gradients
+  near(zb.memory[0][C::activations], zb.memory[0].in_flight * 2e5 + (1 + kept) * (1e5 + 1e6 + 1e5));
+}
+
+}  // namespace pt

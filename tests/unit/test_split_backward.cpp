@@ -3,7 +3,10 @@
 // ResNet with batch norms), backward_input then backward_weight gives bitwise the fused
 // backward's input gradient and parameter gradients, over two microbatches accumulated in
 // order, and the slot keeps exactly the splitting layers' output gradients and the
-// composites' split regions.
+// composites' split regions. Recomputation on the same slices: selective (transformer
+// blocks and attention recompute their probabilities and MLP activations in the backward)
+// and full (the forward again into a fresh layout, running statistics untouched) give
+// bitwise the gradients and running state of none, fused and split, in fp32 and bf16.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -53,12 +56,16 @@ struct Run {
   std::vector<float> grads, dx, state;
 };
 
-// Forward then backward (fused or split) of two microbatches through [first, last).
-Run run_slice(const Model& m, int first, int last, bool split, uint64_t seed) {
+// Forward then backward (fused or split) of two microbatches through [first, last); under
+// full recomputation the backward reads a second layout filled by Stage::recompute_forward.
+Run run_slice(const Model& m, int first, int last, bool split, uint64_t seed, Recompute mode = Recompute::none,
+              bool bf16 = false) {
   auto be = make_host_backend();
+  if (bf16) be->set_precision(Precision::bf16);
   const int64_t n = 3;
-  Stage st(*be, m, first, last, n, n, split);
-  Buffer mem(*be, static_cast<size_t>(st.slot_floats()));
+  Stage st(*be, m, first, last, n, n, split, mode);
+  st.set_activation_bf16(bf16);
+  Buffer mem(*be, static_cast<size_t>(st.slot_floats())), again(*be, static_cast<size_t>(st.slot_floats()));
   const int64_t nl = n * m.layer(m.size() - 1).labels_per_sample();
   int32_t* labels = be->alloc_int(static_cast<size_t>(nl));
   std::vector<float> state(static_cast<size_t>(st.num_state()));
@@ -83,13 +90,20 @@ Run run_slice(const Model& m, int first, int last, bool split, uint64_t seed) {
     LayerCtx ctx{*be, seed, mb * n, true, labels, 1.0f / 6};
     ctx.state = state.data();
     st.forward(slot, w.data(), ctx, n, PollHook{});
+    Stage::Slot b = slot;
+    if (mode == Recompute::full) {  // the backward reads a layout recomputed from the input alone
+      b = st.carve(again.data(), labels);
+      be->fill(again.data(), 0.0f, again.size());
+      std::memcpy(b.input, x.data(), in * sizeof(float));
+      st.recompute_forward(b, w.data(), ctx, n, PollHook{});
+    }
     const float* dyp = st.has_loss() ? nullptr : dy.data();
     float* dx = first == 0 ? nullptr : out.dx.data() + mb * in;
     if (split) {
-      st.backward_input(slot, w.data(), out.grads.data(), dyp, dx, ctx, n, PollHook{});
-      st.backward_weight(slot, w.data(), out.grads.data(), ctx, n, PollHook{});
+      st.backward_input(b, w.data(), out.grads.data(), dyp, dx, ctx, n, PollHook{});
+      st.backward_weight(b, w.data(), out.grads.data(), ctx, n, PollHook{});
     } else {
-      st.backward(slot, w.data(), out.grads.data(), dyp, dx, ctx, n, PollHook{});
+      st.backward(b, w.data(), out.grads.data(), dyp, dx, ctx, n, PollHook{});
     }
   }
   be->release_int(labels);
@@ -121,7 +135,56 @@ void check_model(const char* text, bool tokens = false) {
   EXPECT_GT(slices, 10);
 }
 
+// Every slice of the model under `mode` (fused and split backward) against none.
+void check_recompute(const char* text, bool tokens, Recompute mode, bool bf16) {
+  const Deck d = parse_deck_text(text, "recompute.toml", {});
+  const Model m(d, input_of(d, tokens), d.data.classes);
+  int slices = 0;
+  for (int first = 0; first < m.size(); ++first)
+    for (int last = first + 1; last <= m.size(); ++last)
+      for (bool split : {false, true}) {
+        const uint64_t seed = 11 + static_cast<uint64_t>(first * 31 + last);
+        const Run none = run_slice(m, first, last, split, seed, Recompute::none, bf16);
+        const Run got = run_slice(m, first, last, split, seed, mode, bf16);
+        const std::string what = std::string(enum_name(mode)) + (split ? " split" : " fused") + (bf16 ? " bf16" : " fp32") +
+                                 ", layers " + std::to_string(first) + ".." + std::to_string(last - 1);
+        EXPECT_EQ(0, std::memcmp(none.grads.data(), got.grads.data(), none.grads.size() * sizeof(float)))
+            << "parameter gradients differ: " << what;
+        EXPECT_EQ(0, std::memcmp(none.dx.data(), got.dx.data(), none.dx.size() * sizeof(float)))
+            << "input gradients differ: " << what;
+        EXPECT_EQ(none.state, got.state) << "running statistics differ: " << what;
+        ++slices;
+      }
+  EXPECT_GT(slices, 10);
+}
+
 }  // namespace
+
+TEST(Recompute, SelectiveTransformerBitwiseEqualToNoneFp32) { check_recompute(kGptDeck, true, Recompute::selective, false); }
+TEST(Recompute, SelectiveTransformerBitwiseEqualToNoneBf16) { check_recompute(kGptDeck, true, Recompute::selective, true); }
+TEST(Recompute, FullTransformerBitwiseEqualToNone) { check_recompute(kGptDeck, true, Recompute::full, false); }
+TEST(Recompute, FullResNetBitwiseEqualToNoneRunningStatisticsOnce) {
+  check_recompute(kResNetDeck, false, Recompute::full, false);
+}
+TEST(Recompute, FullCnnBitwiseEqualToNoneBf16) { check_recompute(kCnnDeck, false, Recompute::full, true); }
+
+// What selective keeps: the block drops 2 T F + H T T per sample, the attention H T T, and
+// the block's split region grows by T F (gelu(f), from I until W); other layers are unchanged.
+TEST(Recompute, SelectiveSlotSizes) {
+  const Deck d = parse_deck_text(kGptDeck, "recompute.toml", {});
+  const Model m(d, Shape::tokens(6), 11);
+  const int64_t T = 6;
+  auto sizes = [&](bool split, Recompute r) { return Stage::slot_geometry(m, 0, m.size(), split, r); };
+  const int64_t blocks = (2 * T * 32 + 2 * T * T) + (2 * T * 16 + 4 * T * T) + (2 * T * 32 + 1 * T * T);  // D 8: F 32, 16, 32
+  EXPECT_EQ(sizes(false, Recompute::none).layout - sizes(false, Recompute::selective).layout, blocks + 2 * T * T);
+  EXPECT_EQ(sizes(true, Recompute::none).layout - sizes(true, Recompute::selective).layout, blocks + 2 * T * T - T * (32 + 16 + 32));
+  const Stage::SlotGeometry full = sizes(false, Recompute::full);
+  EXPECT_EQ(full.unit, full.input + full.output);
+  EXPECT_EQ(full.recompute, sizes(false, Recompute::none).layout);
+  EXPECT_EQ(sizes(false, Recompute::selective).recompute, 0);
+  EXPECT_TRUE(m.layer(1).recomputes_selectively() && m.layer(4).recomputes_selectively());
+  EXPECT_FALSE(m.layer(3).recomputes_selectively() || m.layer(6).recomputes_selectively());
+}
 
 TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceCnn) { check_model(kCnnDeck); }
 TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceMlp) { check_model(kMlpDeck); }

@@ -8,6 +8,9 @@
 // still needs it, a W without its kept gradients, a gradient buffer reused too early, an IR
 // starting with something held) is an internal error naming the microbatch. Requests are
 // completed by hand (Request::set_token): the pools only look at whether one is pending.
+// Full recomputation: unit slots hold the stage's input and output only; recompute buffers
+// (one plus the IR's most units between I and W) are bound with a copy of the unit's input
+// during a FORWARD (its output copied back), during a B, and from an I until its W.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -35,12 +38,13 @@ constexpr int64_t kMb = 2;  // samples per unit
 
 // Stage `s` of three ({0,1}, {2,3}, {4,5}), split backward, its pools prepared for `sched`.
 struct Pools {
-  explicit Pools(const std::string& sched = "zb-h1", int s = 1, bool bf16 = false, int microbatches = 4)
+  explicit Pools(const std::string& sched = "zb-h1", int s = 1, bool bf16 = false, int microbatches = 4,
+                 Recompute recompute = Recompute::none)
       : deck(parse_deck_text(kDeck, "pools.toml", {})),
         model(deck, Shape::vec(6), 3),
         be(make_host_backend()),
         layout(Layout::make({0, 2, 4}, 6, {1, 1, 1})),
-        stage(*be, model, layout.first_layer(s), layout.end_layer(s), kMb, kMb, true),
+        stage(*be, model, layout.first_layer(s), layout.end_layer(s), kMb, kMb, true, recompute),
         in(boundary_below(model, layout, s, bf16)),
         out(boundary_above(model, layout, s, bf16)),
         pools(stage, in, out, s == 0, s == 2),
@@ -52,6 +56,7 @@ struct Pools {
   Stage::Slot& forward(int64_t mb, double loss = 0) {
     pools.claim(mb);
     Stage::Slot& slot = pools.forward_slot(mb);
+    pools.compute_slot(mb);  // the unit's slot, or (full) a recompute buffer until forwarded
     pools.forwarded(mb, 100 + mb, loss);
     return slot;
   }
@@ -240,7 +245,7 @@ TEST(StagePools, RestoreAfterACut) {
   EXPECT_EQ(p.pools.output_of(6), p.stage.output(slot));
   p.pools.act_out(6);  // a crossing send goes again from the restored slot
   expect_internal([&] { p.pools.restore({6, 0, 0}, contents); }, "mb 6 claims a second activation slot");
-  expect_internal([&] { p.pools.restore({7, 0, 0}, std::vector<float>(3)); }, "restored slot size mismatch");
+  expect_internal([&] { p.pools.restore({7, 0, 0}, std::vector<float>(3)); }, "restored slot of mb 7: 3 floats, the unit slot has");
   p.pools.claim(8);  // posted ahead only: not state
   EXPECT_EQ(p.pools.forwarded_units().size(), 1u);
   p.pools.backward_slot(6, StagePools::Half::fused);
@@ -285,6 +290,118 @@ TEST(StagePools, AnIrStartsWithNothingHeld) {
   expect_internal([&] { p.pools.prepare(p.ir, 1, 1, kMb, 1); }, "an IR starts while a gradient send is pending");
   p.pools.each_request(StagePools::Requests::grad_sends, [](Request& q) { q.set_token(0); });
   p.pools.prepare(p.ir, 1, 1, kMb, 1);
+}
+
+// ---- full recomputation: the two kinds of buffers -------------------------------------
+
+std::vector<float> host(Backend& be, const float* p, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  be.to_host(v.data(), p, v.size());
+  return v;
+}
+
+TEST(StagePools, FullRecomputationUnitsKeepTheirInputAndOutputOnly) {
+  Pools p("1f1b", 1, false, 4, Recompute::full);
+  const int64_t in = p.in.floats(kMb), out = p.out.floats(kMb);
+  EXPECT_EQ(p.stage.unit_floats(), in + out);
+  EXPECT_EQ(Stage::slot_geometry(p.model, 2, 4, true, Recompute::full).unit, in / kMb + out / kMb);
+  EXPECT_EQ(p.pools.recompute_buffers(), 1);  // a fused backward: one, for the FORWARD or B that runs
+  EXPECT_EQ(p.pools.recompute_bytes(), p.stage.slot_floats() * 4);
+  EXPECT_EQ(p.pools.activation_bytes(), p.pools.size() * (in + out) * 4 + p.stage.slot_floats() * 4);
+  Stage::Slot& unit = p.pools.claim(3);
+  EXPECT_EQ(p.pools.forward_slot(3).input, unit.input);  // the unit's inputs arrive in its own slot
+  std::vector<float> x(static_cast<size_t>(in)), y(static_cast<size_t>(out));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.5f * static_cast<float>(i) + 1;
+  for (size_t i = 0; i < y.size(); ++i) y[i] = -2.0f * static_cast<float>(i);
+  p.be->from_host(unit.input, x.data(), x.size());
+  Stage::Slot& rec = p.pools.compute_slot(3);  // FORWARD computes in a recompute buffer
+  EXPECT_NE(rec.input, unit.input);
+  EXPECT_EQ(host(*p.be, rec.input, in), x) << "the recompute buffer holds a copy of the unit's input";
+  expect_internal([&] { p.pools.compute_slot(3); }, "FORWARD of mb 3: the unit already holds a recompute buffer");
+  p.be->from_host(p.stage.output(rec), y.data(), y.size());
+  p.pools.forwarded(3, 0, 0);  // the output back into the unit's slot, the buffer free
+  EXPECT_EQ(host(*p.be, p.pools.act_out(3).data, out), y);
+  EXPECT_EQ(p.pools.act_out(3).data, p.stage.output(unit));
+  p.forward(4);  // the next FORWARD takes the same buffer
+  std::vector<float> captured = p.pools.host_contents(3);  // a cut captures input and output only
+  ASSERT_EQ(static_cast<int64_t>(captured.size()), in + out);
+  EXPECT_TRUE(std::equal(x.begin(), x.end(), captured.begin()));
+  Stage::Slot& again = p.pools.backward_slot(3, StagePools::Half::fused);  // B: bound again, input copied
+  EXPECT_EQ(again.input, rec.input);
+  EXPECT_EQ(host(*p.be, again.input, in), x);
+  EXPECT_TRUE(p.pools.must_recompute(3)) << "mb 4's FORWARD overwrote the layout since mb 3's";
+  expect_internal([&] { p.pools.host_contents(3); }, "capture of mb 3 while it holds a recompute buffer");
+  expect_internal([&] { p.pools.backward_slot(4, StagePools::Half::fused); }, "BACKWARD of mb 4: no free recompute buffer (1, all bound)");
+  p.pools.release(3);  // frees the unit slot and its buffer
+  EXPECT_EQ(&p.pools.backward_slot(4, StagePools::Half::fused), &again);
+  EXPECT_TRUE(p.pools.must_recompute(4));
+  p.pools.release(4);
+  EXPECT_TRUE(p.pools.forwarded_units().empty());
+  p.forward(5);  // a B right after its own FORWARD takes the FORWARD's layout back: nothing to recompute
+  p.pools.backward_slot(5, StagePools::Half::fused);
+  EXPECT_FALSE(p.pools.must_recompute(5));
+  p.pools.release(5);
+}
+
+// The pools' reuse of a FORWARD's layout is backward_reuses_forward's rule: driven through the
+// IR of each stage, must_recompute() is false exactly where the rule says so.
+TEST(StagePools, FullRecomputationReusesAsTheIrRuleSays) {
+  for (const char* sched : {"1f1b", "zb-h1", "gpipe"})
+    for (int s = 0; s < 3; ++s) {
+      Pools p(sched, s, false, 4, Recompute::full);
+      const std::vector<bool> reuse = backward_reuses_forward(p.ir, s);
+      int reused = 0;
+      for (size_t i = 0; i < p.ir.workers[static_cast<size_t>(s)].size(); ++i) {
+        const Action& a = p.ir.workers[static_cast<size_t>(s)][i];
+        if (a.op == Op::forward) p.forward(a.mb);
+        if (a.op == Op::backward || a.op == Op::backward_input) {
+          p.pools.backward_slot(a.mb, a.op == Op::backward ? StagePools::Half::fused : StagePools::Half::input);
+          EXPECT_EQ(p.pools.must_recompute(a.mb), !reuse[i]) << sched << " stage " << s << " " << action_text(a);
+          reused += reuse[i];
+        }
+        if (a.op == Op::backward_weight) p.pools.weight_slot(a.mb);
+        if (a.op == Op::backward || a.op == Op::backward_weight) p.pools.release(a.mb);
+      }
+      if (s == 2 && std::string(sched) != "gpipe") {
+        EXPECT_GT(reused, 0) << sched << ": the last stage backwards right after forwarding";
+      }
+    }
+}
+
+TEST(StagePools, FullRecomputationKeepsTheBufferFromIUntilW) {
+  Pools p("zb-h1", 1, false, 4, Recompute::full);
+  const int most = max_between_i_and_w(p.ir, 1, 1);  // units between their I and W in the IR
+  ASSERT_GT(most, 0);
+  EXPECT_EQ(p.pools.recompute_buffers(), 1 + most);
+  p.forward(1);
+  p.forward(2);
+  Stage::Slot& r1 = p.pools.backward_slot(1, StagePools::Half::input);  // I: bound until W
+  expect_internal([&] { p.pools.release(1); }, "activation slot of mb 1 released while its BACKWARD_WEIGHT still needs it");
+  Stage::Slot& r2 = p.pools.backward_slot(2, StagePools::Half::input);
+  EXPECT_NE(r1.input, r2.input);
+  EXPECT_EQ(&p.pools.weight_slot(1), &r1);  // W reads what I kept
+  p.pools.release(1);
+  EXPECT_EQ(&p.pools.weight_slot(2), &r2);
+  p.pools.release(2);
+  p.pools.prepare(p.ir, 1, 1, kMb, 1);
+}
+
+TEST(StagePools, RestoreConvertsWholeSlotsForFullRecomputation) {
+  Pools whole("1f1b"), full("1f1b", 1, false, 4, Recompute::full);
+  std::vector<float> contents(static_cast<size_t>(whole.stage.unit_floats()));
+  for (size_t i = 0; i < contents.size(); ++i) contents[i] = static_cast<float>(i);
+  Stage::Slot& w = whole.pools.restore({6, 1, 0}, contents);
+  const std::vector<float> light = full.stage.unit_from(contents, Recompute::none);
+  ASSERT_EQ(static_cast<int64_t>(light.size()), full.stage.unit_floats());
+  Stage::Slot& f = full.pools.restore({6, 1, 0}, light);
+  const int64_t in = full.in.floats(kMb), out = full.out.floats(kMb);
+  EXPECT_EQ(host(*full.be, f.input, in), host(*whole.be, w.input, in));
+  EXPECT_EQ(host(*full.be, full.stage.output(f), out), host(*whole.be, whole.stage.output(w), out));
+  EXPECT_TRUE(full.stage.can_restore_units(Recompute::none));
+  EXPECT_TRUE(full.stage.can_restore_units(Recompute::selective));  // no selective layer here: none's layout
+  EXPECT_TRUE(whole.stage.can_restore_units(Recompute::selective));
+  EXPECT_FALSE(whole.stage.can_restore_units(Recompute::full));  // the layout needs the forward again
+  EXPECT_TRUE(whole.stage.unit_from(light, Recompute::full).empty());
 }
 
 }  // namespace

@@ -11,6 +11,9 @@
 // (ascending key or query index, one fused multiply-add each), so a run is bitwise
 // reproducible; against the composed path only the summation order differs (fp32 rounding,
 // tested in tests/unit/test_attention_kernel.cpp against a double reference).
+// Selective recomputation passes no P: the forward then keeps no probabilities, and the
+// backward recomputes each head's from its q and k tiles with the forward's own scores and
+// softmax rows before using them, so they are bitwise what the forward would have stored.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -44,10 +47,13 @@ struct Tiles {
   float *a, *b, *c, *d;  // [Tp, dp] row tiles
   float *kt;             // [dp, Tp]: a row tile transposed (keys along the vector)
   float *s, *p;          // [Tp, Tp]: scores / dP / dS, and probabilities as products read them
-  Tiles(int64_t T_, int64_t dh_, bool bf16_) : T(T_), Tp(pad16(T_)), dh(dh_), dp(pad16(dh_)), bf16(bf16_) {
+  float* pf = nullptr;   // [Tp, Tp]: recomputed fp32 probabilities (a backward without P)
+  Tiles(int64_t T_, int64_t dh_, bool bf16_, bool recompute = false)
+      : T(T_), Tp(pad16(T_)), dh(dh_), dp(pad16(dh_)), bf16(bf16_) {
     const int64_t row = Tp * dp, tri = Tp * Tp;
-    mem.assign(static_cast<size_t>(5 * row + 2 * tri), 0.0f);
+    mem.assign(static_cast<size_t>(5 * row + (recompute ? 3 : 2) * tri), 0.0f);
     a = mem.data(), b = a + row, c = b + row, d = c + row, kt = d + row, s = kt + row, p = s + tri;
+    if (recompute) pf = p + tri;
   }
   float rd(float x) const { return bf16 ? bf16_round(x) : x; }
   vec16 rd(vec16 x) const { return bf16 ? round_bf16(x) : x; }
@@ -214,9 +220,15 @@ void round_row(float* r, int64_t len) {
   for (int64_t j = 0; j < len; j += kW) store(r + j, round_bf16(load(r + j)));
 }
 
-// a probability row of T floats out to P, and into the triangle tile as products read it
+// a probability row of T floats out to P (none: nothing kept, selective recomputation), and
+// into the triangle tile as products read it
 PT_NO_MEMCPY_CALLS void copy_row(const Tiles& t, const float* r, float* P, float* tile) {
   int64_t j = 0;
+  if (!P) {
+    for (; j + kW <= t.T; j += kW) store(tile + j, t.rd(load(r + j)));
+    for (; j < t.T; ++j) tile[j] = t.rd(r[j]);
+    return;
+  }
   const bool stream = (reinterpret_cast<uintptr_t>(P) & 63) == 0;
   for (; j + kW <= t.T; j += kW) {
     const vec16 v = load(r + j);
@@ -231,6 +243,17 @@ PT_NO_MEMCPY_CALLS void copy_row(const Tiles& t, const float* r, float* P, float
   for (; j < t.T; ++j) P[j] = r[j], tile[j] = t.rd(r[j]);
 }
 
+// One head's probabilities again from its q (tile a) and k (transposed in kt), as the forward
+// computes them: scores, then each softmax row into pf (fp32) and the tile p (rounded).
+void recompute_probabilities(Tiles& t, float scale) {
+  scores(t, t.a, scale, t.pf);
+  for (int64_t i = 0; i < t.T; ++i) {
+    float* r = t.pf + i * t.Tp;
+    causal_softmax_row(r, r, i + 1, t.T);
+    copy_row(t, r, nullptr, t.p + i * t.Tp);
+  }
+}
+
 }  // namespace
 
 void HostBackend::attention_forward(const AttentionGeom& g, const float* qkv, float* P, float* o) {
@@ -241,7 +264,7 @@ void HostBackend::attention_forward(const AttentionGeom& g, const float* qkv, fl
     for (int64_t h = 0; h < g.H; ++h) {
       const Src x{qkv, g.packed_in};
       const int64_t q = head_offset(g, s, h, 3 * D), next = head_offset(g, s, h + 1, 3 * D);  // k at +D, v at +2D
-      float* Ph = P + (s * g.H + h) * TT;
+      float* Ph = P ? P + (s * g.H + h) * TT : nullptr;
       t.gather(x, q, 3 * D, t.a);
       t.gather_transposed(x, q + D, 3 * D, t.b, t.kt);
       t.gather(x, q + 2 * D, 3 * D, t.c);
@@ -251,7 +274,7 @@ void HostBackend::attention_forward(const AttentionGeom& g, const float* qkv, fl
       for (int64_t i = 0; i < T; ++i) {  // softmax in the tile (cache), then out to P
         float* r = t.s + i * t.Tp;
         causal_softmax_row(r, r, i + 1, T);
-        copy_row(t, r, Ph + i * T, t.p + i * t.Tp);
+        copy_row(t, r, Ph ? Ph + i * T : nullptr, t.p + i * t.Tp);
       }
       product<false>(t, t.p, t.c, 1.0f, o + head_offset(g, s, h, D), D);
     }
@@ -260,16 +283,21 @@ void HostBackend::attention_forward(const AttentionGeom& g, const float* qkv, fl
 void HostBackend::attention_backward(const AttentionGeom& g, const float* qkv, const float* P, const float* dout,
                                      float* dqkv) {
   const int64_t T = g.T, D = g.H * g.dh, TT = T * T;
-  Tiles t(T, g.dh, precision() == Precision::bf16);
+  Tiles t(T, g.dh, precision() == Precision::bf16, !P);
   t.out_packed = g.packed_out, t.out_base = dqkv;
   for (int64_t s = 0; s < g.n; ++s)
     for (int64_t h = 0; h < g.H; ++h) {
       const Src x{qkv, g.packed_in}, dy{dout, false};
       const int64_t q = head_offset(g, s, h, 3 * D), next = head_offset(g, s, h + 1, 3 * D);
       float* dx = dqkv + q;
-      const float* Ph = P + (s * g.H + h) * TT;
-      t.gather(x, q, 3 * D, t.a);                           // q
-      t.gather(x, q + D, 3 * D, t.b);                       // k
+      const float* Ph = P ? P + (s * g.H + h) * TT : nullptr;
+      t.gather(x, q, 3 * D, t.a);  // q
+      if (Ph) {
+        t.gather(x, q + D, 3 * D, t.b);  // k
+      } else {
+        t.gather_transposed(x, q + D, 3 * D, t.b, t.kt);  // k, and k^T for the scores
+        recompute_probabilities(t, g.scale);
+      }
       t.gather_transposed(x, q + 2 * D, 3 * D, t.c, t.kt);  // v^T
       t.gather(dy, head_offset(g, s, h, D), D, t.d);        // do
       if (next >= 0) {  // the next head's rows
@@ -277,11 +305,11 @@ void HostBackend::attention_backward(const AttentionGeom& g, const float* qkv, c
         t.prefetch(dy, head_offset(g, s, h + 1, D), D);
       }
       scores(t, t.d, 1.0f, t.s);                     // dP = do v^T (the triangle)
-      load_triangle(t, Ph, t.p);
+      if (Ph) load_triangle(t, Ph, t.p);
       product<true>(t, t.p, t.d, 1.0f, dx + 2 * D, 3 * D);  // dv = P^T do
       for (int64_t i = 0; i < T; ++i) {
         float* r = t.s + i * t.Tp;
-        causal_softmax_grad_row(Ph + i * T, r, r, i + 1, T);  // dS, zeros after the diagonal
+        causal_softmax_grad_row(Ph ? Ph + i * T : t.pf + i * t.Tp, r, r, i + 1, T);  // dS, zeros after the diagonal
         if (t.bf16) round_row(r, i + 1);  // reads up to pad16(i + 1) <= Tp: zeros past T
       }
       product<false>(t, t.s, t.b, g.scale, dx, 3 * D);     // dq = scale dS k
