@@ -147,6 +147,12 @@ struct PlanOptions {
   std::vector<std::string> schedules = planner_schedule_names();
   std::vector<int> microbatches;  // candidates for flush kinds and 2bw; empty = divisors of the batch (up to 4N, <= 8 of them)
   double memory_cap = 0;          // bytes per rank; 0 = none
+  // parallel.recompute candidates, the same mode on every stage: every schedule, split,
+  // replication and M is planned under each, and the fastest plan that fits wins. Only
+  // `none` when the deck sets parallel.recompute (the user's choice) or without a cap (a
+  // recomputation never makes a step faster). `recompute`: the mode being planned.
+  std::vector<Recompute> recompute_modes = {Recompute::none};
+  Recompute recompute = Recompute::none;
   ReplicaSet replicas = ReplicaSet::automatic;
   bool baselines = true;          // also evaluate bsp and the straight pipeline (1 replica per stage)
   int64_t bsp_batch = 0;          // minibatch of the bsp baseline; 0 = the plan's. PipeDream's data-parallel
@@ -173,6 +179,7 @@ struct PlanCandidate {
   double dp_objective = 0;  // the DP's slowest-stage time per minibatch (0 for bsp)
   SimResult sim;            // without the IR
   bool fits = true;
+  Recompute recompute = Recompute::none;  // parallel.recompute of every stage
   std::string note;         // why it was skipped, if it was
   // samples whose gradients one weight update averages: the minibatch for flush kinds, 2bw and
   // bsp; r minibatches for a pipedream-family stage of r replicas (the largest version stride)
@@ -194,6 +201,7 @@ struct Plan {
   double dp_objective = 0;
   SimResult sim;
   bool fits = true;
+  Recompute recompute = Recompute::none;  // parallel.recompute of every stage
   // baselines and everything evaluated
   bool has_bsp = false, has_straight = false;
   PlanCandidate bsp, straight;
@@ -213,6 +221,11 @@ struct Plan {
   std::string to_json() const;
   std::string table() const;  // chosen plan vs bsp vs straight, then every candidate
 };
+
+// The recompute modes the planner may choose for `deck` (PlanOptions::recompute_modes): the
+// deck's parallel.recompute when it sets one (its first value: the planner chooses one mode
+// for every stage), else none, selective and full.
+std::vector<Recompute> planner_recompute_modes(const Deck& deck);
 
 Plan choose_plan(const Profile& p, const ClusterModel& net, int ranks, int64_t batch_size, const PlanOptions& o);
 

@@ -165,6 +165,11 @@ bool checkpoint_layout(const Deck& deck, int world_size, const std::string& resu
 
 }  // namespace
 
+std::vector<Recompute> planner_recompute_modes(const Deck& deck) {
+  if (set_by_deck(deck, "parallel.recompute")) return {deck.parallel.recompute.values.front()};
+  return {Recompute::none, Recompute::selective, Recompute::full};
+}
+
 Deck resolve_auto_split(const Deck& deck, int world_size, std::string* plan_json, const std::string& resume) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -202,6 +207,7 @@ Deck resolve_auto_split(const Deck& deck, int world_size, std::string* plan_json
   o.veto = [&deck](const ScheduleDef& def, const Layout& layout) { return tie_conflict(deck, def, layout); };
   if (schedule_given) o.schedules = {deck.parallel.schedule};
   if (microbatches_given) o.microbatches = {static_cast<int>(deck.parallel.microbatches)};
+  o.recompute_modes = planner_recompute_modes(deck);
   const Plan plan = choose_plan(prof, net, world_size, deck.train.batch_size, o);
   if (!plan.ok)
     fail(Exit::bad_input, deck.where("parallel.split") + ": key 'parallel.split': \"auto\" found no plan for " +
@@ -214,13 +220,14 @@ Deck resolve_auto_split(const Deck& deck, int world_size, std::string* plan_json
   for (int v : plan.replicas()) d.parallel.replicas.push_back(v);
   d.parallel.schedule = plan.schedule;
   d.parallel.microbatches = plan.microbatches;
-  for (const char* k : {"parallel.split", "parallel.replicas", "parallel.schedule", "parallel.microbatches"})
+  d.parallel.recompute = PerStage<Recompute>(plan.recompute);
+  for (const char* k : {"parallel.split", "parallel.replicas", "parallel.schedule", "parallel.microbatches", "parallel.recompute"})
     d.locations[k] = "the plan of parallel.split = \"auto\" (" + deck.where("parallel.split") + ")";
   if (rank == 0) {
     std::printf("%s", plan.table().c_str());
-    std::printf("plan: %s, split %s, replicas %s, %d microbatch%s; predicted %.3g ms per sample\n", plan.schedule.c_str(),
-                nlohmann::json(plan.split()).dump().c_str(), plan.layout.replication().c_str(), plan.microbatches,
-                plan.microbatches == 1 ? "" : "es", plan.sim.time_per_sample * 1e3);
+    std::printf("plan: %s, split %s, replicas %s, %d microbatch%s, recompute %s; predicted %.3g ms per sample\n",
+                plan.schedule.c_str(), nlohmann::json(plan.split()).dump().c_str(), plan.layout.replication().c_str(),
+                plan.microbatches, plan.microbatches == 1 ? "" : "es", enum_name(plan.recompute), plan.sim.time_per_sample * 1e3);
     std::fflush(stdout);
   }
   if (plan_json) *plan_json = plan.to_json();

@@ -1,6 +1,8 @@
 // choose_plan: the DP per candidate schedule and microbatch count, each result replayed by
-// the simulator; the fastest plan that fits memory wins. Baselines: bsp (one stage, every
-// rank a replica) and the straight pipeline (one replica per stage).
+// the simulator; the fastest plan that fits memory wins. Recomputation is chosen jointly:
+// when the cap decided (a faster plan did not fit, or none did), every schedule, split,
+// replication and M is planned again under selective and full recomputation. Baselines: bsp
+// (one stage, every rank a replica) and the straight pipeline (one replica per stage).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -63,6 +65,8 @@ PlanCandidate run_candidate(const Profile& p, const ClusterModel& net, const std
   cfg.keep_schedule = false;
   cfg.max_actions = o.sim_budget;
   cfg.memory = o.memory, cfg.memory_shared = o.memory_shared;
+  cfg.recompute.assign(static_cast<size_t>(layout.stages()), o.recompute);
+  c.recompute = o.recompute;
   c.sim = simulate(p, net, cfg);
   if (!c.sim.ok) {
     c.fits = false;
@@ -275,6 +279,7 @@ class Chooser {
   }
 
   bool have() const { return have_; }
+  void recompute(Recompute r) { o_.recompute = r; }
   const PlanCandidate& best() const { return best_; }
 
  private:
@@ -284,7 +289,7 @@ class Chooser {
   // optimum over the larger feasible set is then feasible, hence optimal, for the smaller.
   // The DP's chain for one schedule and microbatch count, with the memory model's sources.
   ChainCosts chain_costs(const ScheduleDef& kind, int M) const {
-    ChainCosts cc = ChainCosts::from_profile(p_, kind, M, B_);
+    ChainCosts cc = ChainCosts::from_profile(p_, kind, M, B_, o_.recompute);
     cc.memory = o_.memory, cc.memory_shared = o_.memory_shared;
     return cc;
   }
@@ -293,7 +298,7 @@ class Chooser {
     const bool rule_matters = opt.memory_cap > 0;  // without a cap the memory rule does not matter
     for (const Cached& k : cache_) {
       if (k.amortized != cc.amortized || k.serial != cc.serial_allreduce || k.units != cc.units ||
-          opt.replicas != dpo_.replicas)
+          k.recompute != cc.recompute || opt.replicas != dpo_.replicas)
         continue;
       if (!rule_matters || (k.rule == cc.rule && k.split == cc.split_backward)) return k.dp;
       if (k.rule && k.rule->least && !cc.amortized && k.dp.ok && evaluate_layout(cc, net_, k.dp.layout(L_), opt.memory_cap).fits)
@@ -301,7 +306,8 @@ class Chooser {
     }
     DpResult r = plan_dp(cc, net_, N_, opt);
     plan_.dp_evaluations += r.evaluations;
-    if (opt.replicas == dpo_.replicas) cache_.push_back({cc.amortized, cc.serial_allreduce, cc.split_backward, cc.units, cc.rule, r});
+    if (opt.replicas == dpo_.replicas)
+      cache_.push_back({cc.amortized, cc.serial_allreduce, cc.split_backward, cc.units, cc.rule, cc.recompute, r});
     return r;
   }
 
@@ -401,6 +407,7 @@ class Chooser {
     bool amortized, serial, split;
     int units;
     const MemoryRule* rule;
+    Recompute recompute;
     DpResult dp;
   };
 
@@ -409,7 +416,7 @@ class Chooser {
   const int N_;
   const int64_t B_;
   const int L_;
-  const PlanOptions& o_;
+  PlanOptions o_;  // a copy: o_.recompute is the mode being planned
   Plan& plan_;
   DpOptions dpo_;
   std::vector<int> Ms_;
@@ -421,6 +428,45 @@ class Chooser {
 };
 
 }  // namespace
+
+// Whether the memory cap decided the choice so far: nothing fits, or a simulated candidate
+// faster than the best was refused for memory.
+bool memory_decided(const Plan& plan, const Chooser& chooser) {
+  if (!chooser.have()) return true;
+  for (const PlanCandidate& c : plan.candidates)
+    if (c.sim.ok && !c.fits && c.sim.time_per_sample < chooser.best().sim.time_per_sample) return true;
+  return false;
+}
+
+// The modes planned, for the "nothing fits" message.
+std::string recompute_tried(const PlanOptions& o) {
+  if (o.recompute_modes.size() > 1) return " (with parallel.recompute none, selective and full)";
+  return o.recompute_modes.front() == Recompute::none ? " (recomputation not allowed: parallel.recompute = \"none\" is set)"
+                                                       : std::string(" (parallel.recompute = \"") + enum_name(o.recompute_modes.front()) + "\")";
+}
+
+// When recomputation was chosen: the fastest plan without it, and whether it fits.
+std::string recompute_note(const Plan& plan, const PlanCandidate& best) {
+  if (best.recompute == Recompute::none) return "";
+  const PlanCandidate* fastest = nullptr;  // the fastest simulated plan without recomputation
+  for (const PlanCandidate& c : plan.candidates)
+    if (c.recompute == Recompute::none && c.sim.ok && (!fastest || c.sim.time_per_sample < fastest->sim.time_per_sample)) fastest = &c;
+  std::string s = std::string("parallel.recompute = \"") + enum_name(best.recompute) + "\": ";
+  if (!fastest) return s + "no plan without recomputation could be simulated";
+  char buf[256];
+  if (fastest->fits)
+    std::snprintf(buf, sizeof buf, "predicted faster than every plan without recomputation (the fastest: %s, M=%d, %.3g s/sample)",
+                  fastest->schedule.c_str(), fastest->microbatches, fastest->sim.time_per_sample);
+  else
+    std::snprintf(buf, sizeof buf,
+                  "the fastest plan without recomputation (%s, M=%d, %.3g s/sample) needs %.2f GB on its fullest rank, over "
+                  "the cap of %.2f GB; the fastest plan that fits recomputes",
+                  fastest->schedule.c_str(), fastest->microbatches, fastest->sim.time_per_sample, fastest->sim.max_memory / 1e9,
+                  plan.memory_cap / 1e9);
+  return s + buf;
+}
+
+std::string join_notes(const std::string& a, const std::string& b) { return a.empty() ? b : b.empty() ? a : a + "; " + b; }
 
 Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch, const PlanOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -436,12 +482,19 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
     return plan;
   }
   Chooser chooser(p, net, N, o, plan);
-  for (const std::string& name : o.schedules) chooser.schedule_candidates(name);
+  // the first mode (none unless the deck chose one), then the others only when memory decided:
+  // nothing fit, or a faster plan was refused for the cap
+  for (size_t i = 0; i < o.recompute_modes.size(); ++i) {
+    if (i > 0 && (o.memory_cap <= 0 || !memory_decided(plan, chooser))) break;
+    chooser.recompute(o.recompute_modes[i]);
+    for (const std::string& name : o.schedules) chooser.schedule_candidates(name);
+  }
+  chooser.recompute(o.recompute_modes.front());
   if (o.baselines) chooser.baselines();
   plan.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!chooser.have()) {
     plan.error = "no plan fits: every candidate schedule exceeds the memory cap of " + std::to_string(o.memory_cap) +
-                 " bytes per rank or could not be simulated";
+                 " bytes per rank or could not be simulated" + recompute_tried(o);
     return plan;
   }
   const PlanCandidate& best = chooser.best();
@@ -452,7 +505,8 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
   plan.dp_objective = best.dp_objective;
   plan.sim = best.sim;
   plan.fits = best.fits;
-  plan.choice_note = margin_note(plan, best, o.batch_growth_margin);
+  plan.recompute = best.recompute;
+  plan.choice_note = join_notes(recompute_note(plan, best), margin_note(plan, best, o.batch_growth_margin));
   return plan;
 }
 

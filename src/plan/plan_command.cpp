@@ -161,6 +161,7 @@ int cmd_plan(const PlanArgs& a) {
   o.memory_cap = in.memory;
   o.memory = in.mem.source, o.memory_shared = in.mem.shared;
   o.veto = in.veto();
+  if (in.deck) o.recompute_modes = planner_recompute_modes(*in.deck);
   o.bsp_batch = a.bsp_batch;
   o.batch_growth_margin = a.batch_growth_margin;
   if (a.replicas == "all") o.replicas = ReplicaSet::all;

@@ -30,7 +30,7 @@ nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlo
 
 nlohmann::json candidate_json(const PlanCandidate& c) {
   nlohmann::json j = {{"label", c.label}, {"schedule", c.schedule}, {"microbatches", c.microbatches},
-                      {"batch_size", c.batch_size}, {"fits", c.fits}, {"note", c.note}};
+                      {"batch_size", c.batch_size}, {"fits", c.fits}, {"recompute", enum_name(c.recompute)}, {"note", c.note}};
   if (!c.layout.replicas.empty()) {
     j["replication"] = replication_str(c.layout);
     j["stages"] = c.layout.stages();
@@ -76,6 +76,7 @@ std::string Plan::to_json() const {
     j["error"] = error;
   } else {
     j["schedule"] = schedule;
+    j["recompute"] = enum_name(recompute);
     j["microbatches"] = microbatches;
     j["microbatch_size"] = schedule_def(schedule).unit_size(batch_size, microbatches);
     j["split"] = split();
@@ -157,7 +158,9 @@ std::string Plan::table() const {
     }
     std::string rep = c.layout.replicas.empty() ? "-" : replication_str(c.layout);
     if (rep.size() > 24) rep = rep.substr(0, 21) + "...";
-    std::snprintf(b, sizeof b, "%-16s %-10s %4d %-24s %12s %9s %7s %11s %13s %10s  %s\n", what.c_str(), c.schedule.c_str(),
+    // a recomputing candidate's schedule reads "1f1b+full"
+    const std::string sched = c.schedule + (c.recompute == Recompute::none ? "" : std::string("+") + enum_name(c.recompute));
+    std::snprintf(b, sizeof b, "%-16s %-10s %4d %-24s %12s %9s %7s %11s %13s %10s  %s\n", what.c_str(), sched.c_str(),
                   c.microbatches, rep.c_str(), tps, sp, bub, sim_ok ? bytes_str(c.sim.max_memory).c_str() : "-",
                   sim_ok ? bytes_str(c.sim.network_bytes_per_sample).c_str() : "-", red, c.note.c_str());
     o << b;

@@ -501,3 +501,49 @@ TEST(Planner, TiedLayersAcrossStagesVetoAsynchronousSchedules) {
 
 }  // namespace
 }  // namespace pt
+
+namespace pt {
+namespace {
+
+// Recomputation is planned jointly (PlanOptions::recompute_modes): on a chain whose memory is
+// its activations, a cap that no plan without recomputation meets is met by a recomputing
+// plan (under the cap, said in choice_note); with recomputation not allowed nothing fits and
+// the error says why; without a cap recomputation, which only costs time, is not chosen.
+TEST(Planner, ChoosesRecomputationWhenOnlyItFits) {
+  Profile p = synthetic_chain(8, 3);
+  p.input_bytes = 1e5;
+  for (LayerProfile& l : p.layers) {
+    l.output_bytes = 1e6, l.stash_bytes = 4e7, l.selective_stash_bytes = 3e7, l.param_bytes = l.optimizer_bytes = 1e5;
+    l.selective_backward_s = l.backward_s * 1.1;
+  }
+  const ClusterModel net = ClusterModel::single(1e10, 1e-6);
+  PlanOptions o;
+  o.schedules = {"1f1b"};
+  o.microbatches = {2};
+  o.replicas = ReplicaSet::one;  // a straight pipeline: its first stage keeps two units in flight
+  o.baselines = false;
+  o.recompute_modes = {Recompute::none, Recompute::selective, Recompute::full};
+  const Plan free = choose_plan(p, net, 2, 16, o);
+  ASSERT_TRUE(free.ok) << free.error;
+  EXPECT_EQ(free.recompute, Recompute::none);
+  o.recompute_modes = {Recompute::full};  // the fastest fully recomputing plan: its memory sets the cap
+  const Plan full = choose_plan(p, net, 2, 16, o);
+  ASSERT_TRUE(full.ok) << full.error;
+  ASSERT_LT(full.sim.max_memory, 0.8 * free.sim.max_memory);
+  o.memory_cap = full.sim.max_memory * 1.05;
+  o.recompute_modes = {Recompute::none, Recompute::selective, Recompute::full};
+  const Plan capped = choose_plan(p, net, 2, 16, o);
+  ASSERT_TRUE(capped.ok) << capped.error;
+  EXPECT_NE(capped.recompute, Recompute::none);
+  EXPECT_LE(capped.sim.max_memory, o.memory_cap);
+  EXPECT_NE(capped.choice_note.find("parallel.recompute = \""), std::string::npos) << capped.choice_note;
+  EXPECT_NE(capped.choice_note.find("over the cap"), std::string::npos) << capped.choice_note;
+  EXPECT_NE(capped.to_json().find("\"recompute\""), std::string::npos);
+  o.recompute_modes = {Recompute::none};
+  const Plan refused = choose_plan(p, net, 2, 16, o);
+  EXPECT_FALSE(refused.ok);
+  EXPECT_NE(refused.error.find("recomputation not allowed"), std::string::npos) << refused.error;
+}
+
+}  // namespace
+}  // namespace pt
