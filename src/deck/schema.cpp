@@ -132,7 +132,8 @@ std::vector<Key<Deck>> parallel_keys() {
            "activation recomputation, one value for every stage or an array with one per stage: none keeps every "
            "activation until the backward; selective drops the attention probabilities and the MLP hidden activations of "
            "transformer blocks and recomputes them in the backward; full keeps only each stage's input and output per unit "
-           "in flight and reruns the stage's forward before its backward (bitwise the same results; docs/ARCHITECTURE.md)")});
+           "in flight and reruns the stage's forward before its backward (bitwise the same results; docs/ARCHITECTURE.md). "
+           "Unset with split = \"auto\": the planner may choose one under the memory budget (docs/PLANNER.md)")});
 }
 
 std::vector<Key<Deck>> checkpoint_cluster_keys() {
