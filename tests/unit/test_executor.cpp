@@ -47,32 +47,32 @@ const char* kMlp =
     "[[model.layers]]\ntype = \"softmax_cross_entropy\"\n"
     "[train]\nbatch_size = 8\nmax_steps = 6\neval_every = 4\neval_batch_size = 10\noptimizer = \"sgd\"\nlr = 0.02\nmomentum = 0.9\n";
 
-// A GPT with its head tied to the embedding (on a text file given by data.path).
-const char* kTiedGpt =
+// The GPTs' shared start: a text corpus (data.path is set per test), the token embedding and a block.
+const std::string kGptStart =
     "[run]\nseed = 5\n"
     "[data]\nsource = \"text\"\nseq_len = 8\n"
     "[model]\n"
     "[[model.layers]]\ntype = \"embedding\"\nname = \"tok\"\ndim = 16\n"
-    "[[model.layers]]\ntype = \"transformer_block\"\nheads = 2\n"
+    "[[model.layers]]\ntype = \"transformer_block\"\nheads = 2\n";
+
+// A GPT with its head tied to the embedding (on a text file given by data.path).
+const std::string kTiedGptText = kGptStart +
     "[[model.layers]]\ntype = \"transformer_block\"\nheads = 2\n"
     "[[model.layers]]\ntype = \"transformer_block\"\nheads = 2\n"
     "[[model.layers]]\ntype = \"lm_head\"\ntie = \"tok\"\n"
     "[train]\nbatch_size = 8\nmax_steps = 4\neval_every = 2\neval_batch_size = 16\noptimizer = \"adamw\"\nlr = 0.01\n";
+const char* kTiedGpt = kTiedGptText.c_str();
 
 // A tiny transformer on a text corpus (data.path is set per test): embedding, four blocks
 // (the second with dropout: the composed attention path; the third with a narrower MLP),
 // and a head tied to the embedding (untie it for asynchronous schedules).
-const char* kGpt =
-    "[run]\nseed = 5\n"
-    "[data]\nsource = \"text\"\nseq_len = 8\n"
-    "[model]\n"
-    "[[model.layers]]\ntype = \"embedding\"\nname = \"tok\"\ndim = 16\n"
-    "[[model.layers]]\ntype = \"transformer_block\"\nheads = 2\n"
+const std::string kGptText = kGptStart +
     "[[model.layers]]\ntype = \"transformer_block\"\nheads = 4\ndropout = 0.1\n"
     "[[model.layers]]\ntype = \"transformer_block\"\nheads = 2\nmlp_ratio = 2\n"
     "[[model.layers]]\ntype = \"transformer_block\"\nheads = 2\n"
     "[[model.layers]]\ntype = \"lm_head\"\ntie = \"tok\"\n"
     "[train]\nbatch_size = 8\nmax_steps = 6\neval_every = 4\neval_batch_size = 16\noptimizer = \"adamw\"\nlr = 0.01\n";
+const char* kGpt = kGptText.c_str();
 
 struct Options {
   const char* deck = kMlp;
