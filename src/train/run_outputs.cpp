@@ -227,7 +227,8 @@ std::vector<std::string> recompute_names(const TrainSetup& setup) {
   return out;
 }
 
-nlohmann::json summary_json(const RunOutputs& o, const Totals& t, nlohmann::json ranks) {
+// rates: token_rates (empty for models without tokens)
+nlohmann::json summary_json(const RunOutputs& o, const Totals& t, nlohmann::json ranks, const nlohmann::json& rates) {
   const Layout& layout = o.setup.layout;
   const int R = o.ctx.size();
   nlohmann::json s = {
@@ -264,7 +265,6 @@ nlohmann::json summary_json(const RunOutputs& o, const Totals& t, nlohmann::json
       {"eval_compute_s_per_sample", t.eval_samples > 0 ? t.eval_compute_s / t.eval_samples : 0.0},
       {"forward_compute_s_per_sample", t.samples > 0 ? t.forward_s / t.samples : 0.0},
       {"per_rank", std::move(ranks)}};
-  const nlohmann::json rates = token_rates(o, t.samples / std::max(1e-9, o.train_time_this_run));
   for (auto& [k, v] : rates.items()) s[k] = v;
   for (auto& [k, v] : o.extra.items()) s[k] = v;
   return s;
@@ -325,11 +325,11 @@ void write_run_outputs(const RunOutputs& o) {
   t.bsp_net = 2.0 * (ctx.size() - 1.0) * (static_cast<double>(model.num_params(0, model.size())) + 1.0) * 4.0 /
               static_cast<double>(o.deck.train.batch_size);
   nlohmann::json ranks = per_rank(o, all, t);
-  write_file_atomic(o.run_dir + "/summary.json", summary_json(o, t, std::move(ranks)).dump(2) + "\n");
-  write_trace(o, traces);
-  std::printf("wrote %s/{summary.json, metrics.jsonl, trace.json, weights.h5, deck.toml}\n", o.run_dir.c_str());
   const double sps = t.samples / std::max(1e-9, o.train_time_this_run);
   const nlohmann::json rates = token_rates(o, sps);
+  write_file_atomic(o.run_dir + "/summary.json", summary_json(o, t, std::move(ranks), rates).dump(2) + "\n");
+  write_trace(o, traces);
+  std::printf("wrote %s/{summary.json, metrics.jsonl, trace.json, weights.h5, deck.toml}\n", o.run_dir.c_str());
   char token_fields[96] = "";
   if (!rates.empty()) {
     char mfu[32] = "na";
