@@ -17,6 +17,13 @@
 namespace pt {
 
 
+[[noreturn]] static void fail_no_network_model() {
+  fail(Exit::bad_input,
+       "no network model: pass --bandwidth BYTES_PER_S (one per level, innermost first, inner ones as B:RANKS), add "
+       "[[cluster.levels]] to the deck, or use a profile measured under mpirun -np >= 2",
+       true);
+}
+
 PlannerInputs planner_inputs(const PlannerArgs& a, bool need_profile) {
   PlannerInputs in;
   if (!a.deck.empty()) in.deck = std::make_unique<Deck>(load_deck(a.deck, a.sets));
@@ -36,8 +43,11 @@ PlannerInputs planner_inputs(const PlannerArgs& a, bool need_profile) {
   if (!prof.empty()) {
     in.profile = Profile::load(prof);
   } else if (in.deck && need_profile) {
-    int rank = 0;
+    int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    // the network model is checked before minutes of profiling, not after
+    if (a.bandwidths.empty() && in.deck->cluster.levels.empty() && size < 2) fail_no_network_model();
     if (rank == 0) std::printf("no profile given: measuring %s (10 repetitions)\n", in.deck->path.c_str());
     in.profile = measure_profile(*in.deck, *model, mb_size, 10, MPI_COMM_WORLD);
   } else if (need_profile) {
@@ -78,10 +88,7 @@ PlannerInputs planner_inputs(const PlannerArgs& a, bool need_profile) {
   } else if (in.profile.network.measured) {
     in.cluster = ClusterModel::from_network(in.profile.network);
   } else {
-    fail(Exit::bad_input,
-         "no network model: pass --bandwidth BYTES_PER_S (one per level, innermost first, inner ones as B:RANKS), add "
-         "[[cluster.levels]] to the deck, or use a profile measured under mpirun -np >= 2",
-         true);
+    fail_no_network_model();
   }
   in.batch = a.batch > 0 ? a.batch : in.deck ? in.deck->train.batch_size : 0;
   in.memory = a.memory >= 0 ? a.memory : in.deck ? in.deck->cluster.memory : 0.0;

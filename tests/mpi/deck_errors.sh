@@ -155,6 +155,17 @@ check "seq_len: message names the deck's file:line" test "$(count "$log" "$msg")
 check "seq_len: at most once per rank" test "$(count "$log" "$msg")" -le 2
 check "seq_len: no run directory written" test ! -e "$tmp/out"
 
+# `plan` on one process with no network model (no --bandwidth, no [[cluster.levels]]) says so
+# before it profiles anything: within seconds, exit 2.
+start=$(date +%s)
+timeout --kill-after=5 60 "$PT_BIN" plan "$tmp/good.toml" --ranks 2 >"$tmp/plan.log" 2>&1
+rc=$?
+secs=$(( $(date +%s) - start ))
+check "plan without a network model: exit code 2" test "$rc" -eq 2
+check "plan without a network model: says so" grep -q "no network model: pass --bandwidth" "$tmp/plan.log"
+check "plan without a network model: nothing profiled" bash -c "! grep -q 'measuring' '$tmp/plan.log'"
+check "plan without a network model: within 20 s ($secs s)" test "$secs" -le 20
+
 if [ "$failures" = 0 ]; then echo "all checks passed"; exit 0; fi
 echo "$failures check(s) failed"
 exit 1
