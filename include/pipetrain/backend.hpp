@@ -2,6 +2,12 @@
 // pointers in the backend's memory. The host backend implements it with Kokkos and
 // KokkosBlas; the CUDA backend with cuBLAS, cuDNN and CUDA kernels. Layers never see
 // which one runs them.
+//
+// Primitives (= 0) are what every backend implements on its own memory. The few virtuals
+// with a body are compositions of primitives (linear + bias, round + pack, add, the packed
+// GELU and product); none of them allocates or copies through the host, so a backend that
+// runs a model on its device never falls back to the host on a hot path. A backend that lacks
+// a bf16 primitive does not compile (the CUDA backend implements every one, cuda_bf16.cu).
 #pragma once
 #include <chrono>
 #include <cstddef>
@@ -113,16 +119,15 @@ class Backend {
   // gemm in bf16 precision on contiguous operands (lda = ta ? M : K, ldb = tb ? K : N, ldc = N),
   // where A and/or B may already be packed by their producer (a_packed / b_packed: the operand
   // as stored, through pack_bf16, so the bf16 values the gemm would round it to, two per float
-  // slot). The same result as gemm on the unpacked values, bit for bit; the host reads packed
-  // operands directly instead of converting them. Default: unpack into temporaries, then gemm.
+  // slot). The same result as gemm on the unpacked values, bit for bit; each backend reads
+  // packed operands directly instead of converting them.
   virtual void gemm_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                           bool a_packed, const float* B, bool b_packed, float beta, float* C);
+                           bool a_packed, const float* B, bool b_packed, float beta, float* C) = 0;
   // Linear helpers: y[r, :] += b; db += column sums of dy.
   virtual void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) = 0;
   virtual void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) = 0;
   // the same from a packed dy (pack_bf16; bf16 precision), summed in the same order in fp32.
-  // Default: unpack into a temporary, then bias_grad_rows.
-  virtual void bias_grad_rows_packed(const float* dy, float* db, int64_t rows, int64_t cols);
+  virtual void bias_grad_rows_packed(const float* dy, float* db, int64_t rows, int64_t cols) = 0;
 
   // Convolution over n samples. w: [c_out, c_in, k, k]; b may be null.
   virtual void conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
@@ -154,8 +159,8 @@ class Backend {
   // GELU forward that keeps what its backward needs: y = gelu(x), and x replaced by
   // gelu'(x) = Phi(x) + x phi(x) (the factor gelu_backward applies), so the backward is
   // mul(dy, x): one multiply instead of the normal CDF again. Bitwise what gelu_forward and
-  // gelu_backward give. Default: gelu_forward, then gelu_backward of ones in place.
-  virtual void gelu_forward_deriv(size_t n, float* x, float* y);
+  // gelu_backward (of ones) give.
+  virtual void gelu_forward_deriv(size_t n, float* x, float* y) = 0;
   virtual void mul(size_t n, const float* a, const float* b, float* y) = 0;  // y = a * b elementwise
   // the same two with y written packed (pack_bf16 of y): for bf16 operands only GEMMs read.
   // Defaults: the op, then pack_bf16 in place.
@@ -258,8 +263,10 @@ class Backend {
   virtual bool all_finite(size_t n, const float* x) = 0;
   // Sum of the squares of n floats in double, in a fixed order (element k on lane k mod 16,
   // then the lanes in order): the same bits for the same values whatever the layout (the
-  // global gradient norm, train.clip_grad_norm). Default: a host copy, then the host's sum.
-  virtual double sum_squares(size_t n, const float* x);
+  // global gradient norm, train.clip_grad_norm). A backend may sum in another fixed order
+  // (the CUDA backend: a fixed tree that depends on n alone), so long as the same values give
+  // the same bits whatever the buffer they lie in.
+  virtual double sum_squares(size_t n, const float* x) = 0;
 
   // Optimizer updates on flat buffers (PyTorch semantics, see src/optim/optimizer.cpp).
   virtual void sgd_update(size_t n, float* w, const float* g, float* momentum_buf, float lr, float momentum,
@@ -273,10 +280,10 @@ class Backend {
   // n floats as ceil(n/2) 32-bit words, two bf16 per word (half the bytes), each rounded with
   // bf16_bits (exact for values that are bf16 already: round_bf16 above); element i is the
   // i-th 16-bit half in memory order, so the words are a dense bf16 array. packed may equal x
-  // (in place). unpack_bf16 restores the values exactly. Defaults through host copies
-  // (src/kernels/precision.cpp).
-  virtual void pack_bf16(size_t n, const float* x, float* packed);
-  virtual void unpack_bf16(size_t n, const float* packed, float* x);
+  // (in place); an odd n leaves the last word's upper half 0. unpack_bf16 restores the values
+  // exactly, in place or not.
+  virtual void pack_bf16(size_t n, const float* x, float* packed) = 0;
+  virtual void unpack_bf16(size_t n, const float* packed, float* x) = 0;
   // bf16 twins of read-mostly operands (a weight version's bf16 copy: WeightStore): packed
   // holds pack_bf16 of the n floats at values, and the caller re-registers (or forgets, with
   // packed = nullptr) after it changes either buffer and before a product reads them again (and

@@ -179,6 +179,7 @@ struct PlanCandidate {
   double dp_objective = 0;  // the DP's slowest-stage time per minibatch (0 for bsp)
   SimResult sim;            // without the IR
   bool fits = true;
+  bool no_split_fits = false;  // the DP found no layout under the memory cap (not simulated)
   Recompute recompute = Recompute::none;  // parallel.recompute of every stage
   std::string note;         // why it was skipped, if it was
   // samples whose gradients one weight update averages: the minibatch for flush kinds, 2bw and
@@ -201,6 +202,7 @@ struct Plan {
   double dp_objective = 0;
   SimResult sim;
   bool fits = true;
+  bool no_split_fits = false;  // the DP found no layout under the memory cap (not simulated)
   Recompute recompute = Recompute::none;  // parallel.recompute of every stage
   // baselines and everything evaluated
   bool has_bsp = false, has_straight = false;

@@ -1,18 +1,10 @@
 // The Backend interface's default compositions (backend.hpp): operations a backend may
-// override with a fused kernel, written here in terms of its primitive operations.
-#include <vector>
-
-#include "host/vec_math.hpp"
+// override with a fused kernel, written here in terms of its primitive operations. None of
+// them allocates or copies through the host.
 #include "pipetrain/backend.hpp"
 #include "pipetrain/error.hpp"
 
 namespace pt {
-
-double Backend::sum_squares(size_t n, const float* x) {
-  std::vector<float> h(n);
-  to_host(h.data(), x, n);
-  return host::sum_squares(h.data(), static_cast<int64_t>(n));
-}
 
 void Backend::linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
                              float* y, bool x_packed, bool y_packed) {
@@ -20,13 +12,6 @@ void Backend::linear_forward(int64_t rows, int64_t in, int64_t out, const float*
   else gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
   if (b) bias_add_rows(y, b, rows, out);
   if (y_packed) pack_bf16(static_cast<size_t>(rows * out), y, y);
-}
-
-void Backend::bias_grad_rows_packed(const float* dy, float* db, int64_t rows, int64_t cols) {
-  float* d = alloc(static_cast<size_t>(rows * cols));
-  unpack_bf16(static_cast<size_t>(rows * cols), dy, d);
-  bias_grad_rows(d, db, rows, cols);
-  release(d);
 }
 
 void Backend::round_pack_bf16(size_t n, const float* x, float* y, float* packed) {
@@ -40,13 +25,6 @@ void Backend::add(size_t n, const float* a, const float* b, float* y) {
   axpy(n, 1.0f, b, y);
 }
 
-void Backend::gelu_forward_deriv(size_t n, float* x, float* y) {
-  gelu_forward(n, x, y);
-  float* ones = alloc(n);
-  fill(ones, 1.0f, n);
-  gelu_backward(n, x, ones, x);  // 1 * gelu'(x), elementwise in place
-  release(ones);
-}
 void Backend::gelu_forward_deriv_packed(size_t n, float* x, float* y) {
   gelu_forward_deriv(n, x, y);
   pack_bf16(n, y, y);
@@ -54,18 +32,6 @@ void Backend::gelu_forward_deriv_packed(size_t n, float* x, float* y) {
 void Backend::mul_packed(size_t n, const float* a, const float* b, float* y) {
   mul(n, a, b, y);
   pack_bf16(n, y, y);
-}
-
-void Backend::gemm_packed(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                          bool a_packed, const float* B, bool b_packed, float beta, float* C) {
-  PT_CHECK(precision() == Precision::bf16 || (!a_packed && !b_packed), "gemm_packed: packed operands in fp32");
-  float* a = a_packed ? alloc(static_cast<size_t>(M * K)) : nullptr;
-  float* b = b_packed ? alloc(static_cast<size_t>(K * N)) : nullptr;
-  if (a) unpack_bf16(static_cast<size_t>(M * K), A, a);
-  if (b) unpack_bf16(static_cast<size_t>(K * N), B, b);
-  gemm(ta, tb, M, N, K, alpha, a ? a : A, ta ? M : K, b ? b : B, tb ? K : N, beta, C, N);
-  if (a) release(a);
-  if (b) release(b);
 }
 
 // A backend without the fused kernel: the layer asks fused_attention() first and composes,

@@ -334,6 +334,8 @@ class Chooser {
       c.fits = false;
       if (!dp.ok) {
         c.note = "no split fits the memory cap";
+        c.sim.ok = false;  // not simulated
+        c.no_split_fits = true;
         if (variant == 0) plan_.candidates.push_back(c);
         continue;
       }
@@ -371,7 +373,10 @@ class Chooser {
       const ScheduleDef& kind = *kdef;
       if (large_ && sh) break;
       std::vector<int> order = order0;  // then smaller powers of two, for a replay within budget
-      for (int64_t M = 1; M <= B_; M *= 2)
+      // (smaller only: a microbatch count the planner was not offered, the deck's or
+      // --microbatches', is never tried)
+      const int64_t below = order0.empty() ? B_ : *std::min_element(order0.begin(), order0.end()) - 1;
+      for (int64_t M = 1; M <= below; M *= 2)
         if (B_ % M == 0 && std::find(order.begin(), order.end(), M) == order.end() && !kind.per_minibatch_units)
           order.push_back(static_cast<int>(M));
       std::stable_sort(order.begin() + static_cast<long>(order0.size()), order.end(), std::greater<int>());
@@ -429,12 +434,15 @@ class Chooser {
 
 }  // namespace
 
-// Whether the memory cap decided the choice so far: nothing fits, or a simulated candidate
-// faster than the best was refused for memory.
+// Whether the memory cap decided the choice so far: nothing fits, a schedule and microbatch
+// count found no split under the cap (its best time unknown, so possibly faster), or a
+// simulated candidate faster than the best was refused for memory.
 bool memory_decided(const Plan& plan, const Chooser& chooser) {
   if (!chooser.have()) return true;
-  for (const PlanCandidate& c : plan.candidates)
+  for (const PlanCandidate& c : plan.candidates) {
+    if (c.no_split_fits) return true;
     if (c.sim.ok && !c.fits && c.sim.time_per_sample < chooser.best().sim.time_per_sample) return true;
+  }
   return false;
 }
 
@@ -450,9 +458,13 @@ std::string recompute_note(const Plan& plan, const PlanCandidate& best) {
   if (best.recompute == Recompute::none) return "";
   const PlanCandidate* fastest = nullptr;  // the fastest simulated plan without recomputation
   for (const PlanCandidate& c : plan.candidates)
-    if (c.recompute == Recompute::none && c.sim.ok && (!fastest || c.sim.time_per_sample < fastest->sim.time_per_sample)) fastest = &c;
+    if (c.recompute == Recompute::none && c.sim.ok && c.sim.time_per_sample > 0 && (!fastest || c.sim.time_per_sample < fastest->sim.time_per_sample)) fastest = &c;
   std::string s = std::string("parallel.recompute = \"") + enum_name(best.recompute) + "\": ";
-  if (!fastest) return s + "no plan without recomputation could be simulated";
+  if (!fastest) {
+    char cap[160];
+    std::snprintf(cap, sizeof cap, "no plan without recomputation fits the memory cap of %.2f GB per rank", plan.memory_cap / 1e9);
+    return s + cap;
+  }
   char buf[256];
   if (fastest->fits)
     std::snprintf(buf, sizeof buf, "predicted faster than every plan without recomputation (the fastest: %s, M=%d, %.3g s/sample)",
@@ -493,8 +505,10 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
   if (o.baselines) chooser.baselines();
   plan.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!chooser.have()) {
-    plan.error = "no plan fits: every candidate schedule exceeds the memory cap of " + std::to_string(o.memory_cap) +
-                 " bytes per rank or could not be simulated" + recompute_tried(o);
+    char cap[96];
+    std::snprintf(cap, sizeof cap, "%.0f bytes (%.2f GB)", o.memory_cap, o.memory_cap / 1e9);
+    plan.error = std::string("no plan fits: every candidate schedule exceeds the memory cap of ") + cap +
+                 " per rank or could not be simulated" + recompute_tried(o);
     return plan;
   }
   const PlanCandidate& best = chooser.best();

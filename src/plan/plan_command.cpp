@@ -34,7 +34,10 @@ PlannerInputs planner_inputs(const PlannerArgs& a, bool need_profile) {
     const DataInfo info = data_info(*in.deck);
     model = std::make_unique<Model>(*in.deck, info.shape, info.classes);
     in.model_layers = model->size();
-    in.mem = deck_memory(*in.deck, *model, memory_budget(*in.deck, std::max(1, a.ranks)).bytes, startup_resident_bytes());
+    // the budget the run would have: --memory, else the deck's (cluster.memory or the node's
+    // share), which sizes the automatic evaluation microbatch as the run sizes it
+    const int64_t budget = a.memory > 0 ? static_cast<int64_t>(a.memory) : memory_budget(*in.deck, std::max(1, a.ranks)).bytes;
+    in.mem = deck_memory(*in.deck, *model, budget, startup_resident_bytes());
     mb_size = schedule_def(in.deck->parallel.schedule)
                   .unit_size(in.deck->train.batch_size, static_cast<int>(in.deck->parallel.microbatches));
   }

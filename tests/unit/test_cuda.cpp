@@ -448,6 +448,87 @@ TEST_F(CudaOps, Reductions) {
     }
 }
 
+// The bf16 primitives the CUDA backend implements itself (backend.hpp: none stages through
+// the host): packing bitwise as the host's (odd counts, NaN, in place), unpacking exactly (in
+// place too), gemm_packed bitwise the GPU's own bf16 gemm on the unpacked values (and within
+// fp32-accumulation distance of the host's), the linear layer with packed input and output,
+// the bias gradient of a packed gradient bitwise the unpacked one on the GPU, GELU with its
+// derivative bitwise gelu_forward and gelu_backward of ones, and sum_squares close to the
+// host's and the same bits at another address.
+TEST_F(CudaOps, PackedOperandOps) {
+  Rng r(31);
+  for (size_t n : {size_t{1}, size_t{33}, size_t{1000}}) {
+    std::vector<float> v = r.vec(n, -8.0f, 8.0f);
+    v[0] = NAN;
+    Pair x(H(), G(), v), p(H(), G(), (n + 1) / 2), back(H(), G(), n);
+    H().pack_bf16(n, x.h(), p.h());
+    G().pack_bf16(n, x.g(), p.g());
+    check("pack_bf16 n " + std::to_string(n), p, kExact);
+    H().unpack_bf16(n, p.h(), back.h());
+    G().unpack_bf16(n, p.g(), back.g());
+    check("unpack_bf16 n " + std::to_string(n), back, kExact);
+    G().pack_bf16(n, x.g(), x.g());  // in place, and back in place
+    G().unpack_bf16(n, x.g(), x.g());
+    expect_close("pack and unpack in place n " + std::to_string(n), gpu_of(x), cpu_of(back), kExact);
+  }
+  G().set_precision(Precision::bf16);
+  H().set_precision(Precision::bf16);
+  const int64_t M = 37, N = 24, K = 53;
+  for (int ta = 0; ta < 2; ++ta) {
+    Pair A(H(), G(), r.vec(static_cast<size_t>(M * K))), B(H(), G(), r.vec(static_cast<size_t>(K * N)));
+    Pair Ap(H(), G(), static_cast<size_t>(M * K + 1) / 2), Bp(H(), G(), static_cast<size_t>(K * N + 1) / 2);
+    G().pack_bf16(static_cast<size_t>(M * K), A.g(), Ap.g());
+    G().pack_bf16(static_cast<size_t>(K * N), B.g(), Bp.g());
+    Pair want(H(), G(), std::vector<float>(static_cast<size_t>(M * N), 0.5f));
+    G().gemm(ta, false, M, N, K, 0.75f, A.g(), ta ? M : K, B.g(), N, 1.0f, want.g(), N);
+    H().gemm(ta, false, M, N, K, 0.75f, A.h(), ta ? M : K, B.h(), N, 1.0f, want.h(), N);
+    check("bf16 gemm: GPU against host", want, {1e-4, 1e-4});
+    for (int which = 1; which < 4; ++which) {
+      const bool pa = which & 1, pb = which & 2;
+      Pair got(H(), G(), std::vector<float>(static_cast<size_t>(M * N), 0.5f));
+      G().gemm_packed(ta, false, M, N, K, 0.75f, pa ? Ap.g() : A.g(), pa, pb ? Bp.g() : B.g(), pb, 1.0f, got.g());
+      expect_close("gemm_packed ta " + std::to_string(ta) + " packed " + std::to_string(which), gpu_of(got),
+                   gpu_of(want), kExact);
+    }
+  }
+  const int64_t rows = 40, in = 48, out = 32;
+  Pair x(H(), G(), r.vec(static_cast<size_t>(rows * in))), w(H(), G(), r.vec(static_cast<size_t>(out * in)));
+  Pair b(H(), G(), r.vec(static_cast<size_t>(out))), y(H(), G(), static_cast<size_t>(rows * out));
+  Pair xp(H(), G(), static_cast<size_t>(rows * in + 1) / 2), yp(H(), G(), static_cast<size_t>(rows * out));
+  G().linear_forward(rows, in, out, x.g(), w.g(), b.g(), y.g());
+  G().pack_bf16(static_cast<size_t>(rows * in), x.g(), xp.g());
+  G().linear_forward(rows, in, out, xp.g(), w.g(), b.g(), yp.g(), true, true);
+  G().unpack_bf16(static_cast<size_t>(rows * out), yp.g(), yp.g());
+  G().round_bf16(static_cast<size_t>(rows * out), y.g(), y.g());
+  expect_close("linear_forward, packed input and output", gpu_of(yp), gpu_of(y), kExact);
+  Pair dy(H(), G(), r.vec(static_cast<size_t>(rows * out), -4.0f, 4.0f)), dyp(H(), G(), static_cast<size_t>(rows * out));
+  Pair db(H(), G(), std::vector<float>(static_cast<size_t>(out), 0.25f)), dbp(H(), G(), std::vector<float>(static_cast<size_t>(out), 0.25f));
+  G().pack_bf16(static_cast<size_t>(rows * out), dy.g(), dyp.g());
+  G().round_bf16(static_cast<size_t>(rows * out), dy.g(), dy.g());
+  G().bias_grad_rows(dy.g(), db.g(), rows, out);
+  G().bias_grad_rows_packed(dyp.g(), dbp.g(), rows, out);
+  expect_close("bias_grad_rows_packed", gpu_of(dbp), gpu_of(db), kExact);
+  G().set_precision(Precision::fp32);
+  H().set_precision(Precision::fp32);
+
+  const size_t n = 5000;
+  Pair gx(H(), G(), r.vec(n, -4.0f, 4.0f)), gy(H(), G(), n), ones(H(), G(), std::vector<float>(n, 1.0f));
+  Pair want_y(H(), G(), n), want_d(H(), G(), n);
+  G().gelu_forward(n, gx.g(), want_y.g());
+  G().gelu_backward(n, gx.g(), ones.g(), want_d.g());
+  G().gelu_forward_deriv(n, gx.g(), gy.g());
+  expect_close("gelu_forward_deriv: y", gpu_of(gy), gpu_of(want_y), kExact);
+  expect_close("gelu_forward_deriv: the derivative", gpu_of(gx), gpu_of(want_d), kExact);
+
+  const size_t big = 1000003;
+  const std::vector<float> sv = r.vec(big);
+  Pair s(H(), G(), sv), shifted(H(), G(), big + 3);
+  const double hs = H().sum_squares(big, s.h()), gs = G().sum_squares(big, s.g());
+  EXPECT_NEAR(gs, hs, 1e-12 * hs) << "sum_squares";
+  G().from_host(shifted.g() + 3, sv.data(), big);  // the same values at another address
+  EXPECT_EQ(G().sum_squares(big, shifted.g() + 3), gs) << "sum_squares: the same bits at another address";
+}
+
 TEST_F(CudaOps, OptimizerUpdates) {
   Rng r(12);
   const size_t n = 10007;

@@ -70,6 +70,12 @@ class CudaBackend final : public Backend {
             const float* B, int64_t ldb, float beta, float* C, int64_t ldc) override;
   void axpy(size_t n, float a, const float* x, float* y) override;
   void round_bf16(size_t n, const float* x, float* y) override;
+  // bf16 operands on the device, no host staging and no per-call allocation (cuda_bf16.cu)
+  void pack_bf16(size_t n, const float* x, float* packed) override;
+  void unpack_bf16(size_t n, const float* packed, float* x) override;
+  void gemm_packed(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, bool a_packed,
+                   const float* B, bool b_packed, float beta, float* C) override;
+  void bias_grad_rows_packed(const float* dy, float* db, int64_t rows, int64_t cols) override;
   void scale(size_t n, float a, float* x) override;
   void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) override;
   void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) override;
@@ -88,6 +94,7 @@ class CudaBackend final : public Backend {
   void relu_backward(size_t n, const float* y, const float* dy, float* dx) override;
   void gelu_forward(size_t n, const float* x, float* y) override;
   void gelu_backward(size_t n, const float* x, const float* dy, float* dx) override;
+  void gelu_forward_deriv(size_t n, float* x, float* y) override;
   void mul(size_t n, const float* a, const float* b, float* y) override;
   void layernorm_forward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
                          const float* beta, float* y, float* stats) override;
@@ -125,6 +132,7 @@ class CudaBackend final : public Backend {
                           const float* save_mean, const float* save_invstd, const float* dy, float* dx, float* dgamma,
                           float* dbeta) override;
   double sum(size_t n, const float* x) override;
+  double sum_squares(size_t n, const float* x) override;
   bool all_finite(size_t n, const float* x) override;
   void sgd_update(size_t n, float* w, const float* g, float* buf, float lr, float momentum, float weight_decay,
                   bool nesterov, float grad_scale) override;
@@ -157,6 +165,11 @@ class CudaBackend final : public Backend {
   void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta, float* C, int64_t ldc,
                  int64_t stride_c, int64_t batch);
+  // the cuBLAS call of gemm_bf16 on operands already in bf16 (rounded or packed)
+  void gemm_bf16_ops(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
+                     int64_t lda, int64_t stride_a, const uint16_t* b, int64_t ldb, int64_t stride_b, float beta,
+                     float* C, int64_t ldc, int64_t stride_c, int64_t batch);
+  double reduce_partials(unsigned parts);  // k_sum_final over red_dev_'s parts, to the host
   void conv2d_forward_bf16(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b, float* y);
   void conv2d_backward_bf16(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
                             float* dx, float* dw, float* db);

@@ -5,8 +5,10 @@
 // CUBLAS_COMPUTE_32F (fp32 accumulation on tensor cores, CUBLAS_GEMM_DEFAULT_TENSOR_OP) into
 // the fp32 C, alpha and beta as in Backend::gemm. A strided operand is converted over its
 // whole extent, gaps included, so leading dimensions and batch strides carry over unchanged.
-// round_bf16 (the Backend op) and the widening used by the bf16 convolutions (cuda_dnn.cu)
-// live here too. Everything is queued on the compute stream.
+// round_bf16, pack_bf16 and unpack_bf16 (the Backend ops), gemm_packed (operands already in
+// bf16 go to cuBLAS as they are), bias_grad_rows_packed and the widening used by the bf16
+// convolutions (cuda_dnn.cu) live here too; none allocates per call or stages through the
+// host (scratch slots grow and are kept). Everything is queued on the compute stream.
 #include <algorithm>
 
 #include "cuda_backend.hpp"
@@ -26,6 +28,14 @@ __global__ void k_to_bf16(size_t n, const float* x, uint16_t* y) { GRID_STRIDE(i
 __global__ void k_round_bf16(size_t n, const float* x, float* y) { GRID_STRIDE(i, n) y[i] = dev_widen(dev_bf16_bits(x[i])); }
 __global__ void k_widen(size_t n, const uint16_t* x, float* y) { GRID_STRIDE(i, n) y[i] = dev_widen(x[i]); }
 __global__ void k_widen_add(size_t n, const uint16_t* x, float* y) { GRID_STRIDE(i, n) y[i] += dev_widen(x[i]); }
+// one thread per column, rows in order, widened as read: the host's bias_grad_rows order
+__global__ void k_bias_grad_rows_bf16(const uint16_t* dy, float* db, int64_t rows, int64_t cols) {
+  GRID_STRIDE(c, static_cast<size_t>(cols)) {
+    float acc = db[c];
+    for (int64_t r = 0; r < rows; ++r) acc += dev_widen(dy[r * cols + static_cast<int64_t>(c)]);
+    db[c] = acc;
+  }
+}
 
 // Elements spanned by a [batch] x rows x cols operand with row stride ld and batch stride.
 size_t extent(int64_t batch, int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
@@ -37,6 +47,55 @@ size_t extent(int64_t batch, int64_t rows, int64_t cols, int64_t ld, int64_t str
 void CudaBackend::round_bf16(size_t n, const float* x, float* y) {
   if (n == 0) return;
   k_round_bf16<<<blocks_for(n), kThreads, 0, compute_>>>(n, x, y);
+  PT_CU_LAUNCHED();
+}
+
+// Packed words are a dense bf16 array (element i is the i-th 16-bit half). In place, the
+// words would overwrite floats other threads have yet to read: the halves go through scratch
+// slot 3 and come back with one device copy. An odd n zeroes the last word's upper half.
+void CudaBackend::pack_bf16(size_t n, const float* x, float* packed) {
+  if (n == 0) return;
+  auto* out = reinterpret_cast<uint16_t*>(packed);
+  if (static_cast<const void*>(x) == static_cast<const void*>(packed)) {
+    const uint16_t* t = to_bf16(3, x, n);
+    PT_CU_CHECK(cudaMemcpyAsync(out, t, n * sizeof(uint16_t), cudaMemcpyDeviceToDevice, compute_));
+  } else {
+    k_to_bf16<<<blocks_for(n), kThreads, 0, compute_>>>(n, x, out);
+    PT_CU_LAUNCHED();
+  }
+  if (n % 2) PT_CU_CHECK(cudaMemsetAsync(out + n, 0, sizeof(uint16_t), compute_));
+}
+
+// In place, the halves are copied to scratch slot 3 first (the floats overwrite them).
+void CudaBackend::unpack_bf16(size_t n, const float* packed, float* x) {
+  if (n == 0) return;
+  const auto* in = reinterpret_cast<const uint16_t*>(packed);
+  if (static_cast<const void*>(x) == static_cast<const void*>(packed)) {
+    auto* t = static_cast<uint16_t*>(bf16_scratch(3, n * sizeof(uint16_t)));
+    PT_CU_CHECK(cudaMemcpyAsync(t, in, n * sizeof(uint16_t), cudaMemcpyDeviceToDevice, compute_));
+    in = t;
+  }
+  from_bf16(in, n, x, false);
+}
+
+// Packed operands go to cuBLAS as they are; the others are rounded into scratch as gemm does,
+// so the result is gemm's in bf16 bit for bit.
+void CudaBackend::gemm_packed(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                              bool a_packed, const float* B, bool b_packed, float beta, float* C) {
+  const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  if (precision() != Precision::bf16) {
+    PT_CHECK(!a_packed && !b_packed, "gemm_packed: packed operands in fp32");
+    return gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, N);
+  }
+  const uint16_t* a = a_packed ? reinterpret_cast<const uint16_t*>(A) : to_bf16(0, A, static_cast<size_t>(M * K));
+  const uint16_t* b = b_packed ? reinterpret_cast<const uint16_t*>(B) : to_bf16(1, B, static_cast<size_t>(K * N));
+  gemm_bf16_ops(ta, tb, M, N, K, alpha, a, lda, 0, b, ldb, 0, beta, C, N, 0, 1);
+}
+
+void CudaBackend::bias_grad_rows_packed(const float* dy, float* db, int64_t rows, int64_t cols) {
+  if (rows == 0 || cols == 0) return;
+  k_bias_grad_rows_bf16<<<blocks_for(static_cast<size_t>(cols)), kThreads, 0, compute_>>>(
+      reinterpret_cast<const uint16_t*>(dy), db, rows, cols);
   PT_CU_LAUNCHED();
 }
 
@@ -67,12 +126,18 @@ void CudaBackend::from_bf16(const uint16_t* x, size_t n, float* y, bool accumula
   PT_CU_LAUNCHED();
 }
 
-// The row-major trick of gemm(): cuBLAS computes C^T = op(B)^T op(A)^T in column-major.
 void CudaBackend::gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                             int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
                             float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
   const uint16_t* a = to_bf16(0, A, extent(batch, ta ? K : M, ta ? M : K, lda, stride_a));
   const uint16_t* b = to_bf16(1, B, extent(batch, tb ? N : K, tb ? K : N, ldb, stride_b));
+  gemm_bf16_ops(ta, tb, M, N, K, alpha, a, lda, stride_a, b, ldb, stride_b, beta, C, ldc, stride_c, batch);
+}
+
+// The row-major trick of gemm(): cuBLAS computes C^T = op(B)^T op(A)^T in column-major.
+void CudaBackend::gemm_bf16_ops(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
+                                int64_t lda, int64_t stride_a, const uint16_t* b, int64_t ldb, int64_t stride_b,
+                                float beta, float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
   const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int m = static_cast<int>(N), n = static_cast<int>(M), k = static_cast<int>(K);
   if (batch == 1) {

@@ -52,20 +52,28 @@ __global__ void k_relu_forward(size_t n, const float* x, float* y) { GRID_STRIDE
 __global__ void k_relu_backward(size_t n, const float* y, const float* dy, float* dx) {
   GRID_STRIDE(i, n) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
-__global__ void k_gelu_forward(size_t n, const float* x, float* y) {
-  GRID_STRIDE(i, n) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+// GELU and its derivative, one definition for the three kernels below, so that
+// gelu_forward_deriv is bitwise gelu_forward and gelu_backward of ones (the same code).
+__device__ __forceinline__ float dev_gelu(float v) { return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); }
+__device__ __forceinline__ float dev_gelu_deriv(float v) {
+  const float cdf = 0.5f * (1.0f + erff(v * 0.70710678118654752f));
+  const float pdf = 0.39894228040143268f * expf(-0.5f * v * v);
+  return cdf + v * pdf;
+}
+__global__ void k_gelu_forward(size_t n, const float* x, float* y) { GRID_STRIDE(i, n) y[i] = dev_gelu(x[i]); }
+__global__ void k_gelu_forward_deriv(size_t n, float* x, float* y) {
+  GRID_STRIDE(i, n) {
+    const float v = x[i];
+    y[i] = dev_gelu(v);
+    x[i] = 1.0f * dev_gelu_deriv(v);  // as gelu_backward with dy = 1
+  }
 }
 __global__ void k_mul(size_t n, const float* a, const float* b, float* y) {
   GRID_STRIDE(i, n) { y[i] = a[i] * b[i]; }
 }
 
 __global__ void k_gelu_backward(size_t n, const float* x, const float* dy, float* dx) {
-  GRID_STRIDE(i, n) {
-    const float v = x[i];
-    const float cdf = 0.5f * (1.0f + erff(v * 0.70710678118654752f));
-    const float pdf = 0.39894228040143268f * expf(-0.5f * v * v);
-    dx[i] = dy[i] * (cdf + v * pdf);
-  }
+  GRID_STRIDE(i, n) dx[i] = dy[i] * dev_gelu_deriv(x[i]);
 }
 
 // one block per row; mean and variance in double as on the host
@@ -186,6 +194,16 @@ __global__ void k_sum_partial(size_t n, const float* x, double* partial) {
   __shared__ double sh[kThreads];
   double s = 0;
   GRID_STRIDE(i, n) s += x[i];
+  s = block_sum(s, sh);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+__global__ void k_sum_squares_partial(size_t n, const float* x, double* partial) {
+  __shared__ double sh[kThreads];
+  double s = 0;
+  GRID_STRIDE(i, n) {
+    const double v = x[i];
+    s += v * v;
+  }
   s = block_sum(s, sh);
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
@@ -341,6 +359,11 @@ void CudaBackend::mul(size_t n, const float* a, const float* b, float* y) {
   k_mul<<<blocks_for(n), kThreads, 0, compute_>>>(n, a, b, y);
   PT_CU_LAUNCHED();
 }
+void CudaBackend::gelu_forward_deriv(size_t n, float* x, float* y) {
+  if (n == 0) return;
+  k_gelu_forward_deriv<<<blocks_for(n), kThreads, 0, compute_>>>(n, x, y);
+  PT_CU_LAUNCHED();
+}
 void CudaBackend::gelu_backward(size_t n, const float* x, const float* dy, float* dx) {
   if (n == 0) return;
   k_gelu_backward<<<blocks_for(n), kThreads, 0, compute_>>>(n, x, dy, dx);
@@ -420,6 +443,20 @@ double CudaBackend::sum(size_t n, const float* x) {
   const unsigned parts = std::min<unsigned>(blocks_for(n), kRedBlocks);
   k_sum_partial<<<parts, kThreads, 0, compute_>>>(n, x, red_dev_);
   PT_CU_LAUNCHED();
+  return reduce_partials(parts);
+}
+
+// A fixed tree that depends on n alone (the grid, then the block's halvings): the same values
+// give the same bits in any buffer (backend.hpp), not the host's 16-lane order.
+double CudaBackend::sum_squares(size_t n, const float* x) {
+  if (n == 0) return 0.0;
+  const unsigned parts = std::min<unsigned>(blocks_for(n), kRedBlocks);
+  k_sum_squares_partial<<<parts, kThreads, 0, compute_>>>(n, x, red_dev_);
+  PT_CU_LAUNCHED();
+  return reduce_partials(parts);
+}
+
+double CudaBackend::reduce_partials(unsigned parts) {
   k_sum_final<<<1, 1024, 0, compute_>>>(static_cast<int>(parts), red_dev_, red_dev_ + kRedBlocks);
   PT_CU_LAUNCHED();
   auto* h = static_cast<double*>(red_host_.data());

@@ -204,8 +204,12 @@ void HostBackend::linear_forward(int64_t rows, int64_t in, int64_t out, const fl
 // bf16 always runs on oneDNN, which reads packed operands as they are.
 void HostBackend::gemm_packed(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                               bool a_packed, const float* B, bool b_packed, float beta, float* C) {
-  if (precision() != Precision::bf16 || M == 0 || N == 0 || K == 0)
-    return Backend::gemm_packed(ta, tb, M, N, K, alpha, A, a_packed, B, b_packed, beta, C);
+  if (precision() != Precision::bf16) {
+    PT_CHECK(!a_packed && !b_packed, "gemm_packed: packed operands in fp32");
+    return gemm(ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, beta, C, N);
+  }
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale(static_cast<size_t>(M * N), beta, C);  // gemm's C = beta C
   GemmArgs a;
   a.ta = ta, a.tb = tb, a.M = M, a.N = N, a.K = K, a.alpha = alpha, a.beta = beta;
   a.A = A, a.lda = ta ? M : K, a.B = B, a.ldb = tb ? K : N, a.C = C, a.ldc = N;
@@ -240,6 +244,20 @@ void HostBackend::use_twins(GemmArgs& a) const {
 void HostBackend::pack_bf16(size_t n, const float* x, float* packed) {
   pack_bf16_span(n, x, packed);
   if (n % 2) std::memset(reinterpret_cast<unsigned char*>(packed) + 2 * n, 0, 2);  // the last word's upper half
+}
+
+// In place (packed == x) or not. Backwards from the last element: float i takes bytes
+// [4i, 4i + 4), the halves of elements 2i and 2i + 1, which are read before (2i > i, or i = 0
+// and element 0 is read just before); byte copies, as the two views alias.
+void HostBackend::unpack_bf16(size_t n, const float* packed, float* x) {
+  const auto* in = reinterpret_cast<const unsigned char*>(packed);
+  auto* out = reinterpret_cast<unsigned char*>(x);
+  for (size_t i = n; i-- > 0;) {
+    uint16_t b;
+    std::memcpy(&b, in + 2 * i, 2);
+    const float f = bf16_to_float(b);
+    std::memcpy(out + 4 * i, &f, 4);
+  }
 }
 
 void HostBackend::round_bf16(size_t n, const float* x, float* y) {

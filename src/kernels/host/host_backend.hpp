@@ -37,6 +37,7 @@ class HostBackend final : public Backend {
   void gemm_packed(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, bool a_packed,
                    const float* B, bool b_packed, float beta, float* C) override;
   void pack_bf16(size_t n, const float* x, float* packed) override;
+  void unpack_bf16(size_t n, const float* packed, float* x) override;
   void round_pack_bf16(size_t n, const float* x, float* y, float* packed) override;
   void set_packed_twin(const float* values, size_t n, const float* packed) override;
   void linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
