@@ -223,12 +223,15 @@ def predict_round(a, r, base):
     """One round: a fresh profile, then every schedule predicted from it and run once. A round
     pairs each prediction with a run minutes apart, so a host that drifts between rounds moves
     both; the study's error per schedule is the median over the rounds of predicted/measured."""
+    # the profile and the simulator see the runs' batch (--batch), so the microbatch they time
+    # and replay is the one the runs train with
+    batch = [f"train.batch_size={a.batch}"]
     prof = profile(a.deck, a.ranks, a.out, f"round {r + 1}: layers on rank 0, network between {a.ranks} ranks",
-                   extra=a.extra, name=f"profile_r{r}")
+                   extra=batch + a.extra, name=f"profile_r{r}")
     out = {}
     for s in a.schedules:
         sets = predict_sets(a, s)
-        pred, bubble, _ = simulate(a.deck, a.ranks, prof, sets, a.out, f"pvm_{s}_r{r}")
+        pred, bubble, _ = simulate(a.deck, a.ranks, prof, batch + sets, a.out, f"pvm_{s}_r{r}")
         meas = steady_seconds_per_step(train(a.ranks, a.deck, base + sets, a.out, f"pvm_{s}_r{r}"), a.batch)
         out[s] = (pred, meas, bubble)
         print(f"  round {r + 1} {s:18s} predicted {pred * 1e3:9.2f} ms  measured {meas * 1e3:9.2f} ms  "
