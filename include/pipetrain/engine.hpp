@@ -63,6 +63,9 @@ class WeightStore {
   // read, read_latest or begin_update of this store).
   const float* read(int32_t rel_version);
   const float* read_latest();  // the same for the latest version (evaluation)
+  // The latest's values were changed in place outside begin_update (the profiler's timed
+  // updates): the next read rebuilds the bf16 compute copy.
+  void latest_changed() { compute_id_ = -1; }
   void done_reading(int32_t rel_version);
   // The buffer the optimizer updates to produce rel_version (the latest, or a copy of it).
   float* begin_update(int32_t rel_version);

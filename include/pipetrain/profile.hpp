@@ -14,6 +14,8 @@
 
 namespace pt {
 
+struct OptimConfig;  // optim.hpp
+
 struct LayerProfile {
   int index = 0;
   std::string name, type;
@@ -64,11 +66,20 @@ struct Profile {
   static Profile load(const std::string& path);  // JSON or PipeDream graph.txt (by content)
 };
 
+// How a run updates its weights, for the profile's optimizer cost: the optimizer (null: SGD
+// with momentum 0.9) and whether gradients are clipped (train.clip_grad_norm > 0).
+struct UpdateRule {
+  const OptimConfig* optim = nullptr;
+  bool clip = false;
+};
 // Per-layer costs at microbatch size `mb`: warm-up excluded, median of `reps`.
 // In bf16 (be.precision(), set by the caller) activations are rounded as in training and an
 // output computed by a layer other than a view counts 2 bytes per value on the wire.
+// optimizer_s_per_byte (when not null): seconds per parameter byte of one whole update as a
+// run does it (Executor::on_optimizer_step): the clip's scaling, the optimizer of `update`,
+// zeroing the gradients and, in bf16, rebuilding the compute copy and its packed twin.
 std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_t mb, int reps, uint64_t seed,
-                                         double* optimizer_s_per_byte);
+                                         double* optimizer_s_per_byte, const UpdateRule& update = {});
 // Collective over `comm`: rank 0 measures the layers of `model` at microbatch `mb` (warm-up
 // excluded, median of `reps`) and shares them; every rank takes part in the network
 // measurement. Every rank returns the same profile.

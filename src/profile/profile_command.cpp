@@ -68,7 +68,10 @@ Profile measure_profile(const Deck& deck, const Model& model, int64_t mb, int re
   p.microbatch = mb;
   p.input_bytes = static_cast<double>(mb * model.input_shape().numel() * 4);
   p.source = "measured by pipetrain profile " + deck.path;
-  if (rank == 0) p.layers = measure_layers(*be, model, mb, reps, static_cast<uint64_t>(deck.run.seed), &p.optimizer_s_per_byte);
+  const OptimConfig optim = optim_config(deck.train);
+  const UpdateRule update{&optim, deck.train.clip_grad_norm > 0};
+  if (rank == 0)
+    p.layers = measure_layers(*be, model, mb, reps, static_cast<uint64_t>(deck.run.seed), &p.optimizer_s_per_byte, update);
   // share rank 0's layer costs so every rank plans from the same numbers
   std::string text = rank == 0 ? p.to_json() : std::string();
   long long n = static_cast<long long>(text.size());
