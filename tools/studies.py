@@ -95,11 +95,14 @@ def steady_sets(a):
             "train.eval_batch_size=500"]
 
 
-def profile(deck, ranks, out, what, extra=(), name="profile"):
-    """pipetrain profile under mpirun (layers on rank 0, the network between the ranks)."""
+def profile(deck, ranks, out, what, extra=(), name="profile", microbatch=0):
+    """pipetrain profile under mpirun (layers on rank 0, the network between the ranks); at
+    `microbatch` samples per unit when given, else the deck's unit."""
     prof = os.path.join(out, name + ".json")
     print(f"profiling {deck} ({what}) ...", flush=True)
     cmd = [MPIRUN, *FLAGS, "-np", str(ranks), PT, "profile", deck, "--out", prof]
+    if microbatch:
+        cmd += ["--microbatch", str(microbatch)]
     for x in list(extra) + ["parallel.split=[]"]:
         cmd += ["--set", x]
     run(cmd, prof + ".log")
@@ -223,14 +226,21 @@ def predict_round(a, r, base):
     """One round: a fresh profile, then every schedule predicted from it and run once. A round
     pairs each prediction with a run minutes apart, so a host that drifts between rounds moves
     both; the study's error per schedule is the median over the rounds of predicted/measured."""
-    # the profile and the simulator see the runs' batch (--batch), so the microbatch they time
-    # and replay is the one the runs train with
+    # the profile and the simulator see the runs' batch (--batch), and each schedule is
+    # predicted from a profile taken at its own microbatch (batch / M): per-sample costs are
+    # not linear in the microbatch (caches), so a profile at 128 samples over-charged the CNN's
+    # runs at 32 by up to 19% on an AMX Xeon (bench/README.md)
     batch = [f"train.batch_size={a.batch}"]
-    prof = profile(a.deck, a.ranks, a.out, f"round {r + 1}: layers on rank 0, network between {a.ranks} ranks",
-                   extra=batch + a.extra, name=f"profile_r{r}")
+    profs = {}
     out = {}
     for s in a.schedules:
         sets = predict_sets(a, s)
+        unit = a.batch // int(dict(x.split("=", 1) for x in sets).get("parallel.microbatches", "1"))
+        if unit not in profs:
+            profs[unit] = profile(a.deck, a.ranks, a.out,
+                                  f"round {r + 1}, microbatch {unit}: layers on rank 0, network between {a.ranks} ranks",
+                                  extra=batch + a.extra, name=f"profile_r{r}_mb{unit}", microbatch=unit)
+        prof = profs[unit]
         pred, bubble, _ = simulate(a.deck, a.ranks, prof, batch + sets, a.out, f"pvm_{s}_r{r}")
         meas = steady_seconds_per_step(train(a.ranks, a.deck, base + sets, a.out, f"pvm_{s}_r{r}"), a.batch)
         out[s] = (pred, meas, bubble)
