@@ -94,6 +94,7 @@ const char* const kVariantName[kFamilies] = {"OpenBLAS fp32", "oneDNN fp32", "on
 
 struct Backends {
   std::unique_ptr<Backend> be[kFamilies];
+  Precision p[kFamilies];  // the precision of each family's products
   host::HostBackend& host(int v) { return dynamic_cast<host::HostBackend&>(*be[v]); }
   Backends() {
     const host::Fp32Kernels k[kFamilies] = {host::Fp32Kernels::openblas, host::Fp32Kernels::onednn,
@@ -101,7 +102,7 @@ struct Backends {
     for (int v = 0; v < kFamilies; ++v) {
       be[v] = make_host_backend();
       host(v).set_fp32_kernels(k[v]);
-      be[v]->set_precision(v == kDnn16 ? Precision::bf16 : Precision::fp32);
+      p[v] = v == kDnn16 ? Precision::bf16 : Precision::fp32;
     }
   }
 };
@@ -110,7 +111,7 @@ struct Backends {
 struct Row {
   std::string group, name;
   double flops = 0;
-  std::function<void(Backend&)> call;
+  std::function<void(Backend&, Precision)> call;
   bool rule_onednn = false;                 // the fp32 rule's pick for this shape (and pass)
   std::function<std::string(int)> impl;     // oneDNN implementation of variant kDnn32 / kDnn16
 };
@@ -120,8 +121,8 @@ struct Row {
 // call until it has run opt.ms milliseconds.
 std::vector<Stats> measure(Backends& b, const Row& r, const Row& peak, const Options& opt) {
   auto run = [&](int v) {
-    if (v < kFamilies) r.call(*b.be[v]);
-    else peak.call(*b.be[v == kPeak32 ? kDnn32 : kDnn16]);
+    const int f = v < kFamilies ? v : v == kPeak32 ? kDnn32 : kDnn16;
+    (v < kFamilies ? r : peak).call(*b.be[f], b.p[f]);
   };
   auto flops = [&](int v) { return v < kFamilies ? r.flops : peak.flops; };
   int inner[kVariants];
@@ -235,11 +236,11 @@ Row gemm_row(const std::string& group, const std::string& name, bool ta, bool tb
   r.group = group;
   r.name = name;
   r.flops = 2.0 * M * N * K * batch;
-  r.call = [=](Backend& be) {
-    if (batch == 1) be.gemm(ta, tb, M, N, K, 1.0f, A->data(), lda, B->data(), ldb, beta, C->data(), N);
+  r.call = [=](Backend& be, Precision p) {
+    if (batch == 1) be.gemm(ta, tb, M, N, K, 1.0f, A->data(), lda, B->data(), ldb, beta, C->data(), N, p);
     else
       be.gemm_strided_batched(ta, tb, M, N, K, 1.0f, A->data(), lda, M * K, B->data(), ldb, K * N, beta, C->data(), N,
-                              M * N, batch);
+                              M * N, batch, p);
   };
   r.rule_onednn = host::onednn_wins_gemm_fp32(ta, tb, M, N, K, batch);
   r.impl = [=](int v) {
@@ -293,13 +294,17 @@ void conv_rows(std::vector<Row>& rows, const std::string& tag, const WindowGeom&
   };
   const std::string group = tag == "stem" ? "resnet conv" : "cnn conv";
   rows.push_back({group, s + " fwd", flops,
-                  [=](Backend& be) { be.conv2d_forward(g, n, x->data(), w->data(), b->data(), y->data()); },
+                  [=](Backend& be, Precision p) { be.conv2d_forward(g, n, x->data(), w->data(), b->data(), y->data(), p); },
                   rule(host::ConvPass::forward), impl(0)});
   rows.push_back({group, s + " bwd_data", flops,
-                  [=](Backend& be) { be.conv2d_backward(g, n, x->data(), w->data(), dy->data(), dx->data(), nullptr, nullptr); },
+                  [=](Backend& be, Precision p) {
+                    be.conv2d_backward(g, n, x->data(), w->data(), dy->data(), dx->data(), nullptr, nullptr, p);
+                  },
                   rule(host::ConvPass::backward_data), impl(1)});
   rows.push_back({group, s + " bwd_w+b", flops,
-                  [=](Backend& be) { be.conv2d_backward(g, n, x->data(), w->data(), dy->data(), nullptr, dw->data(), db->data()); },
+                  [=](Backend& be, Precision p) {
+                    be.conv2d_backward(g, n, x->data(), w->data(), dy->data(), nullptr, dw->data(), db->data(), p);
+                  },
                   rule(host::ConvPass::backward_weights), impl(2)});
 }
 

@@ -15,7 +15,7 @@ layouts of tools/make_fixtures.py) and, for each quantity q in y, dx, dparams:
   q_ref      the same in float64, but with the roundings both sides make identically applied
              (parameters and stored inputs rounded to bf16 where both feed them to a matrix kernel);
   q_bac      first-order bound on |autocast - q_ref| from autocast's other bf16 roundings;
-  q_bpt      the same for pipetrain's bf16 roundings (docs/PRECISION.md; Stage::set_activation_bf16
+  q_bpt      the same for pipetrain's bf16 roundings (docs/PRECISION.md; Stage::set_precision
              for the cases run through a Stage);
   q_b32      first-order bound of one implementation's float32 rounding: (K + 16) 2^-24 M, with
              K the longest accumulation of the case and M the magnitude sum below.

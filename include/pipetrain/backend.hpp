@@ -4,10 +4,16 @@
 // which one runs them.
 //
 // Primitives (= 0) are what every backend implements on its own memory. The few virtuals
-// with a body are compositions of primitives (linear + bias, round + pack, add, the packed
-// GELU and product); none of them allocates or copies through the host, so a backend that
-// runs a model on its device never falls back to the host on a hot path. A backend that lacks
-// a bf16 primitive does not compile (the CUDA backend implements every one, cuda_bf16.cu).
+// with a body are compositions of primitives (linear + bias, round + pack, add); none of them
+// allocates or copies through the host, so a backend that runs a model on its device never
+// falls back to the host on a hot path. A backend that lacks a bf16 primitive does not
+// compile (the CUDA backend implements every one, cuda_bf16.cu).
+//
+// Types say what the data is (dtype.hpp): an operand that may be bf16 is a CView or View,
+// whose dtype says how it is stored; a product's compute precision is an argument of the
+// call (Precision), never state of the backend. fp32 products are IEEE fp32; bf16 products
+// round their fp32 operands to bf16 as PyTorch's autocast does (ties to even), read bf16
+// operands as they are, and accumulate in fp32.
 #pragma once
 #include <chrono>
 #include <cstddef>
@@ -17,6 +23,7 @@
 #include <string>
 
 #include "pipetrain/device.hpp"
+#include "pipetrain/dtype.hpp"
 
 namespace pt {
 
@@ -58,12 +65,6 @@ class Backend {
   virtual Device device() const = 0;
   virtual std::string describe() const = 0;  // e.g. "cpu (Kokkos Serial, OpenBLAS SkylakeX)"
 
-  // The compute precision of gemm, gemm_strided_batched and conv2d_* (see Precision), fp32
-  // until set. Set it once per stage before the first step (a backend caches its kernels per
-  // shape and precision); it may change between calls.
-  virtual void set_precision(Precision p) { precision_ = p; }
-  Precision precision() const { return precision_; }
-
   // Memory in the backend's space. alloc() returns zeroed memory.
   virtual float* alloc(size_t n) = 0;
   virtual void release(float* p) = 0;
@@ -94,53 +95,49 @@ class Backend {
   };
   virtual KernelClock kernel_clock() const { return {}; }
 
-  // C[M,N] = alpha * op(A) * op(B) + beta * C, row-major, op(X) = X or X^T.
-  virtual void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) = 0;
+  // C[M,N] = alpha * op(A) * op(B) + beta * C, row-major, op(X) = X or X^T, computed in
+  // precision p. A and B may be bf16 views (p = bf16 only; then dense: lda = ta ? M : K,
+  // ldb = tb ? K : N), read as they are: the same result, bit for bit, as the f32 view of
+  // their values. C is fp32.
+  virtual void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, CView A, int64_t lda,
+                    CView B, int64_t ldb, float beta, float* C, int64_t ldc, Precision p) = 0;
   virtual void axpy(size_t n, float a, const float* x, float* y) = 0;  // y += a x
   // y = a + b (a residual sum); y may alias a or b. Default: copy, then axpy (the same bits).
   virtual void add(size_t n, const float* a, const float* b, float* y);
   // y[i] = bf16_round(x[i]) (fp32 storage, bf16 values: compute copies of weights, bf16
-  // messages); y may alias x. Independent of precision().
+  // messages); y may alias x.
   virtual void round_bf16(size_t n, const float* x, float* y) = 0;
   // Both of round_bf16(x -> y) and pack_bf16(x -> packed) (a weight copy and its packed twin:
-  // set_packed_twin), in one pass where the backend can. Default: the two calls.
+  // set_bf16_twin), in one pass where the backend can. Default: the two calls.
   virtual void round_pack_bf16(size_t n, const float* x, float* y, float* packed);
   virtual void scale(size_t n, float a, float* x) = 0;
 
-  // A linear layer's forward: y[rows, out] = x[rows, in] W[out, in]^T + b (b may be null).
-  // Default: gemm then bias_add_rows; the host runs oneDNN's matmul with the bias fused
-  // (one pass over y instead of two, the same fp32 sum acc + b). x_packed: x holds
-  // pack_bf16 of the input (bf16 precision only; see gemm_packed). y_packed: y is written as
-  // pack_bf16 of the result (default: then packed in place; the host's oneDNN writes bf16
-  // directly, rounding to nearest even, subnormal results to 0).
-  virtual void linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
-                              float* y, bool x_packed = false, bool y_packed = false);
-  // gemm in bf16 precision on contiguous operands (lda = ta ? M : K, ldb = tb ? K : N, ldc = N),
-  // where A and/or B may already be packed by their producer (a_packed / b_packed: the operand
-  // as stored, through pack_bf16, so the bf16 values the gemm would round it to, two per float
-  // slot). The same result as gemm on the unpacked values, bit for bit; each backend reads
-  // packed operands directly instead of converting them.
-  virtual void gemm_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                           bool a_packed, const float* B, bool b_packed, float beta, float* C) = 0;
-  // Linear helpers: y[r, :] += b; db += column sums of dy.
+  // A linear layer's forward in precision p: y[rows, out] = x[rows, in] W[out, in]^T + b (b
+  // may be null). x may be a bf16 view (p = bf16); a bf16 y is written as the bf16 of the
+  // fp32 result (rounded to nearest even). Default: gemm, bias_add_rows, then pack_bf16 in
+  // place for a bf16 y; the host runs oneDNN's matmul with the bias fused (one pass over y
+  // instead of two, the same fp32 sum acc + b) and writes a bf16 y directly (subnormal
+  // results to 0).
+  virtual void linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b, View y,
+                              Precision p);
+  // Linear helpers: y[r, :] += b; db += column sums of dy (an f32 or bf16 view; the sums in
+  // fp32, in the same order either way).
   virtual void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) = 0;
-  virtual void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) = 0;
-  // the same from a packed dy (pack_bf16; bf16 precision), summed in the same order in fp32.
-  virtual void bias_grad_rows_packed(const float* dy, float* db, int64_t rows, int64_t cols) = 0;
+  virtual void bias_grad_rows(CView dy, float* db, int64_t rows, int64_t cols) = 0;
 
-  // Convolution over n samples. w: [c_out, c_in, k, k]; b may be null.
+  // Convolution over n samples in precision p. w: [c_out, c_in, k, k]; b may be null.
   virtual void conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
-                              float* y) = 0;
+                              float* y, Precision p) = 0;
   // dw, db accumulate (+=); dx is overwritten. Any of dx, dw, db may be null: the split
   // backward asks for dx alone (I) and for dw, db alone (W), each bitwise as in one call.
   virtual void conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
-                               float* dx, float* dw, float* db) = 0;
+                               float* dx, float* dw, float* db, Precision p) = 0;
 
   // Pooling. Max pooling stores the flat input index of each maximum in `argmax`.
   // ConvKernelBytes of a convolution of n samples with (bias) a bias: its forward, and with
-  // `train` its weight pass and (data) its data pass; nothing by default.
-  virtual ConvKernelBytes conv_kernel_bytes(const WindowGeom& g, int64_t n, bool bias, bool train, bool data) {
+  // `train` its weight pass and (data) its data pass, in precision p; nothing by default.
+  virtual ConvKernelBytes conv_kernel_bytes(const WindowGeom& g, int64_t n, bool bias, bool train, bool data,
+                                            Precision p) {
     return {};
   }
   virtual void maxpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y, int32_t* argmax) = 0;
@@ -159,13 +156,10 @@ class Backend {
   // GELU forward that keeps what its backward needs: y = gelu(x), and x replaced by
   // gelu'(x) = Phi(x) + x phi(x) (the factor gelu_backward applies), so the backward is
   // mul(dy, x): one multiply instead of the normal CDF again. Bitwise what gelu_forward and
-  // gelu_backward (of ones) give.
-  virtual void gelu_forward_deriv(size_t n, float* x, float* y) = 0;
-  virtual void mul(size_t n, const float* a, const float* b, float* y) = 0;  // y = a * b elementwise
-  // the same two with y written packed (pack_bf16 of y): for bf16 operands only GEMMs read.
-  // Defaults: the op, then pack_bf16 in place.
-  virtual void gelu_forward_deriv_packed(size_t n, float* x, float* y);
-  virtual void mul_packed(size_t n, const float* a, const float* b, float* y);
+  // gelu_backward (of ones) give. A bf16 y (an operand only products read) is written as the
+  // bf16 of each fp32 value; x stays fp32.
+  virtual void gelu_forward_deriv(size_t n, float* x, View y) = 0;
+  virtual void mul(size_t n, const float* a, const float* b, View y) = 0;  // y = a * b elementwise (f32 or bf16 y)
 
   // Layer norm over `cols` features of each of `rows` samples; stats holds (mean, rstd) per row.
   virtual void layernorm_forward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
@@ -197,7 +191,7 @@ class Backend {
   virtual void gemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                                     const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb,
                                     int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c,
-                                    int64_t batch) = 0;
+                                    int64_t batch, Precision p) = 0;
   // Head-major permutation: x [n, T, parts, H, dh] -> y [parts, n, H, T, dh] (split) and
   // back (merge). Pure copies.
   virtual void heads_split(int64_t n, int64_t T, int64_t parts, int64_t H, int64_t dh, const float* x, float* y) = 0;
@@ -210,9 +204,10 @@ class Backend {
   // Fused causal attention core, for backends that offer it (fused_attention(); the host
   // does, CUDA composes the ops above). Operands stay token-major, as the projections write
   // and read them: qkv [n, T, 3, H, dh] (q, k, v of each token), o and do [n, T, H, dh],
-  // P [n, H, T, T] the probabilities (0 above the diagonal), dqkv like qkv. In bf16 the
-  // operands of the four products (q, k, v, P; do, v, P, dS, k, q) are rounded to bf16 as
-  // gemm rounds them; softmax and every sum stay fp32. No dropout: a layer with dropout of
+  // P [n, H, T, T] the probabilities (0 above the diagonal), dqkv like qkv. In bf16
+  // (precision) the operands of the four products (q, k, v, P; do, v, P, dS, k, q) are rounded
+  // to bf16 as gemm rounds them; softmax and every sum stay fp32. qkv may be a bf16 view, and
+  // o and dqkv bf16 views (written as the bf16 of their values), in bf16 only. No dropout: a layer with dropout of
   // the probabilities composes. Forward: P = causal_softmax(scale q k^T), o = P v.
   // Backward: dP = do v^T, dS = causal_softmax_backward(P, dP), dq = scale dS k,
   // dk = scale dS^T q, dv = P^T do. P may be null in both (selective recomputation): the
@@ -221,13 +216,11 @@ class Backend {
   struct AttentionGeom {
     int64_t n = 0, T = 0, H = 0, dh = 0;
     float scale = 1.0f;
-    bool packed_out = false;  // bf16: o and dqkv written as pack_bf16 of their values
-    bool packed_in = false;   // bf16: qkv holds pack_bf16 of its values
+    Precision precision = Precision::fp32;
   };
   virtual bool fused_attention() const { return false; }
-  virtual void attention_forward(const AttentionGeom& g, const float* qkv, float* P, float* o);
-  virtual void attention_backward(const AttentionGeom& g, const float* qkv, const float* P, const float* dout,
-                                  float* dqkv);
+  virtual void attention_forward(const AttentionGeom& g, CView qkv, float* P, View o);
+  virtual void attention_backward(const AttentionGeom& g, CView qkv, const float* P, const float* dout, View dqkv);
   // y[s, t, :] = wte[tokens[s, t], :] + wpe[t, :] (tokens are exact floats in [0, V)).
   virtual void embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* wte,
                                  const float* wpe, float* y) = 0;
@@ -276,7 +269,7 @@ class Backend {
   virtual void adamw_update(size_t n, float* w, const float* g, float* m, float* v, double lr, double beta1,
                             double beta2, double eps, double weight_decay, int64_t step, float grad_scale) = 0;
 
-  // bf16 stage messages (train.precision = "bf16") and packed GEMM operands: pack_bf16 stores
+  // bf16 stage messages (train.precision = "bf16") and bf16 operands: pack_bf16 stores
   // n floats as ceil(n/2) 32-bit words, two bf16 per word (half the bytes), each rounded with
   // bf16_bits (exact for values that are bf16 already: round_bf16 above); element i is the
   // i-th 16-bit half in memory order, so the words are a dense bf16 array. packed may equal x
@@ -290,7 +283,7 @@ class Backend {
   // forgets before it frees them). A backend may then read a GEMM operand
   // lying inside values from its twin instead of converting it: the same bf16 values, so the
   // same result bit for bit. Default: ignored (every operand is converted where it is used).
-  virtual void set_packed_twin(const float* values, size_t n, const float* packed) {}
+  virtual void set_bf16_twin(const float* values, size_t n, const float* packed) {}
 
   // Integer label buffers live in the backend too (copied from the data loader).
   virtual int32_t* alloc_int(size_t n) = 0;
@@ -299,7 +292,6 @@ class Backend {
 
  private:
   std::chrono::steady_clock::time_point timer_t0_{};
-  Precision precision_ = Precision::fp32;
 };
 
 // The host backend (Kokkos Serial + OpenBLAS through KokkosBlas).
@@ -316,8 +308,8 @@ bool cuda_backend_compiled();
 
 // ---- kernel measurements (src/kernels/host/kernel_info.cpp) --------------------------------
 
-// GFLOP/s of this backend's gemm at M = N = K = 1024 in precision p (the backend's precision
-// is restored afterwards): median of `reps` timed calls after one warm-up. On the CPU this
+// GFLOP/s of this backend's gemm at M = N = K = 1024 in precision p: median of `reps` timed
+// calls after one warm-up. On the CPU this
 // is the oneDNN matmul (the kernel every 1024^3 fp32 and bf16 gemm uses); on a GPU cuBLAS.
 // The profiler's and bench/kernels.sh's "peak" for the achieved fractions.
 double matmul_peak_gflops(Backend& be, Precision p, int reps = 5);

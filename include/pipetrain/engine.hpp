@@ -37,7 +37,7 @@ namespace pt {
 // while consecutive reads ask for the same version. A stash is packed from that copy
 // when an update must keep the old latest for its readers. The compute buffer's packed twin
 // (the stash it came from, or a packed copy made with the master's rounding) is registered
-// with the backend (Backend::set_packed_twin), so GEMMs read the weights without converting
+// with the backend (Backend::set_bf16_twin), so GEMMs read the weights without converting
 // them. In fp32 nothing of this exists.
 class WeightStore {
  public:

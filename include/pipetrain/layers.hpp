@@ -51,6 +51,10 @@ struct LayerCtx {
   // region) has its selective layout, and its backward recomputes what that layout drops. Set
   // by the Stage only for layers that recompute_selectively(); false in evaluation.
   bool selective = false;
+  // The precision policy of the products (train.precision): a layer passes it to every GEMM
+  // and convolution it runs, and under bf16 keeps the operands only its products read as bf16
+  // views (operand_dtype, dtype.hpp). The backend holds no precision of its own.
+  Precision precision = Precision::fp32;
 };
 
 class Layer {

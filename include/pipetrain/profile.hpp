@@ -72,14 +72,14 @@ struct UpdateRule {
   const OptimConfig* optim = nullptr;
   bool clip = false;
 };
-// Per-layer costs at microbatch size `mb`: warm-up excluded, median of `reps`.
-// In bf16 (be.precision(), set by the caller) activations are rounded as in training and an
+// Per-layer costs at microbatch size `mb` in precision p: warm-up excluded, median of `reps`.
+// In bf16 the products run in bf16, activations are rounded as in training and an
 // output computed by a layer other than a view counts 2 bytes per value on the wire.
 // optimizer_s_per_byte (when not null): seconds per parameter byte of one whole update as a
 // run does it (Executor::on_optimizer_step): the clip's scaling, the optimizer of `update`,
 // zeroing the gradients and, in bf16, rebuilding the compute copy and its packed twin.
-std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_t mb, int reps, uint64_t seed,
-                                         double* optimizer_s_per_byte, const UpdateRule& update = {});
+std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, Precision p, int64_t mb, int reps,
+                                         uint64_t seed, double* optimizer_s_per_byte, const UpdateRule& update = {});
 // Collective over `comm`: rank 0 measures the layers of `model` at microbatch `mb` (warm-up
 // excluded, median of `reps`) and shares them; every rank takes part in the network
 // measurement. Every rank returns the same profile.

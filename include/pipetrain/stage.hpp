@@ -142,9 +142,12 @@ class Stage {
                       int64_t n, PollHook poll) const;
   void backward_weight(const Slot& s, const float* params, float* grads, const LayerCtx& ctx, int64_t n, PollHook poll) const;
   bool keeps_output_grads() const { return keep_dout_; }
-  // train.precision = "bf16": round every activation and input gradient between layers to
-  // bf16 values (statistics, the loss and parameter gradients stay fp32).
-  void set_activation_bf16(bool on) { bf16_ = on; }
+  // The stage's precision policy (train.precision): its layers run their products in it
+  // (LayerCtx::precision, set on every layer's context), and under bf16 every activation and
+  // input gradient between layers is rounded to bf16 values (statistics, the loss and
+  // parameter gradients stay fp32).
+  void set_precision(Precision p) { bf16_ = p == Precision::bf16; }
+  Precision precision() const { return bf16_ ? Precision::bf16 : Precision::fp32; }
   bool activation_bf16() const { return bf16_; }
 
   // Forward without keeping activations (evaluation): returns the last non-loss output,

@@ -64,7 +64,6 @@ SequentialEmulator::SequentialEmulator(const Deck& deck, const TrainSetup& setup
   spe_ = setup.steps_per_epoch(deck, N_);
   total_ = setup.total_steps(deck, N_);
   be_ = make_host_backend();
-  be_->set_precision(deck.train.precision);
   st_.resize(static_cast<size_t>(K_));
   for (int s = 0; s < K_; ++s) init_stage(s);
   const Model& model = *setup.model;
@@ -81,7 +80,7 @@ void SequentialEmulator::init_stage(int s) {
   StageState& x = st_[static_cast<size_t>(s)];
   Backend& be = *be_;
   x.stage = std::make_unique<Stage>(be, *setup_.model, L_.first_layer(s), L_.end_layer(s), mb_, 1);
-  x.stage->set_activation_bf16(deck_.train.precision == Precision::bf16);
+  x.stage->set_precision(deck_.train.precision);
   x.slot_mem = Buffer(be, static_cast<size_t>(x.stage->slot_floats()));
   x.labels = be.alloc_int(static_cast<size_t>(mb_ * data_.train->label_count()));
   x.slot = x.stage->carve(x.slot_mem.data(), x.labels);

@@ -106,6 +106,7 @@ LayerCtx Stage::layer_ctx(const LayerCtx& ctx, int l) const {
   lc.work = work_.data();
   lc.state = ctx.state && model_.layer(l).num_state() ? ctx.state + state_offset(l) : nullptr;
   lc.selective = ctx.training && model_.layer(l).selective_in(mode_);  // evaluation keeps nothing anyway
+  lc.precision = precision();
   return lc;
 }
 

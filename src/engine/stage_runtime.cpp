@@ -44,7 +44,7 @@ StageRuntime::StageRuntime(Backend& be, const Model& model, const Layout& layout
   opt = std::make_unique<Optimizer>(optim_config(train), be, n, std::max<int64_t>(1, total_updates));
   grads = Buffer(be, n + 1);
   state = Buffer(be, static_cast<size_t>(stage->num_state()));
-  stage->set_activation_bf16(train.precision == Precision::bf16);  // so bf16 messages lose nothing
+  stage->set_precision(train.precision);  // so bf16 messages lose nothing
 }
 
 StageRuntime::~StageRuntime() {

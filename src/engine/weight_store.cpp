@@ -29,7 +29,7 @@ WeightStore::WeightStore(Backend& be, size_t n, bool bf16) : be_(be), n_(n), bf1
 }
 
 WeightStore::~WeightStore() {
-  if (bf16_) be_.set_packed_twin(compute_.data(), n_, nullptr);
+  if (bf16_) be_.set_bf16_twin(compute_.data(), n_, nullptr);
 }
 
 void WeightStore::prepare(const Schedule& ir, int rank, int stage, size_t from) {
@@ -70,7 +70,7 @@ void WeightStore::restore(const std::vector<std::pair<int64_t, std::vector<float
   for (auto& v : id_) v = -1;
   for (auto& v : packed_id_) v = -1;
   compute_id_ = -1;
-  if (bf16_) be_.set_packed_twin(compute_.data(), n_, nullptr);  // both are overwritten below
+  if (bf16_) be_.set_bf16_twin(compute_.data(), n_, nullptr);  // both are overwritten below
   bool have_latest = false;
   size_t next_fp32 = 0, next_packed = 0;
   for (const auto& [id, values] : versions) {
@@ -121,7 +121,7 @@ const float* WeightStore::compute_copy(int64_t abs) {
       twin = packed_[static_cast<size_t>(p)].data();
       be_.unpack_bf16(n_, twin, compute_.data());
     }
-    be_.set_packed_twin(compute_.data(), n_, twin);
+    be_.set_bf16_twin(compute_.data(), n_, twin);
     compute_id_ = abs;
   }
   return compute_.data();

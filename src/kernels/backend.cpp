@@ -6,12 +6,11 @@
 
 namespace pt {
 
-void Backend::linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
-                             float* y, bool x_packed, bool y_packed) {
-  if (x_packed) gemm_packed(false, true, rows, out, in, 1.0f, x, true, w, false, 0.0f, y);
-  else gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
-  if (b) bias_add_rows(y, b, rows, out);
-  if (y_packed) pack_bf16(static_cast<size_t>(rows * out), y, y);
+void Backend::linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b, View y,
+                             Precision p) {
+  gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y.data, out, p);
+  if (b) bias_add_rows(y.data, b, rows, out);
+  if (y.bf16()) pack_bf16(static_cast<size_t>(rows * out), y.data, y.data);
 }
 
 void Backend::round_pack_bf16(size_t n, const float* x, float* y, float* packed) {
@@ -25,21 +24,12 @@ void Backend::add(size_t n, const float* a, const float* b, float* y) {
   axpy(n, 1.0f, b, y);
 }
 
-void Backend::gelu_forward_deriv_packed(size_t n, float* x, float* y) {
-  gelu_forward_deriv(n, x, y);
-  pack_bf16(n, y, y);
-}
-void Backend::mul_packed(size_t n, const float* a, const float* b, float* y) {
-  mul(n, a, b, y);
-  pack_bf16(n, y, y);
-}
-
 // A backend without the fused kernel: the layer asks fused_attention() first and composes,
 // so reaching these is a bug in the caller.
-void Backend::attention_forward(const AttentionGeom&, const float*, float*, float*) {
+void Backend::attention_forward(const AttentionGeom&, CView, float*, View) {
   PT_CHECK(false, "attention_forward: the " << describe() << " backend has no fused attention kernel");
 }
-void Backend::attention_backward(const AttentionGeom&, const float*, const float*, const float*, float*) {
+void Backend::attention_backward(const AttentionGeom&, CView, const float*, const float*, View) {
   PT_CHECK(false, "attention_backward: the " << describe() << " backend has no fused attention kernel");
 }
 

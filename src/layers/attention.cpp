@@ -35,10 +35,10 @@ int64_t AttentionCore::backward_work(bool selective) const {
   return 5 * T_ * D_ + (p_ > 0 ? 2 : 1) * H_ * T_ * T_ + (selective ? H_ * T_ * T_ : 0);
 }
 
-void AttentionCore::heads_gemm(Backend& be, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+void AttentionCore::heads_gemm(const LayerCtx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                                const float* A, const float* B, float* C, int64_t n) const {
   const int64_t lda = ta ? M : K, ldb = tb ? K : N;
-  be.gemm_strided_batched(ta, tb, M, N, K, alpha, A, lda, M * K, B, ldb, K * N, 0.0f, C, N, M * N, n * H_);
+  c.be.gemm_strided_batched(ta, tb, M, N, K, alpha, A, lda, M * K, B, ldb, K * N, 0.0f, C, N, M * N, n * H_, c.precision);
 }
 
 // The probabilities after dropout: P itself, or its dropped copy in buf.
@@ -48,52 +48,51 @@ const float* AttentionCore::dropped(const LayerCtx& c, const float* P, float* bu
   return buf;
 }
 
-void AttentionCore::probabilities(Backend& be, const float* q, const float* k, float* P, int64_t n) const {
-  heads_gemm(be, false, true, T_, T_, dh_, scale_, q, k, P, n);  // scores
-  be.causal_softmax_forward(n * H_, T_, P, P);
+void AttentionCore::probabilities(const LayerCtx& c, const float* q, const float* k, float* P, int64_t n) const {
+  heads_gemm(c, false, true, T_, T_, dh_, scale_, q, k, P, n);  // scores
+  c.be.causal_softmax_forward(n * H_, T_, P, P);
 }
 
-Backend::AttentionGeom AttentionCore::geom(int64_t n, bool packed) const {
+Backend::AttentionGeom AttentionCore::geom(const LayerCtx& c, int64_t n) const {
   Backend::AttentionGeom g;
-  g.n = n, g.T = T_, g.H = H_, g.dh = dh_, g.scale = scale_, g.packed_out = packed, g.packed_in = packed;
+  g.n = n, g.T = T_, g.H = H_, g.dh = dh_, g.scale = scale_, g.precision = c.precision;
   return g;
 }
 
-// The saved q, k, v are token-major [n, T, 3, H, dh] on the fused path and head-major
-// [3, n, H, T, dh] on the composed one; fused() is fixed per backend and layer, so forward
-// and backward agree.
-void AttentionCore::forward(const LayerCtx& c, const float* w, const float* x, float* y, float* saved, int64_t n,
-                            bool x_packed) const {
+// The saved q, k, v are token-major [n, T, 3, H, dh] on the fused path (bf16 views under a
+// bf16 policy: products' operands only) and head-major [3, n, H, T, dh] on the composed one;
+// fused() is fixed per backend and layer, so forward and backward agree.
+void AttentionCore::forward(const LayerCtx& c, const float* w, CView x, float* y, float* saved, int64_t n) const {
   Backend& be = c.be;
   const int64_t TD = T_ * D_;
-  const bool pk = packed_operands(be);
+  const DType op = operand_dtype(c.precision);
   Carve s{saved, n};
   float* qkv = s.take(3 * TD);
   float* P = c.selective ? nullptr : s.take(H_ * T_ * T_);  // selective: not kept
-  float* O = s.take(TD);
-  if (fused(be)) {  // in bf16 q, k, v are products' operands only: saved packed
-    qkv_.forward(be, w, x, qkv, n * T_, x_packed, pk);
-    be.attention_forward(geom(n, pk), qkv, P, O);
-    return proj_.forward(be, w + qkv_.size(), O, y, n * T_, pk);
+  const View O{s.take(TD), op};
+  if (fused(be)) {
+    qkv_.forward(c, w, x, View{qkv, op}, n * T_);
+    be.attention_forward(geom(c, n), CView{qkv, op}, P, O);
+    return proj_.forward(c, w + qkv_.size(), O, y, n * T_);
   }
-  qkv_.forward(be, w, x, c.work, n * T_, x_packed);  // [n, T, 3, H, dh]
+  qkv_.forward(c, w, x, c.work, n * T_);  // [n, T, 3, H, dh]
   be.heads_split(n, T_, 3, H_, dh_, c.work, qkv);
   const float *q = qkv, *k = qkv + n * TD, *v = qkv + 2 * n * TD;
   Carve wk{c.work, n};  // the projections above are consumed: the workspace is free again
   if (!P) P = wk.take(H_ * T_ * T_);
-  probabilities(be, q, k, P, n);
+  probabilities(c, q, k, P, n);
   float* pd_buf = p_ > 0 ? wk.take(H_ * T_ * T_) : nullptr;
   float* Oh = wk.take(TD);
-  heads_gemm(be, false, false, T_, dh_, T_, 1.0f, dropped(c, P, pd_buf, n), v, Oh, n);
-  be.heads_merge(n, T_, 1, H_, dh_, Oh, O);
-  pack_in_place(be, pk, O, n * TD);
-  proj_.forward(be, w + qkv_.size(), O, y, n * T_, pk);
+  heads_gemm(c, false, false, T_, dh_, T_, 1.0f, dropped(c, P, pd_buf, n), v, Oh, n);
+  be.heads_merge(n, T_, 1, H_, dh_, Oh, O.data);
+  proj_.forward(c, w + qkv_.size(), to_dtype_in_place(be, op, O.data, n * TD), y, n * T_);
 }
 
-void AttentionCore::input_half(const LayerCtx& c, const float* w, const float* dy, float* dx, const float* saved,
-                               float* keep, int64_t n, bool dy_packed) const {
+void AttentionCore::input_half(const LayerCtx& c, const float* w, CView dy, float* dx, const float* saved,
+                               float* keep, int64_t n) const {
   Backend& be = c.be;
   const int64_t TD = T_ * D_, TT = T_ * T_;
+  const DType op = operand_dtype(c.precision);
   const float* qkvh = saved;
   const float *q = qkvh, *k = qkvh + n * TD, *v = qkvh + 2 * n * TD;
   Carve wk{c.work, n};
@@ -102,36 +101,34 @@ void AttentionCore::input_half(const LayerCtx& c, const float* w, const float* d
   float* dP = wk.take(H_ * TT);
   float* pd_buf = p_ > 0 ? wk.take(H_ * TT) : nullptr;
   float* dqkvh = wk.take(3 * TD);
-  const bool pk = packed_operands(be);
   const float* P = c.selective ? nullptr : saved + n * 3 * TD;  // selective: recomputed below (or in the fused kernel)
-  proj_.backward_input(be, w + qkv_.size(), dy, dO, n * T_, dy_packed);
+  proj_.backward_input(c, w + qkv_.size(), dy, dO, n * T_);
   if (fused(be)) {
-    be.attention_backward(geom(n, pk), qkvh, P, dO, keep);
-    return qkv_.backward_input(be, w, keep, dx, n * T_, pk);
+    be.attention_backward(geom(c, n), CView{qkvh, op}, P, dO, View{keep, op});
+    return qkv_.backward_input(c, w, CView{keep, op}, dx, n * T_);
   }
   if (!P) {
     float* Pr = wk.take(H_ * TT);
-    probabilities(be, q, k, Pr, n);
+    probabilities(c, q, k, Pr, n);
     P = Pr;
   }
   be.heads_split(n, T_, 1, H_, dh_, dO, dOh);
-  heads_gemm(be, false, true, T_, T_, dh_, 1.0f, dOh, v, dP, n);                          // dPd = dO V^T
-  heads_gemm(be, true, false, T_, dh_, T_, 1.0f, dropped(c, P, pd_buf, n), dOh, dqkvh + 2 * n * TD, n);  // dV = Pd^T dO
+  heads_gemm(c, false, true, T_, T_, dh_, 1.0f, dOh, v, dP, n);                          // dPd = dO V^T
+  heads_gemm(c, true, false, T_, dh_, T_, 1.0f, dropped(c, P, pd_buf, n), dOh, dqkvh + 2 * n * TD, n);  // dV = Pd^T dO
   if (c.training && p_ > 0) dropout_grad(c, layer_, kProbDropout, p_, H_ * TT, dP, dP, n);
-  be.causal_softmax_backward(n * H_, T_, P, dP, dP);                                        // dS
-  heads_gemm(be, false, false, T_, dh_, T_, scale_, dP, k, dqkvh, n);                       // dQ = s dS K
-  heads_gemm(be, true, false, T_, dh_, T_, scale_, dP, q, dqkvh + n * TD, n);               // dK = s dS^T Q
+  be.causal_softmax_backward(n * H_, T_, P, dP, dP);                                       // dS
+  heads_gemm(c, false, false, T_, dh_, T_, scale_, dP, k, dqkvh, n);                       // dQ = s dS K
+  heads_gemm(c, true, false, T_, dh_, T_, scale_, dP, q, dqkvh + n * TD, n);               // dK = s dS^T Q
   be.heads_merge(n, T_, 3, H_, dh_, dqkvh, keep);
-  pack_in_place(be, pk, keep, n * 3 * TD);
-  qkv_.backward_input(be, w, keep, dx, n * T_, pk);
+  qkv_.backward_input(c, w, to_dtype_in_place(be, op, keep, n * 3 * TD), dx, n * T_);
 }
 
-void AttentionCore::weight_half(const LayerCtx& c, const float* x, const float* dy, float* dw, const float* saved,
-                                const float* keep, int64_t n, bool x_packed, bool dy_packed) const {
+void AttentionCore::weight_half(const LayerCtx& c, CView x, CView dy, float* dw, const float* saved, const float* keep,
+                                int64_t n) const {
+  const DType op = operand_dtype(c.precision);
   const float* O = saved + n * (saved_per_sample(c.selective) - T_ * D_);
-  const bool pk = packed_operands(c.be);
-  proj_.backward_weight(c.be, O, dy, dw + qkv_.size(), n * T_, pk, dy_packed);
-  qkv_.backward_weight(c.be, x, keep, dw, n * T_, x_packed, pk);
+  proj_.backward_weight(c, CView{O, op}, dy, dw + qkv_.size(), n * T_);
+  qkv_.backward_weight(c, x, CView{keep, op}, dw, n * T_);
 }
 
 double AttentionCore::flops_forward() const {

@@ -31,31 +31,30 @@ class AttentionCore {
   int64_t forward_work(bool selective = false) const;   // per sample
   int64_t backward_work(bool selective = false) const;  // per sample, input half
 
-  // x_packed: x holds pack_bf16 of the input (RowLinear); in bf16 the merged head outputs are
-  // saved packed the same way
-  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* saved, int64_t n,
-               bool x_packed = false) const;
+  // x: the input, an f32 view or (bf16 policy) a bf16 one; under a bf16 policy the merged
+  // head outputs are saved as a bf16 view too
+  void forward(const LayerCtx& c, const float* w, CView x, float* y, float* saved, int64_t n) const;
   // dx (may be null) = dL/dx; keep = the in_proj output gradient. c.work: backward_work().
-  // dy_packed: dy holds pack_bf16 of the output gradient. In bf16 the in_proj output gradient
-  // in `keep` is left packed for the weight half.
-  void input_half(const LayerCtx& c, const float* w, const float* dy, float* dx, const float* saved, float* keep,
-                  int64_t n, bool dy_packed = false) const;
-  void weight_half(const LayerCtx& c, const float* x, const float* dy, float* dw, const float* saved,
-                   const float* keep, int64_t n, bool x_packed = false, bool dy_packed = false) const;
+  // dy: the output gradient's view. Under a bf16 policy the in_proj output gradient in `keep`
+  // is left a bf16 view for the weight half.
+  void input_half(const LayerCtx& c, const float* w, CView dy, float* dx, const float* saved, float* keep,
+                  int64_t n) const;
+  void weight_half(const LayerCtx& c, CView x, CView dy, float* dw, const float* saved, const float* keep,
+                   int64_t n) const;
   double flops_forward() const;
 
  private:
   // batched [T, *] products over the n * H heads
-  void heads_gemm(Backend& be, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+  void heads_gemm(const LayerCtx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   const float* B, float* C, int64_t n) const;
   const float* dropped(const LayerCtx& c, const float* P, float* buf, int64_t n) const;
   // the composed path's probabilities from head-major q and k: scores, then causal softmax
-  void probabilities(Backend& be, const float* q, const float* k, float* P, int64_t n) const;
+  void probabilities(const LayerCtx& c, const float* q, const float* k, float* P, int64_t n) const;
   // the backend's fused kernel (Backend::attention_forward) where it has one and the
   // probabilities have no dropout; else the composition of batched GEMMs and softmax
   bool fused(const Backend& be) const { return be.fused_attention() && p_ == 0.0f; }
-  // the fused kernel's geometry; packed: bf16 operands in and out (saved q, k, v; o, dqkv)
-  Backend::AttentionGeom geom(int64_t n, bool packed) const;
+  // the fused kernel's geometry, in c's precision
+  Backend::AttentionGeom geom(const LayerCtx& c, int64_t n) const;
   int64_t T_, D_, H_, dh_;
   float p_, scale_;
   int layer_;

@@ -30,21 +30,21 @@ class Conv2d final : public Layer {
     for (auto& p : params()) init_uniform(host + p.offset, p.size, bound, seed, index(), t++);
   }
   void forward(const LayerCtx& c, const float* w, const float* x, float* y, float*, int64_t n) const override {
-    c.be.conv2d_forward(g_, n, x, w, k_.bias ? w + wsz() : nullptr, y);
+    c.be.conv2d_forward(g_, n, x, w, k_.bias ? w + wsz() : nullptr, y, c.precision);
   }
   void backward(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float* dw,
                 const float*, int64_t n) const override {
-    c.be.conv2d_backward(g_, n, x, w, dy, dx, dw, k_.bias ? dw + wsz() : nullptr);
+    c.be.conv2d_backward(g_, n, x, w, dy, dx, dw, k_.bias ? dw + wsz() : nullptr, c.precision);
   }
   std::vector<ConvUse> convolutions() const override { return {{g_, k_.bias}}; }
   bool splits_backward() const override { return true; }
   void backward_input(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float*,
                       float*, int64_t n) const override {
-    if (dx) c.be.conv2d_backward(g_, n, x, w, dy, dx, nullptr, nullptr);
+    if (dx) c.be.conv2d_backward(g_, n, x, w, dy, dx, nullptr, nullptr, c.precision);
   }
   void backward_weight(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dw,
                        const float*, int64_t n) const override {
-    c.be.conv2d_backward(g_, n, x, w, dy, nullptr, dw, k_.bias ? dw + wsz() : nullptr);
+    c.be.conv2d_backward(g_, n, x, w, dy, nullptr, dw, k_.bias ? dw + wsz() : nullptr, c.precision);
   }
   double flops_forward() const override { return 2.0 * g_.c_out * g_.h_out * g_.w_out * g_.c_in * g_.kernel * g_.kernel; }
   double flops_backward() const override { return 2.0 * flops_forward(); }

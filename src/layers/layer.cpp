@@ -92,23 +92,15 @@ void key_error(const LayerSpec& s, const char* key, const std::string& msg) {
                             std::to_string(s.index) + "]." + key + "': " + msg, true);
 }
 
-void RowLinear::forward(Backend& be, const float* w, const float* x, float* y, int64_t rows, bool x_packed,
-                        bool y_packed) const {
-  be.linear_forward(rows, in, out, x, w, bias ? w + out * in : nullptr, y, x_packed, y_packed);
+void RowLinear::forward(const LayerCtx& c, const float* w, CView x, View y, int64_t rows) const {
+  c.be.linear_forward(rows, in, out, x, w, bias ? w + out * in : nullptr, y, c.precision);
 }
-void RowLinear::backward_input(Backend& be, const float* w, const float* dy, float* dx, int64_t rows,
-                               bool dy_packed) const {
-  if (!dx) return;
-  if (dy_packed) be.gemm_packed(false, false, rows, in, out, 1.0f, dy, true, w, false, 0.0f, dx);
-  else be.gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+void RowLinear::backward_input(const LayerCtx& c, const float* w, CView dy, float* dx, int64_t rows) const {
+  if (dx) c.be.gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in, c.precision);
 }
-void RowLinear::backward_weight(Backend& be, const float* x, const float* dy, float* dw, int64_t rows, bool x_packed,
-                                bool dy_packed) const {
-  if (x_packed || dy_packed) be.gemm_packed(true, false, out, in, rows, 1.0f, dy, dy_packed, x, x_packed, 1.0f, dw);
-  else be.gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
-  if (!bias) return;
-  if (dy_packed) be.bias_grad_rows_packed(dy, dw + out * in, rows, out);
-  else be.bias_grad_rows(dy, dw + out * in, rows, out);
+void RowLinear::backward_weight(const LayerCtx& c, CView x, CView dy, float* dw, int64_t rows) const {
+  c.be.gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in, c.precision);
+  if (bias) c.be.bias_grad_rows(dy, dw + out * in, rows, out);
 }
 
 void dropout_apply(const LayerCtx& c, int layer, uint64_t slot, float p, int64_t features, const float* x, float* y,

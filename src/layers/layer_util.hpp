@@ -87,11 +87,13 @@ struct Carve {
 };
 
 // In bf16 a layer keeps the activations that only its linears read (their inputs, which the
-// GEMMs round anyway) packed by Backend::pack_bf16 in place: the forward and the weight
-// gradient then read 2-byte operands and convert nothing; the values are the same bf16 ones.
-inline bool packed_operands(const Backend& be) { return be.precision() == Precision::bf16; }
-inline void pack_in_place(Backend& be, bool pack, float* x, int64_t count) {
-  if (pack) be.pack_bf16(static_cast<size_t>(count), x, x);
+// GEMMs round anyway) as bf16 views (operand_dtype(c.precision), dtype.hpp), written by their
+// producer or converted in place by Backend::pack_bf16: the forward and the weight gradient
+// then read 2-byte operands and convert nothing; the values are the same bf16 ones.
+// x as a view of dtype t, converted in place first when t is bf16.
+inline View to_dtype_in_place(Backend& be, DType t, float* x, int64_t count) {
+  if (t == DType::bf16) be.pack_bf16(static_cast<size_t>(count), x, x);
+  return {x, t};
 }
 
 // y[r, :] = x[r, :] W^T + b for W [out, in] (PyTorch layout), b [out] after W when bias.
@@ -99,13 +101,10 @@ struct RowLinear {
   int64_t in = 0, out = 0;
   bool bias = true;
   int64_t size() const { return in * out + (bias ? out : 0); }
-  // x_packed: x holds Backend::pack_bf16 of the input (bf16 precision; packed_operands below)
-  void forward(Backend& be, const float* w, const float* x, float* y, int64_t rows, bool x_packed = false,
-               bool y_packed = false) const;
-  void backward_input(Backend& be, const float* w, const float* dy, float* dx, int64_t rows,
-                      bool dy_packed = false) const;  // dx = dy W
-  void backward_weight(Backend& be, const float* x, const float* dy, float* dw, int64_t rows, bool x_packed = false,
-                       bool dy_packed = false) const;  // dW += dy^T x, db += column sums of dy
+  // Products in c.precision; x, dy and y are f32 or bf16 views (bf16 under a bf16 policy only).
+  void forward(const LayerCtx& c, const float* w, CView x, View y, int64_t rows) const;
+  void backward_input(const LayerCtx& c, const float* w, CView dy, float* dx, int64_t rows) const;  // dx = dy W
+  void backward_weight(const LayerCtx& c, CView x, CView dy, float* dw, int64_t rows) const;  // dW += dy^T x, db += column sums of dy
 };
 
 // Layer norm of each row over `cols` features, weight then bias [cols]; stats: 2 per row.

@@ -28,21 +28,21 @@ class Linear final : public Layer {
     for (auto& p : params()) init_uniform(host + p.offset, p.size, bound, seed, index(), t++);
   }
   void forward(const LayerCtx& c, const float* w, const float* x, float* y, float*, int64_t n) const override {
-    map_.forward(c.be, w, x, y, n);
+    map_.forward(c, w, x, y, n);
   }
   void backward(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float* dw,
                 const float*, int64_t n) const override {
-    map_.backward_weight(c.be, x, dy, dw, n);
-    map_.backward_input(c.be, w, dy, dx, n);
+    map_.backward_weight(c, x, dy, dw, n);
+    map_.backward_input(c, w, dy, dx, n);
   }
   bool splits_backward() const override { return true; }
   void backward_input(const LayerCtx& c, const float* w, const float*, const float*, const float* dy, float* dx, float*,
                       float*, int64_t n) const override {
-    map_.backward_input(c.be, w, dy, dx, n);
+    map_.backward_input(c, w, dy, dx, n);
   }
   void backward_weight(const LayerCtx& c, const float*, const float* x, const float*, const float* dy, float* dw,
                        const float*, int64_t n) const override {
-    map_.backward_weight(c.be, x, dy, dw, n);
+    map_.backward_weight(c, x, dy, dw, n);
   }
   double flops_forward() const override { return 2.0 * in_.numel() * out_.numel(); }
   double flops_backward() const override { return 4.0 * in_.numel() * out_.numel(); }

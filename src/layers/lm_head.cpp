@@ -60,7 +60,7 @@ class LmHead final : public Layer {
     float* probs = s.take(T_ * V_);
     float* tok = s.take(T_);
     norm_.forward(c.be, w, x, z, st, n * T_);
-    lin_.forward(c.be, w + 2 * D_, z, c.work, n * T_);  // logits
+    lin_.forward(c, w + 2 * D_, z, c.work, n * T_);  // logits
     c.be.softmax_xent_forward(n * T_, V_, c.work, c.labels, tok, probs);
     c.be.mean_rows(n, T_, tok, y);
   }
@@ -99,13 +99,13 @@ class LmHead final : public Layer {
   void input_half(const LayerCtx& c, const float* w, const float* x, float* dx, const float* aux, float* dz,
                   int64_t n) const {
     logits_grad(c, aux, n);
-    lin_.backward_input(c.be, w + 2 * D_, c.work, dz, n * T_);
+    lin_.backward_input(c, w + 2 * D_, c.work, dz, n * T_);
     norm_.backward_input(c.be, w, x, aux + n * T_ * D_, dz, dx, n * T_);
   }
   void weight_half(const LayerCtx& c, const float* w, const float* x, float* dw, const float* aux, const float* dz,
                    int64_t n, bool recompute) const {
     if (recompute) logits_grad(c, aux, n);
-    lin_.backward_weight(c.be, aux, c.work, dw + 2 * D_, n * T_);
+    lin_.backward_weight(c, aux, c.work, dw + 2 * D_, n * T_);
     norm_.backward_weight(c.be, w, x, aux + n * T_ * D_, dz, dw, n * T_);
   }
 

@@ -150,13 +150,13 @@ void ResidualBlock::forward(const LayerCtx& c, const float* w, const float* x, f
   const size_t no = static_cast<size_t>(n * O());
   float* st = c.state;
   const int64_t S = 2 * bn_.C;  // state floats per batch norm
-  be.conv2d_forward(g1_, n, x, w + o.c1, nullptr, s.c1);
+  be.conv2d_forward(g1_, n, x, w + o.c1, nullptr, s.c1, c.precision);
   bn_.forward(c, w + o.b1, s.c1, s.r1, s.st1, st, n);
   be.relu_forward(no, s.r1, s.r1);
-  be.conv2d_forward(g2_, n, s.r1, w + o.c2, nullptr, s.c2);
+  be.conv2d_forward(g2_, n, s.r1, w + o.c2, nullptr, s.c2, c.precision);
   bn_.forward(c, w + o.b2, s.c2, y, s.st2, st ? st + S : nullptr, n);
   if (proj_) {
-    be.conv2d_forward(gp_, n, x, w + o.cp, nullptr, s.cp);
+    be.conv2d_forward(gp_, n, x, w + o.cp, nullptr, s.cp, c.precision);
     bn_.forward(c, w + o.bp, s.cp, c.work, s.stp, st ? st + 2 * S : nullptr, n);
     be.axpy(no, 1.0f, c.work, y);
   } else {
@@ -176,14 +176,14 @@ void ResidualBlock::input_half(const LayerCtx& c, const float* w, const float* x
   float* dxp = c.work + n * O();
   be.relu_backward(no, y, dy, k.ds);
   bn_.backward_input(be, w + o.b2, s.c2, s.st2, k.ds, k.dc2, n);
-  be.conv2d_backward(g2_, n, s.r1, w + o.c2, k.dc2, dr1, nullptr, nullptr);
+  be.conv2d_backward(g2_, n, s.r1, w + o.c2, k.dc2, dr1, nullptr, nullptr, c.precision);
   be.relu_backward(no, s.r1, dr1, k.db1);
   bn_.backward_input(be, w + o.b1, s.c1, s.st1, k.db1, k.dc1, n);
   if (proj_) bn_.backward_input(be, w + o.bp, s.cp, s.stp, k.ds, k.dcp, n);
   if (!dx) return;
-  be.conv2d_backward(g1_, n, x, w + o.c1, k.dc1, dx, nullptr, nullptr);
+  be.conv2d_backward(g1_, n, x, w + o.c1, k.dc1, dx, nullptr, nullptr, c.precision);
   if (proj_) {
-    be.conv2d_backward(gp_, n, x, w + o.cp, k.dcp, dxp, nullptr, nullptr);
+    be.conv2d_backward(gp_, n, x, w + o.cp, k.dcp, dxp, nullptr, nullptr, c.precision);
     be.axpy(static_cast<size_t>(n * in_.numel()), 1.0f, dxp, dx);
   } else {
     be.axpy(no, 1.0f, k.ds, dx);
@@ -196,12 +196,12 @@ void ResidualBlock::weight_half(const LayerCtx& c, const float* w, const float* 
   const Offsets o = off();
   const Saved s = saved(aux, n);
   const Kept k = kept(keep, n);
-  be.conv2d_backward(g2_, n, s.r1, w + o.c2, k.dc2, nullptr, dw + o.c2, nullptr);
+  be.conv2d_backward(g2_, n, s.r1, w + o.c2, k.dc2, nullptr, dw + o.c2, nullptr, c.precision);
   bn_.backward_weight(be, w + o.b2, s.c2, s.st2, k.ds, dw + o.b2, n);
-  be.conv2d_backward(g1_, n, x, w + o.c1, k.dc1, nullptr, dw + o.c1, nullptr);
+  be.conv2d_backward(g1_, n, x, w + o.c1, k.dc1, nullptr, dw + o.c1, nullptr, c.precision);
   bn_.backward_weight(be, w + o.b1, s.c1, s.st1, k.db1, dw + o.b1, n);
   if (!proj_) return;
-  be.conv2d_backward(gp_, n, x, w + o.cp, k.dcp, nullptr, dw + o.cp, nullptr);
+  be.conv2d_backward(gp_, n, x, w + o.cp, k.dcp, nullptr, dw + o.cp, nullptr, c.precision);
   bn_.backward_weight(be, w + o.bp, s.cp, s.stp, k.ds, dw + o.bp, n);
 }
 

@@ -115,18 +115,21 @@ class TransformerBlock final : public Layer {
     return v;
   }
   // f and g = gelu(f) from the kept ln2 output b as the forward computes them, f then
-  // holding gelu'(f) (Backend::gelu_forward_deriv; g packed in bf16)
-  void mlp_hidden(Backend& be, const float* w_fc1, const float* b, float* f, float* g, int64_t rows, bool pk) const {
-    fc1_.forward(be, w_fc1, b, f, rows, pk);
-    if (pk) be.gelu_forward_deriv_packed(static_cast<size_t>(rows * F_), f, g);  // f becomes gelu'(f)
-    else be.gelu_forward_deriv(static_cast<size_t>(rows * F_), f, g);
+  // holding gelu'(f) (Backend::gelu_forward_deriv; g a bf16 view under a bf16 policy)
+  void mlp_hidden(const LayerCtx& c, const float* w_fc1, CView b, float* f, float* g, int64_t rows) const {
+    fc1_.forward(c, w_fc1, b, f, rows);
+    c.be.gelu_forward_deriv(static_cast<size_t>(rows * F_), f, View{g, operand_dtype(c.precision)});  // f becomes gelu'(f)
   }
-  // a residual branch's output gradient through its dropout into a kept buffer, packed when
-  // pk (one pass without dropout)
-  void branch_grad(const LayerCtx& c, bool pk, uint64_t slot, const float* g, float* keep, int64_t n) const {
-    if (pk && p_ == 0.0f) return c.be.pack_bf16(static_cast<size_t>(n * T_ * D_), g, keep);
+  // a residual branch's output gradient through its dropout into a kept buffer, a bf16 view
+  // under a bf16 policy (one pass without dropout)
+  CView branch_grad(const LayerCtx& c, uint64_t slot, const float* g, float* keep, int64_t n) const {
+    const DType op = operand_dtype(c.precision);
+    if (op == DType::bf16 && p_ == 0.0f) {
+      c.be.pack_bf16(static_cast<size_t>(n * T_ * D_), g, keep);
+      return {keep, op};
+    }
     dropout_grad(c, index(), slot, p_, T_ * D_, g, keep, n);
-    pack_in_place(c.be, pk, keep, n * T_ * D_);
+    return to_dtype_in_place(c.be, op, keep, n * T_ * D_);
   }
   void input_half(const LayerCtx& c, const float* w, const float* x, const float* dy, float* dx, const float* aux,
                   float* keep, int64_t n) const;
@@ -182,16 +185,14 @@ void TransformerBlock::forward(const LayerCtx& c, const float* w, const float* x
   LayerCtx lc = c;
   lc.work = c.work + n * T_ * D_;
   if (c.selective) s.f = lc.work, s.g = lc.work + rows * F_;  // after the attention, in its scratch
-  const bool pk = packed_operands(be);  // a1, b and g: read by linears only
+  const DType op = operand_dtype(c.precision);  // of a1, b and g: read by linears only
   ln_.forward(be, w + o.ln1, x, s.a1, s.st1, rows);
-  pack_in_place(be, pk, s.a1, rows * D_);
-  attn_.forward(lc, w + o.attn, s.a1, m, s.attn, n, pk);
+  attn_.forward(lc, w + o.attn, to_dtype_in_place(be, op, s.a1, rows * D_), m, s.attn, n);
   dropout_apply(c, index(), 1, p_, T_ * D_, m, m, n);
   be.add(nd, x, m, s.h);
   ln_.forward(be, w + o.ln2, s.h, s.b, s.st2, rows);
-  pack_in_place(be, pk, s.b, rows * D_);
-  mlp_hidden(be, w + o.fc1, s.b, s.f, s.g, rows, pk);
-  fc2_.forward(be, w + o.fc2, s.g, m, rows, pk);
+  mlp_hidden(c, w + o.fc1, to_dtype_in_place(be, op, s.b, rows * D_), s.f, s.g, rows);
+  fc2_.forward(c, w + o.fc2, CView{s.g, op}, m, rows);
   dropout_apply(c, index(), 2, p_, T_ * D_, m, m, n);
   be.add(nd, s.h, m, y);
 }
@@ -208,20 +209,17 @@ void TransformerBlock::input_half(const LayerCtx& c, const float* w, const float
   float* dg = c.work + n * T_ * D_;      // gradient of the gelu output, then the attention's scratch
   LayerCtx lc = c;
   lc.work = dg;
-  const bool pk = packed_operands(be);  // dm, df, da and the attention's dqkv: read by linears only
+  const DType op = operand_dtype(c.precision);  // of dm, df, da and the attention's dqkv: read by linears only
   if (c.selective) {  // gelu'(f) after the attention's scratch, gelu(f) kept for the weight half
     s.f = dg + n * std::max(T_ * F_, attn_.backward_work(true)), s.g = k.g;
-    mlp_hidden(be, w + o.fc1, s.b, s.f, s.g, rows, pk);
+    mlp_hidden(c, w + o.fc1, CView{s.b, op}, s.f, s.g, rows);
   }
-  branch_grad(c, pk, 2, dy, k.dm, n);
-  fc2_.backward_input(be, w + o.fc2, k.dm, dg, rows, pk);
-  if (pk) be.mul_packed(static_cast<size_t>(rows * F_), dg, s.f, k.df);  // gelu_backward: dg gelu'(f)
-  else be.mul(static_cast<size_t>(rows * F_), dg, s.f, k.df);
-  fc1_.backward_input(be, w + o.fc1, k.df, k.db, rows, pk);
+  fc2_.backward_input(c, w + o.fc2, branch_grad(c, 2, dy, k.dm, n), dg, rows);
+  be.mul(static_cast<size_t>(rows * F_), dg, s.f, View{k.df, op});  // gelu_backward: dg gelu'(f)
+  fc1_.backward_input(c, w + o.fc1, CView{k.df, op}, k.db, rows);
   ln_.backward_input(be, w + o.ln2, s.h, s.st2, k.db, dh, rows);
   be.axpy(nd, 1.0f, dy, dh);
-  branch_grad(c, pk, 1, dh, k.da, n);
-  attn_.input_half(lc, w + o.attn, k.da, k.da1, s.attn, k.dqkv, n, pk);
+  attn_.input_half(lc, w + o.attn, branch_grad(c, 1, dh, k.da, n), k.da1, s.attn, k.dqkv, n);
   if (!dx) return;
   ln_.backward_input(be, w + o.ln1, x, s.st1, k.da1, dx, rows);
   be.axpy(nd, 1.0f, dh, dx);
@@ -234,11 +232,11 @@ void TransformerBlock::weight_half(const LayerCtx& c, const float* w, const floa
   const Saved s = saved(const_cast<float*>(aux), n, c.selective);
   const Kept k = kept(const_cast<float*>(keep), n, c.selective);
   const int64_t rows = n * T_;
-  const bool pk = packed_operands(be);
-  fc2_.backward_weight(be, c.selective ? k.g : s.g, k.dm, dw + o.fc2, rows, pk, pk);
-  fc1_.backward_weight(be, s.b, k.df, dw + o.fc1, rows, pk, pk);
+  const DType op = operand_dtype(c.precision);
+  fc2_.backward_weight(c, CView{c.selective ? k.g : s.g, op}, CView{k.dm, op}, dw + o.fc2, rows);
+  fc1_.backward_weight(c, CView{s.b, op}, CView{k.df, op}, dw + o.fc1, rows);
   ln_.backward_weight(be, w + o.ln2, s.h, s.st2, k.db, dw + o.ln2, rows);
-  attn_.weight_half(c, s.a1, k.da, dw + o.attn, s.attn, k.dqkv, n, pk, pk);
+  attn_.weight_half(c, CView{s.a1, op}, CView{k.da, op}, dw + o.attn, s.attn, k.dqkv, n);
   ln_.backward_weight(be, w + o.ln1, x, s.st1, k.da1, dw + o.ln1, rows);
 }
 

@@ -42,7 +42,7 @@ class ModelFootprints final : public FootprintSource {
   // repeated blocks) share it, so each shape counts once.
   void kernel_bytes(StageFootprint& f, int64_t unit) const {
     Backend& be = *in_.kernels;
-    be.set_precision(in_.bf16 ? Precision::bf16 : Precision::fp32);
+    const Precision p = in_.bf16 ? Precision::bf16 : Precision::fp32;
     std::set<std::array<int64_t, 11>> seen;
     for (int l = f.first; l < f.end; ++l)
       for (const Layer::ConvUse& c : m_.layer(l).convolutions()) {
@@ -51,8 +51,8 @@ class ModelFootprints final : public FootprintSource {
         if (!seen.insert({g.c_in, g.h_in, g.w_in, g.c_out, g.h_out, g.w_out, g.kernel, g.stride, g.padding, c.bias, data})
                  .second)
           continue;
-        for (const ConvKernelBytes& k : {be.conv_kernel_bytes(c.g, unit, c.bias, true, data),
-                                         be.conv_kernel_bytes(c.g, in_.eval_mb, c.bias, false, false)}) {
+        for (const ConvKernelBytes& k : {be.conv_kernel_bytes(c.g, unit, c.bias, true, data, p),
+                                         be.conv_kernel_bytes(c.g, in_.eval_mb, c.bias, false, false, p)}) {
           f.kernel_work += k.kept;
           f.kernel_scratchpad = std::max(f.kernel_scratchpad, k.scratchpad);
           f.kernel_scratch = std::max(f.kernel_scratch, k.scratch);

@@ -47,12 +47,9 @@ void touch_kernels() {
   auto be = make_host_backend();
   const int64_t n = 64;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n, 0.0f);
-  for (Precision p : {Precision::fp32, Precision::bf16}) {
-    be->set_precision(p);
-    be->gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // oneDNN
-  }
-  be->set_precision(Precision::fp32);
-  be->gemm(false, false, n, n, 8, 1.0f, a.data(), 8, b.data(), n, 0.0f, c.data(), n);  // a short reduction: OpenBLAS
+  for (Precision p : {Precision::fp32, Precision::bf16})
+    be->gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n, p);  // oneDNN
+  be->gemm(false, false, n, n, 8, 1.0f, a.data(), 8, b.data(), n, 0.0f, c.data(), n, Precision::fp32);  // a short reduction: OpenBLAS
 }
 
 }  // namespace

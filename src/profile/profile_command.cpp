@@ -62,7 +62,6 @@ Profile measure_profile(const Deck& deck, const Model& model, int64_t mb, int re
   MPI_Comm_rank(comm, &rank);
   Profile p;
   std::unique_ptr<Backend> be = profile_backend(deck);
-  be->set_precision(profile_precision(deck));
   p.device = be->describe();
   p.precision = deck.train.precision;
   p.microbatch = mb;
@@ -71,7 +70,7 @@ Profile measure_profile(const Deck& deck, const Model& model, int64_t mb, int re
   const OptimConfig optim = optim_config(deck.train);
   const UpdateRule update{&optim, deck.train.clip_grad_norm > 0};
   if (rank == 0)
-    p.layers = measure_layers(*be, model, mb, reps, static_cast<uint64_t>(deck.run.seed), &p.optimizer_s_per_byte, update);
+    p.layers = measure_layers(*be, model, profile_precision(deck), mb, reps, static_cast<uint64_t>(deck.run.seed), &p.optimizer_s_per_byte, update);
   // share rank 0's layer costs so every rank plans from the same numbers
   std::string text = rank == 0 ? p.to_json() : std::string();
   long long n = static_cast<long long>(text.size());

@@ -132,7 +132,7 @@ std::vector<std::vector<double>> selective_backward_times(Backend& be, const Mod
   for (int l = 0; l < L; ++l) any = any || model.layer(l).recomputes_selectively();
   if (!any) return ts;
   Stage st(be, model, 0, L, mb, 1, true, Recompute::selective);
-  st.set_activation_bf16(none.activation_bf16());
+  st.set_precision(none.precision());
   Buffer mem(be, static_cast<size_t>(st.slot_floats()));
   Stage::Slot slot = st.carve(mem.data(), const_cast<int32_t*>(ctx.labels));
   be.fill(mem.data(), 0.0f, mem.size());
@@ -150,12 +150,12 @@ std::vector<std::vector<double>> selective_backward_times(Backend& be, const Mod
 
 }  // namespace
 
-std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, int64_t mb, int reps, uint64_t seed,
-                                         double* optimizer_s_per_byte, const UpdateRule& update) {
+std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, Precision p, int64_t mb, int reps,
+                                         uint64_t seed, double* optimizer_s_per_byte, const UpdateRule& update) {
   const int L = model.size();
   Stage st(be, model, 0, L, mb, 1, true);  // with the split backward's regions: W is timed alone too
-  const bool bf16 = be.precision() == Precision::bf16;
-  st.set_activation_bf16(bf16);  // activations rounded as in training
+  const bool bf16 = p == Precision::bf16;
+  st.set_precision(p);  // products in p, activations rounded as in training
   // the parameters as a run holds them (in bf16 the layers read the compute copy, whose packed
   // twin the store registers, so GEMMs read weights as a run's do)
   WeightStore weights(be, static_cast<size_t>(st.num_params()), bf16);

@@ -118,7 +118,6 @@ void Trainer::setup() {
   run_dir_ = deck_.run.output_dir + "/" + deck_.run.name;
   ckpt_dir_ = deck_.checkpoint.dir.empty() ? run_dir_ + "/checkpoints" : deck_.checkpoint.dir;
   be_ = deck_.run.device == Device::cuda ? make_cuda_backend(0) : make_host_backend();
-  be_->set_precision(deck_.train.precision);  // GEMM and convolution inputs
   fit_memory();
   build_stages();
   memory_trace("stages built");

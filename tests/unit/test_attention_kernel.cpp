@@ -11,9 +11,9 @@
 //    a bf16 rounding boundary from the double one for a few elements (one bf16 ulp, 2^-8).
 //    A kernel that skipped a rounding misses the 2e-6 bars by orders of magnitude, which the
 //    test asserts too.
-// Plus: both precisions are deterministic (bitwise equal on a repeat), packed outputs
-// (AttentionGeom::packed_out) are exactly the rounded fp32 ones, packed inputs (packed_in)
-// give the same bits as fp32 ones, and the composed path
+// Plus: both precisions are deterministic (bitwise equal on a repeat), bf16 output views
+// are exactly the rounded fp32 ones, a bf16 qkv view gives the same bits as an f32 one, and
+// the composed path
 // (heads_split, batched oneDNN/OpenBLAS GEMMs, causal softmax, heads_merge) agrees with the
 // fused one within the same bars.
 #include <gtest/gtest.h>
@@ -47,21 +47,22 @@ Backend::AttentionGeom geom(const Case& c) {
   return g;
 }
 
-Grads run_fused(Backend& be, const Case& c, const std::vector<float>& qkv, const std::vector<float>& dout,
+Grads run_fused(Backend& be, const Case& c, Precision p, const std::vector<float>& qkv, const std::vector<float>& dout,
                 bool packed_out = false, bool packed_in = false) {
   Backend::AttentionGeom g = geom(c);
-  g.packed_out = packed_out, g.packed_in = packed_in;
+  g.precision = p;
+  const pt::DType in = packed_in ? pt::DType::bf16 : pt::DType::f32, out = packed_out ? pt::DType::bf16 : pt::DType::f32;
   Grads r;
   r.P.assign(c.n * c.H * c.T * c.T, -1.0f);
   r.o.assign(c.n * c.T * c.H * c.dh, -1.0f);
   r.dqkv.assign(c.n * c.T * 3 * c.H * c.dh, -1.0f);
-  be.attention_forward(g, qkv.data(), r.P.data(), r.o.data());
-  be.attention_backward(g, qkv.data(), r.P.data(), dout.data(), r.dqkv.data());
+  be.attention_forward(g, pt::CView{qkv.data(), in}, r.P.data(), pt::View{r.o.data(), out});
+  be.attention_backward(g, pt::CView{qkv.data(), in}, r.P.data(), dout.data(), pt::View{r.dqkv.data(), out});
   return r;
 }
 
 // The same through the composed ops (what the layer runs on a backend without the kernel).
-Grads run_composed(Backend& be, const Case& c, const std::vector<float>& qkv, const std::vector<float>& dout) {
+Grads run_composed(Backend& be, const Case& c, Precision p, const std::vector<float>& qkv, const std::vector<float>& dout) {
   const int64_t n = c.n, T = c.T, H = c.H, dh = c.dh, TD = T * H * dh, B = n * H;
   const float scale = geom(c).scale;
   std::vector<float> h(3 * n * TD), Oh(n * TD), dOh(n * TD), dP(B * T * T), dh3(3 * n * TD);
@@ -71,18 +72,18 @@ Grads run_composed(Backend& be, const Case& c, const std::vector<float>& qkv, co
   r.dqkv.assign(qkv.size(), 0.0f);
   const float *q = h.data(), *k = q + n * TD, *v = k + n * TD;
   be.heads_split(n, T, 3, H, dh, qkv.data(), h.data());
-  be.gemm_strided_batched(false, true, T, T, dh, scale, q, dh, T * dh, k, dh, T * dh, 0.0f, r.P.data(), T, T * T, B);
+  be.gemm_strided_batched(false, true, T, T, dh, scale, q, dh, T * dh, k, dh, T * dh, 0.0f, r.P.data(), T, T * T, B, p);
   be.causal_softmax_forward(B, T, r.P.data(), r.P.data());
-  be.gemm_strided_batched(false, false, T, dh, T, 1.0f, r.P.data(), T, T * T, v, dh, T * dh, 0.0f, Oh.data(), dh, T * dh, B);
+  be.gemm_strided_batched(false, false, T, dh, T, 1.0f, r.P.data(), T, T * T, v, dh, T * dh, 0.0f, Oh.data(), dh, T * dh, B, p);
   be.heads_merge(n, T, 1, H, dh, Oh.data(), r.o.data());
   be.heads_split(n, T, 1, H, dh, dout.data(), dOh.data());
-  be.gemm_strided_batched(false, true, T, T, dh, 1.0f, dOh.data(), dh, T * dh, v, dh, T * dh, 0.0f, dP.data(), T, T * T, B);
+  be.gemm_strided_batched(false, true, T, T, dh, 1.0f, dOh.data(), dh, T * dh, v, dh, T * dh, 0.0f, dP.data(), T, T * T, B, p);
   be.gemm_strided_batched(true, false, T, dh, T, 1.0f, r.P.data(), T, T * T, dOh.data(), dh, T * dh, 0.0f,
-                          dh3.data() + 2 * n * TD, dh, T * dh, B);
+                          dh3.data() + 2 * n * TD, dh, T * dh, B, p);
   be.causal_softmax_backward(B, T, r.P.data(), dP.data(), dP.data());
-  be.gemm_strided_batched(false, false, T, dh, T, scale, dP.data(), T, T * T, k, dh, T * dh, 0.0f, dh3.data(), dh, T * dh, B);
+  be.gemm_strided_batched(false, false, T, dh, T, scale, dP.data(), T, T * T, k, dh, T * dh, 0.0f, dh3.data(), dh, T * dh, B, p);
   be.gemm_strided_batched(true, false, T, dh, T, scale, dP.data(), T, T * T, q, dh, T * dh, 0.0f, dh3.data() + n * TD, dh,
-                          T * dh, B);
+                          T * dh, B, p);
   be.heads_merge(n, T, 3, H, dh, dh3.data(), r.dqkv.data());
   return r;
 }
@@ -160,7 +161,6 @@ const Case kCases[] = {{2, 7, 3, 5}, {1, 37, 2, 24}, {2, 33, 2, 32}, {1, 20, 1, 
 
 void check(Precision prec) {
   auto be = pt::make_host_backend();
-  be->set_precision(prec);
   ASSERT_TRUE(be->fused_attention());
   const bool bf16 = prec == Precision::bf16;
   for (const Case& c : kCases) {
@@ -168,7 +168,7 @@ void check(Precision prec) {
                  std::to_string(c.dh) + (bf16 ? " bf16" : " fp32"));
     const int64_t D = c.H * c.dh;
     const auto qkv = lcg_uniform(c.n * c.T * 3 * D, 7 + c.T, 4.0f), dout = lcg_uniform(c.n * c.T * D, 11 + c.dh, 2.0f);
-    const Grads k = run_fused(*be, c, qkv, dout);
+    const Grads k = run_fused(*be, c, prec, qkv, dout);
     const Grads ref = reference(c, qkv, dout, k.P, bf16);
     EXPECT_LT(rel_err(k.P, ref.P), 2e-6);
     EXPECT_LT(rel_err(k.o, ref.o), 2e-6);
@@ -181,12 +181,12 @@ void check(Precision prec) {
     }
     for (size_t i = 0; i < k.P.size(); ++i)  // exact zeros above the diagonal
       if (static_cast<int64_t>(i % c.T) > static_cast<int64_t>((i / c.T) % c.T)) ASSERT_EQ(k.P[i], 0.0f);
-    const Grads again = run_fused(*be, c, qkv, dout);
+    const Grads again = run_fused(*be, c, prec, qkv, dout);
     EXPECT_EQ(again.P, k.P);
     EXPECT_EQ(again.o, k.o);
     EXPECT_EQ(again.dqkv, k.dqkv);
     if (bf16) {  // packed outputs: exactly pack_bf16 of the fp32 ones
-      const Grads packed = run_fused(*be, c, qkv, dout, true);
+      const Grads packed = run_fused(*be, c, prec, qkv, dout, true);
       std::vector<float> o(k.o.size()), d(k.dqkv.size());
       be->unpack_bf16(o.size(), packed.o.data(), o.data());
       be->unpack_bf16(d.size(), packed.dqkv.data(), d.data());
@@ -194,12 +194,12 @@ void check(Precision prec) {
       for (size_t i = 0; i < d.size(); ++i) ASSERT_EQ(d[i], bf16_round(k.dqkv[i])) << "dqkv " << i;
       std::vector<float> qkv_packed((qkv.size() + 1) / 2);  // packed q, k, v in: the same bits out
       be->pack_bf16(qkv.size(), qkv.data(), qkv_packed.data());
-      const Grads from_packed = run_fused(*be, c, qkv_packed, dout, false, true);
+      const Grads from_packed = run_fused(*be, c, prec, qkv_packed, dout, false, true);
       EXPECT_EQ(from_packed.P, k.P);
       EXPECT_EQ(from_packed.o, k.o);
       EXPECT_EQ(from_packed.dqkv, k.dqkv);
     }
-    const Grads comp = run_composed(*be, c, qkv, dout);
+    const Grads comp = run_composed(*be, c, prec, qkv, dout);
     EXPECT_LT(rel_err(k.o, comp.o), bf16 ? 2e-3 : 2e-6);
     EXPECT_LT(rel_err(k.dqkv, comp.dqkv), bf16 ? 4e-3 : 4e-6);
   }

@@ -1,9 +1,9 @@
 // bf16 against PyTorch 1.13's bfloat16 autocast (tests/fixtures/bf16_*.h5, written by
 // tools/make_bf16_fixtures.py; docs/PRECISION.md, "Agreement with PyTorch autocast"): every
 // layer with a matrix kernel (linear, conv2d, attention, transformer_block, lm_head,
-// residual_block) run alone on the host backend with Backend::set_precision(Precision::bf16),
-// and the embedding, a small MLP and a small CNN run through a Stage with
-// set_activation_bf16(true) as train.precision = "bf16" runs them. Forward output, input
+// residual_block) run alone on the host backend with LayerCtx::precision = bf16, and the
+// embedding, a small MLP and a small CNN run through a Stage with set_precision(bf16) as
+// train.precision = "bf16" runs them. Forward output, input
 // gradient and parameter gradients are compared per element with the first-order error bound
 // the fixture carries (derived from where each side rounds to bf16; see the generator's
 // docstring):
@@ -49,7 +49,7 @@ struct Run {
 
 // One layer alone, one batch: forward, then backward with the fixture's dy (a loss layer
 // ignores dy and uses loss_scale). Running state (batch norm) starts at its initial values.
-Run run_layer(Backend& be, const Layer& L, const Fixture& fx, int64_t n) {
+Run run_layer(Backend& be, const Layer& L, const Fixture& fx, int64_t n, Precision p) {
   const int64_t fi = L.in_shape().numel(), fo = L.out_shape().numel();
   const size_t np = static_cast<size_t>(L.num_params());
   Buffer x = on_backend(be, fx.floats("x")), w = on_backend(be, fx.floats("params")), dw(be, np);
@@ -63,6 +63,7 @@ Run run_layer(Backend& be, const Layer& L, const Fixture& fx, int64_t n) {
   std::unique_ptr<Labels> labels;
   if (L.is_loss()) labels = std::make_unique<Labels>(be, fx.ints("labels"));
   LayerCtx ctx{be};
+  ctx.precision = p;
   ctx.training = true;
   ctx.labels = labels ? labels->p : nullptr;
   ctx.loss_scale = L.is_loss() ? static_cast<float>(fx.d("loss_scale")) : 1.0f;
@@ -85,7 +86,7 @@ size_t not_bf16(const std::vector<float>& v) {
 // A stage ending in the loss takes no dy; token inputs get no dx.
 Run run_stage(Backend& be, const Model& model, int last, const Fixture& fx, int64_t n, bool bf16_activations) {
   Stage st(be, model, 0, last, n, n);
-  st.set_activation_bf16(bf16_activations);
+  st.set_precision(bf16_activations ? Precision::bf16 : Precision::fp32);
   const size_t np = static_cast<size_t>(st.num_params());
   Buffer slot(be, static_cast<size_t>(st.slot_floats())), params = on_backend(be, fx.floats("params")), grads(be, np);
   std::unique_ptr<Labels> labels;
@@ -236,8 +237,7 @@ void check_case(const std::string& name, const CaseExpect& ex) {
   ASSERT_EQ(static_cast<int64_t>(fx.floats("params").size()), np) << "the deck's parameters no longer match the fixture";
   auto be = make_host_backend();
   const auto run = [&](Precision p) {
-    be->set_precision(p);
-    return stage ? run_stage(*be, model, last, fx, n, p == Precision::bf16) : run_layer(*be, model.layer(0), fx, n);
+    return stage ? run_stage(*be, model, last, fx, n, p == Precision::bf16) : run_layer(*be, model.layer(0), fx, n, p);
   };
   const Run r16 = run(Precision::bf16), r32 = run(Precision::fp32);
   check_quantity(fx, name, "y", r16.y, r32.y, ex.y);

@@ -227,7 +227,7 @@ TEST_F(CudaOps, Gemm) {
         for (Backend* be : {&H(), &G()}) {
           const bool g = be == &G();
           be->gemm(ta, tb, d.M, d.N, d.K, 0.75f, g ? A.g() : A.h(), lda, g ? B.g() : B.h(), ldb, 0.5f,
-                   g ? C.g() : C.h(), d.N);
+                   g ? C.g() : C.h(), d.N, Precision::fp32);
         }
         check("gemm " + std::to_string(d.M) + "x" + std::to_string(d.N) + "x" + std::to_string(d.K) + " ta " +
                   std::to_string(ta) + " tb " + std::to_string(tb),
@@ -235,8 +235,8 @@ TEST_F(CudaOps, Gemm) {
       }
   // K = 0: C = beta C
   Pair A(H(), G(), r.vec(4)), B(H(), G(), r.vec(4)), C(H(), G(), r.vec(12));
-  H().gemm(false, false, 3, 4, 0, 1.0f, A.h(), 0, B.h(), 4, 0.5f, C.h(), 4);
-  G().gemm(false, false, 3, 4, 0, 1.0f, A.g(), 0, B.g(), 4, 0.5f, C.g(), 4);
+  H().gemm(false, false, 3, 4, 0, 1.0f, A.h(), 0, B.h(), 4, 0.5f, C.h(), 4, Precision::fp32);
+  G().gemm(false, false, 3, 4, 0, 1.0f, A.g(), 0, B.g(), 4, 0.5f, C.g(), 4, Precision::fp32);
   check("gemm K = 0", C, {1e-7, 1e-7});
 }
 
@@ -278,17 +278,17 @@ TEST_F(CudaOps, Conv2d) {
       Pair x(H(), G(), r.vec(xs)), w(H(), G(), r.vec(ws, -0.3f, 0.3f)), b(H(), G(), r.vec(static_cast<size_t>(g.c_out)));
       Pair y(H(), G(), ys), dy(H(), G(), r.vec(ys)), dx(H(), G(), r.vec(xs));
       Pair dw(H(), G(), r.vec(ws)), db(H(), G(), r.vec(static_cast<size_t>(g.c_out)));
-      H().conv2d_forward(g, n, x.h(), w.h(), bias ? b.h() : nullptr, y.h());
-      G().conv2d_forward(g, n, x.g(), w.g(), bias ? b.g() : nullptr, y.g());
+      H().conv2d_forward(g, n, x.h(), w.h(), bias ? b.h() : nullptr, y.h(), Precision::fp32);
+      G().conv2d_forward(g, n, x.g(), w.g(), bias ? b.g() : nullptr, y.g(), Precision::fp32);
       check("conv2d forward", y, {1e-4, 1e-5});
-      H().conv2d_backward(g, n, x.h(), w.h(), dy.h(), dx.h(), dw.h(), bias ? db.h() : nullptr);
-      G().conv2d_backward(g, n, x.g(), w.g(), dy.g(), dx.g(), dw.g(), bias ? db.g() : nullptr);
+      H().conv2d_backward(g, n, x.h(), w.h(), dy.h(), dx.h(), dw.h(), bias ? db.h() : nullptr, Precision::fp32);
+      G().conv2d_backward(g, n, x.g(), w.g(), dy.g(), dx.g(), dw.g(), bias ? db.g() : nullptr, Precision::fp32);
       check("conv2d backward dx", dx, {1e-4, 1e-5});
       check("conv2d backward dw (accumulated)", dw, {2e-4, 1e-5});
       check("conv2d backward db (accumulated)", db, {2e-4, 1e-5});
       // first layer: no dx
-      H().conv2d_backward(g, n, x.h(), w.h(), dy.h(), nullptr, dw.h(), nullptr);
-      G().conv2d_backward(g, n, x.g(), w.g(), dy.g(), nullptr, dw.g(), nullptr);
+      H().conv2d_backward(g, n, x.h(), w.h(), dy.h(), nullptr, dw.h(), nullptr, Precision::fp32);
+      G().conv2d_backward(g, n, x.g(), w.g(), dy.g(), nullptr, dw.g(), nullptr, Precision::fp32);
       check("conv2d backward without dx: dw", dw, {4e-4, 1e-5});
     }
 }
@@ -449,13 +449,12 @@ TEST_F(CudaOps, Reductions) {
 }
 
 // The bf16 primitives the CUDA backend implements itself (backend.hpp: none stages through
-// the host): packing bitwise as the host's (odd counts, NaN, in place), unpacking exactly (in
-// place too), gemm_packed bitwise the GPU's own bf16 gemm on the unpacked values (and within
-// fp32-accumulation distance of the host's), the linear layer with packed input and output,
-// the bias gradient of a packed gradient bitwise the unpacked one on the GPU, GELU with its
-// derivative bitwise gelu_forward and gelu_backward of ones, and sum_squares close to the
-// host's and the same bits at another address.
-TEST_F(CudaOps, PackedOperandOps) {
+// the host), against the host's: packing bitwise (odd counts, NaN), unpacking exactly, the
+// bf16 gemm within fp32-accumulation distance, GELU with its derivative bitwise the GPU's own
+// gelu_forward and gelu_backward of ones, and sum_squares close to the host's and the same
+// bits at another address. Each op against the GPU's own f32-view op, bit for bit, is the
+// backend contract (tests/unit/test_packed_ops.cpp, BackendContract/cuda).
+TEST_F(CudaOps, Bf16OpsAgainstTheHost) {
   Rng r(31);
   for (size_t n : {size_t{1}, size_t{33}, size_t{1000}}) {
     std::vector<float> v = r.vec(n, -8.0f, 8.0f);
@@ -467,49 +466,15 @@ TEST_F(CudaOps, PackedOperandOps) {
     H().unpack_bf16(n, p.h(), back.h());
     G().unpack_bf16(n, p.g(), back.g());
     check("unpack_bf16 n " + std::to_string(n), back, kExact);
-    G().pack_bf16(n, x.g(), x.g());  // in place, and back in place
-    G().unpack_bf16(n, x.g(), x.g());
-    expect_close("pack and unpack in place n " + std::to_string(n), gpu_of(x), cpu_of(back), kExact);
   }
-  G().set_precision(Precision::bf16);
-  H().set_precision(Precision::bf16);
   const int64_t M = 37, N = 24, K = 53;
   for (int ta = 0; ta < 2; ++ta) {
     Pair A(H(), G(), r.vec(static_cast<size_t>(M * K))), B(H(), G(), r.vec(static_cast<size_t>(K * N)));
-    Pair Ap(H(), G(), static_cast<size_t>(M * K + 1) / 2), Bp(H(), G(), static_cast<size_t>(K * N + 1) / 2);
-    G().pack_bf16(static_cast<size_t>(M * K), A.g(), Ap.g());
-    G().pack_bf16(static_cast<size_t>(K * N), B.g(), Bp.g());
     Pair want(H(), G(), std::vector<float>(static_cast<size_t>(M * N), 0.5f));
-    G().gemm(ta, false, M, N, K, 0.75f, A.g(), ta ? M : K, B.g(), N, 1.0f, want.g(), N);
-    H().gemm(ta, false, M, N, K, 0.75f, A.h(), ta ? M : K, B.h(), N, 1.0f, want.h(), N);
+    G().gemm(ta, false, M, N, K, 0.75f, A.g(), ta ? M : K, B.g(), N, 1.0f, want.g(), N, Precision::bf16);
+    H().gemm(ta, false, M, N, K, 0.75f, A.h(), ta ? M : K, B.h(), N, 1.0f, want.h(), N, Precision::bf16);
     check("bf16 gemm: GPU against host", want, {1e-4, 1e-4});
-    for (int which = 1; which < 4; ++which) {
-      const bool pa = which & 1, pb = which & 2;
-      Pair got(H(), G(), std::vector<float>(static_cast<size_t>(M * N), 0.5f));
-      G().gemm_packed(ta, false, M, N, K, 0.75f, pa ? Ap.g() : A.g(), pa, pb ? Bp.g() : B.g(), pb, 1.0f, got.g());
-      expect_close("gemm_packed ta " + std::to_string(ta) + " packed " + std::to_string(which), gpu_of(got),
-                   gpu_of(want), kExact);
-    }
   }
-  const int64_t rows = 40, in = 48, out = 32;
-  Pair x(H(), G(), r.vec(static_cast<size_t>(rows * in))), w(H(), G(), r.vec(static_cast<size_t>(out * in)));
-  Pair b(H(), G(), r.vec(static_cast<size_t>(out))), y(H(), G(), static_cast<size_t>(rows * out));
-  Pair xp(H(), G(), static_cast<size_t>(rows * in + 1) / 2), yp(H(), G(), static_cast<size_t>(rows * out));
-  G().linear_forward(rows, in, out, x.g(), w.g(), b.g(), y.g());
-  G().pack_bf16(static_cast<size_t>(rows * in), x.g(), xp.g());
-  G().linear_forward(rows, in, out, xp.g(), w.g(), b.g(), yp.g(), true, true);
-  G().unpack_bf16(static_cast<size_t>(rows * out), yp.g(), yp.g());
-  G().round_bf16(static_cast<size_t>(rows * out), y.g(), y.g());
-  expect_close("linear_forward, packed input and output", gpu_of(yp), gpu_of(y), kExact);
-  Pair dy(H(), G(), r.vec(static_cast<size_t>(rows * out), -4.0f, 4.0f)), dyp(H(), G(), static_cast<size_t>(rows * out));
-  Pair db(H(), G(), std::vector<float>(static_cast<size_t>(out), 0.25f)), dbp(H(), G(), std::vector<float>(static_cast<size_t>(out), 0.25f));
-  G().pack_bf16(static_cast<size_t>(rows * out), dy.g(), dyp.g());
-  G().round_bf16(static_cast<size_t>(rows * out), dy.g(), dy.g());
-  G().bias_grad_rows(dy.g(), db.g(), rows, out);
-  G().bias_grad_rows_packed(dyp.g(), dbp.g(), rows, out);
-  expect_close("bias_grad_rows_packed", gpu_of(dbp), gpu_of(db), kExact);
-  G().set_precision(Precision::fp32);
-  H().set_precision(Precision::fp32);
 
   const size_t n = 5000;
   Pair gx(H(), G(), r.vec(n, -4.0f, 4.0f)), gy(H(), G(), n), ones(H(), G(), std::vector<float>(n, 1.0f));
@@ -572,7 +537,7 @@ TEST_F(CudaOps, GemmStridedBatched) {
       for (Backend* be : {&H(), &G()}) {
         const bool g = be == &G();
         be->gemm_strided_batched(ta, tb, M, N, K, 0.5f, g ? A.g() : A.h(), lda, M * K, g ? B.g() : B.h(), ldb, K * N,
-                                 0.25f, g ? C.g() : C.h(), N, M * N, batch);
+                                 0.25f, g ? C.g() : C.h(), N, M * N, batch, Precision::fp32);
       }
       check("batched gemm ta " + std::to_string(ta) + " tb " + std::to_string(tb), C, {2e-6, 1e-5});
     }

@@ -144,7 +144,6 @@ void run_rank(const Options& o, int rank, FakeNetwork& net, Result& res, std::mu
   DataSplit data = open_data(deck);
   ParallelContext ctx(setup.layout, rank, o.timeout_s);
   auto be = make_host_backend();
-  be->set_precision(deck.train.precision);
   const int64_t N = data.train->size(), B = deck.train.batch_size;
   const int64_t spe = setup.steps_per_epoch(deck, N), total = setup.total_steps(deck, N);
   auto held = build_stages(*be, deck, setup, ctx, data, total);

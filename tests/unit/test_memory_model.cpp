@@ -51,7 +51,6 @@ TEST(MemoryModel, FootprintsAreWhatTheEngineAllocates) {
       const TrainSetup setup = TrainSetup::from_deck(deck, 3);
       const bool bf16 = deck.train.precision == Precision::bf16;
       auto be = make_host_backend();
-      be->set_precision(deck.train.precision);
       const Schedule ir = make_schedule(*setup.def, setup.layout, 4, setup.microbatches);
       ModelMemoryInputs mi;
       mi.bf16 = bf16, mi.optimizer_states = 2, mi.labels_per_sample = 1, mi.eval_mb = 7;
@@ -99,14 +98,13 @@ TEST(MemoryModel, ConvKernelBytesAreWhatThePlansKeep) {
   const int64_t n = 8, e = 5, in = n * 32 * 14 * 14, out = n * 64 * 14 * 14, wn = 64 * 32 * 9;
   for (Precision p : {Precision::fp32, Precision::bf16}) {
     host::HostBackend be;
-    be.set_precision(p);
-    const ConvKernelBytes train = be.conv_kernel_bytes(g, n, true, true, true), eval = be.conv_kernel_bytes(g, e, true, false, false);
+    const ConvKernelBytes train = be.conv_kernel_bytes(g, n, true, true, true, p), eval = be.conv_kernel_bytes(g, e, true, false, false, p);
     EXPECT_GT(train.kept, 0);
     std::vector<float> x(in, 0.5f), y(out), dy(out, 0.25f), dx(in), w(wn, 0.1f), b(64, 0.0f), dw(wn), db(64);
-    be.conv2d_forward(g, n, x.data(), w.data(), b.data(), y.data());
-    be.conv2d_backward(g, n, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data());
+    be.conv2d_forward(g, n, x.data(), w.data(), b.data(), y.data(), p);
+    be.conv2d_backward(g, n, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), p);
     EXPECT_EQ(be.onednn().conv_plans_bytes(), train.kept) << (p == Precision::bf16 ? "bf16" : "fp32");
-    be.conv2d_forward(g, e, x.data(), w.data(), b.data(), y.data());
+    be.conv2d_forward(g, e, x.data(), w.data(), b.data(), y.data(), p);
     EXPECT_EQ(be.onednn().conv_plans_bytes(), train.kept + eval.kept) << (p == Precision::bf16 ? "bf16" : "fp32");
   }
 }

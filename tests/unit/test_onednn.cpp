@@ -66,10 +66,8 @@ std::vector<float> absolute(std::vector<float> v) {
 struct Host {
   std::unique_ptr<Backend> be = make_host_backend();
   HostBackend& hb = dynamic_cast<HostBackend&>(*be);
-  Host(Fp32Kernels k, Precision p) {
-    hb.set_fp32_kernels(k);
-    be->set_precision(p);
-  }
+  Precision p;  // the precision of the products this test asks of it
+  Host(Fp32Kernels k, Precision prec) : p(prec) { hb.set_fp32_kernels(k); }
 };
 
 // ---- bf16 rounding ------------------------------------------------------------------------
@@ -162,9 +160,9 @@ GemmData gemm_data(const GemmCase& c, uint64_t seed) {
   return d;
 }
 
-std::vector<float> run_gemm(Backend& be, const GemmCase& c, const GemmData& d) {
+std::vector<float> run_gemm(const Host& h, const GemmCase& c, const GemmData& d) {
   std::vector<float> C = d.C;
-  be.gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, d.A.data(), d.lda, d.B.data(), d.ldb, c.beta, C.data(), d.ldc);
+  h.be->gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, d.A.data(), d.lda, d.B.data(), d.ldb, c.beta, C.data(), d.ldc, h.p);
   return C;
 }
 
@@ -205,7 +203,7 @@ TEST(OneDnnGemm, Fp32MatchesDoubleReference) {
     const GemmData d = gemm_data(c, seed += 3);
     std::vector<double> want, mag;
     ref_gemm(c, d.A, d.lda, d.B, d.ldb, d.C, d.ldc, want, mag);
-    check_against(run_gemm(*h.be, c, d), want, mag, c.M, c.N, d.ldc, (c.K + 2) * kU, "fp32");
+    check_against(run_gemm(h, c, d), want, mag, c.M, c.N, d.ldc, (c.K + 2) * kU, "fp32");
   }
 }
 
@@ -215,7 +213,7 @@ TEST(OneDnnGemm, Bf16MatchesReferenceOnRoundedInputs) {
   for (const GemmCase& c : gemm_cases()) {
     SCOPED_TRACE(describe(c));
     const GemmData d = gemm_data(c, seed += 3);
-    const std::vector<float> got = run_gemm(*h.be, c, d);
+    const std::vector<float> got = run_gemm(h, c, d);
     std::vector<double> want, mag;
     ref_gemm(c, rounded(d.A), d.lda, rounded(d.B), d.ldb, d.C, d.ldc, want, mag);
     check_against(got, want, mag, c.M, c.N, d.ldc, (c.K + 2) * kU, "bf16 vs rounded reference");
@@ -238,7 +236,7 @@ TEST(OneDnnGemm, StridedBatchedMatchesPerEntryReference) {
                          C = random_vec(static_cast<size_t>(batch * sc), 600 + t);
       const std::vector<float> C0 = C;
       h.be->gemm_strided_batched(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), d.lda, sa, B.data(), d.ldb, sb, c.beta,
-                                 C.data(), d.ldc, sc, batch);
+                                 C.data(), d.ldc, sc, batch, h.p);
       for (int64_t b = 0; b < batch; ++b) {
         auto slice = [&](const std::vector<float>& v, int64_t stride, size_t n) {
           std::vector<float> s(v.begin() + b * stride, v.begin() + b * stride + static_cast<int64_t>(n));
@@ -262,11 +260,11 @@ TEST(OneDnnGemm, DeterministicAndTheRuleRunsTheKernelItNames) {
   const GemmData d = gemm_data(c, 900);
   for (Precision p : {Precision::fp32, Precision::bf16}) {
     Host rule(Fp32Kernels::rule, p);
-    const std::vector<float> first = run_gemm(*rule.be, c, d), second = run_gemm(*rule.be, c, d);
+    const std::vector<float> first = run_gemm(rule, c, d), second = run_gemm(rule, c, d);
     ASSERT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0) << precision_name(p);
     const bool dnn = p == Precision::bf16 || host::onednn_wins_gemm_fp32(c.ta, c.tb, c.M, c.N, c.K, 1);
     Host named(dnn ? Fp32Kernels::onednn : Fp32Kernels::openblas, p);
-    const std::vector<float> other = run_gemm(*named.be, c, d);
+    const std::vector<float> other = run_gemm(named, c, d);
     EXPECT_EQ(std::memcmp(first.data(), other.data(), first.size() * sizeof(float)), 0) << precision_name(p);
   }
 }
@@ -289,12 +287,12 @@ TEST(OneDnnGemm, FusedBiasIsBitwiseGemmThenBiasPass) {
         for (float& v : b) v = v < 0 ? v - 0.25f : v + 0.25f;
         const float* bp = with_bias ? b.data() : nullptr;
         std::vector<float> got(static_cast<size_t>(sh.rows * sh.out), 7.0f), want(got.size(), -7.0f);
-        fused.be->linear_forward(sh.rows, sh.in, sh.out, x.data(), w.data(), bp, got.data());
-        fused.be->Backend::linear_forward(sh.rows, sh.in, sh.out, x.data(), w.data(), bp, want.data());
+        fused.be->linear_forward(sh.rows, sh.in, sh.out, x.data(), w.data(), bp, got.data(), p);
+        fused.be->Backend::linear_forward(sh.rows, sh.in, sh.out, x.data(), w.data(), bp, want.data(), p);
         EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
             << precision_name(p) << " rows " << sh.rows << " in " << sh.in << " out " << sh.out << " bias " << with_bias;
         fused.be->gemm(false, true, sh.rows, sh.out, sh.in, 1.0f, x.data(), sh.in, w.data(), sh.in, 0.0f, want.data(),
-                       sh.out);
+                       sh.out, p);
         if (with_bias) EXPECT_NE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);  // the bias shows
       }
 }
@@ -306,14 +304,14 @@ TEST(OneDnnGemm, ResultsDoNotDependOnAlignment) {
   const GemmData d = gemm_data(c, 950);
   for (Precision p : {Precision::fp32, Precision::bf16}) {
     Host h(Fp32Kernels::onednn, p);
-    const std::vector<float> base = run_gemm(*h.be, c, d);
+    const std::vector<float> base = run_gemm(h, c, d);
     for (size_t off : {1, 3, 16}) {
       std::vector<float> A(d.A.size() + off), B(d.B.size() + off), C(d.C.size() + off);
       std::copy(d.A.begin(), d.A.end(), A.begin() + static_cast<long>(off));
       std::copy(d.B.begin(), d.B.end(), B.begin() + static_cast<long>(off));
       std::copy(d.C.begin(), d.C.end(), C.begin() + static_cast<long>(off));
       h.be->gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data() + off, d.lda, B.data() + off, d.ldb, c.beta,
-                 C.data() + off, d.ldc);
+                 C.data() + off, d.ldc, h.p);
       EXPECT_EQ(std::memcmp(C.data() + off, base.data(), base.size() * sizeof(float)), 0)
           << precision_name(p) << " offset " << off;
     }
@@ -355,15 +353,15 @@ ConvData conv_data(const WindowGeom& g, int64_t n, uint64_t seed) {
 }
 
 // Forward and the fused backward; dx starts as NaN (it must be overwritten).
-ConvOut run_conv(Backend& be, const ConvData& d, const std::vector<float>& x, const std::vector<float>& w,
+ConvOut run_conv(Backend& be, Precision p, const ConvData& d, const std::vector<float>& x, const std::vector<float>& w,
                  const std::vector<float>& dy, bool zero_acc = false) {
   ConvOut o;
   o.y.assign(d.ys(), std::numeric_limits<float>::quiet_NaN());
   o.dx.assign(d.xs(), std::numeric_limits<float>::quiet_NaN());
   o.dw = zero_acc ? std::vector<float>(d.ws(), 0.0f) : d.dw0;
   o.db = zero_acc ? std::vector<float>(d.b.size(), 0.0f) : d.db0;
-  be.conv2d_forward(d.g, d.n, x.data(), w.data(), d.b.data(), o.y.data());
-  be.conv2d_backward(d.g, d.n, x.data(), w.data(), dy.data(), o.dx.data(), o.dw.data(), o.db.data());
+  be.conv2d_forward(d.g, d.n, x.data(), w.data(), d.b.data(), o.y.data(), p);
+  be.conv2d_backward(d.g, d.n, x.data(), w.data(), dy.data(), o.dx.data(), o.dw.data(), o.db.data(), p);
   return o;
 }
 
@@ -394,7 +392,7 @@ ConvOut conv_magnitudes(const ConvData& d, const std::vector<float>& x, const st
   Host ref(Fp32Kernels::openblas, Precision::fp32);
   ConvData a = d;
   a.b = absolute(d.b);
-  ConvOut m = run_conv(*ref.be, a, absolute(x), absolute(w), absolute(dy), true);
+  ConvOut m = run_conv(*ref.be, ref.p, a, absolute(x), absolute(w), absolute(dy), true);
   for (size_t i = 0; i < m.dw.size(); ++i) m.dw[i] += std::fabs(d.dw0[i]);
   for (size_t i = 0; i < m.db.size(); ++i) m.db[i] += std::fabs(d.db0[i]);
   return m;
@@ -411,7 +409,7 @@ TEST(OneDnnConv, Fp32MatchesIm2col) {
   for (const ConvData& d : conv_cases()) {
     SCOPED_TRACE(testing::Message() << "c_in " << d.g.c_in << " h " << d.g.h_in << " c_out " << d.g.c_out << " k "
                                     << d.g.kernel << " s " << d.g.stride << " p " << d.g.padding << " n " << d.n);
-    compare_conv(run_conv(*dnn.be, d, d.x, d.w, d.dy), run_conv(*ref.be, d, d.x, d.w, d.dy),
+    compare_conv(run_conv(*dnn.be, dnn.p, d, d.x, d.w, d.dy), run_conv(*ref.be, ref.p, d, d.x, d.w, d.dy),
                  conv_magnitudes(d, d.x, d.w, d.dy), d, 0.0);
   }
 }
@@ -422,9 +420,9 @@ TEST(OneDnnConv, Bf16MatchesIm2colOnRoundedInputs) {
     SCOPED_TRACE(testing::Message() << "c_in " << d.g.c_in << " h " << d.g.h_in << " c_out " << d.g.c_out << " k "
                                     << d.g.kernel << " s " << d.g.stride << " p " << d.g.padding << " n " << d.n);
     const std::vector<float> x = rounded(d.x), w = rounded(d.w), dy = rounded(d.dy);
-    const ConvOut got = run_conv(*dnn.be, d, d.x, d.w, d.dy);
-    compare_conv(got, run_conv(*ref.be, d, x, w, dy), conv_magnitudes(d, x, w, dy), d, 0.0);
-    compare_conv(got, run_conv(*ref.be, d, d.x, d.w, d.dy), conv_magnitudes(d, d.x, d.w, d.dy), d, kBf16Product);
+    const ConvOut got = run_conv(*dnn.be, dnn.p, d, d.x, d.w, d.dy);
+    compare_conv(got, run_conv(*ref.be, ref.p, d, x, w, dy), conv_magnitudes(d, x, w, dy), d, 0.0);
+    compare_conv(got, run_conv(*ref.be, ref.p, d, d.x, d.w, d.dy), conv_magnitudes(d, d.x, d.w, d.dy), d, kBf16Product);
   }
 }
 
@@ -446,7 +444,7 @@ TEST(OneDnnConv, Bf16InputRoundingIsPyTorchsForNormalValues) {
   for (int64_t o = 0; o < g.c_out; ++o) w[static_cast<size_t>((o * g.c_in + o) * 9 + 4)] = 1.0f;
   Host h(Fp32Kernels::rule, Precision::bf16);
   std::vector<float> y(x.size());
-  h.be->conv2d_forward(g, n, x.data(), w.data(), nullptr, y.data());
+  h.be->conv2d_forward(g, n, x.data(), w.data(), nullptr, y.data(), h.p);
   int checked = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     if (std::fabs(x[i]) < std::numeric_limits<float>::min()) {
@@ -465,10 +463,10 @@ TEST(OneDnnConv, SplitBackwardIsBitwiseTheFusedCallAndRepeats) {
   for (Precision p : {Precision::fp32, Precision::bf16}) {
     Host h(Fp32Kernels::onednn, p);
     for (const ConvData& d : conv_cases()) {
-      const ConvOut fused = run_conv(*h.be, d, d.x, d.w, d.dy), again = run_conv(*h.be, d, d.x, d.w, d.dy);
+      const ConvOut fused = run_conv(*h.be, h.p, d, d.x, d.w, d.dy), again = run_conv(*h.be, h.p, d, d.x, d.w, d.dy);
       std::vector<float> dx(d.xs(), 7.0f), dw = d.dw0, db = d.db0;
-      h.be->conv2d_backward(d.g, d.n, d.x.data(), d.w.data(), d.dy.data(), dx.data(), nullptr, nullptr);
-      h.be->conv2d_backward(d.g, d.n, d.x.data(), d.w.data(), d.dy.data(), nullptr, dw.data(), db.data());
+      h.be->conv2d_backward(d.g, d.n, d.x.data(), d.w.data(), d.dy.data(), dx.data(), nullptr, nullptr, h.p);
+      h.be->conv2d_backward(d.g, d.n, d.x.data(), d.w.data(), d.dy.data(), nullptr, dw.data(), db.data(), h.p);
       auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
         return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
       };
@@ -490,8 +488,8 @@ TEST(OneDnnConv, TheRuleRunsTheKernelItNamesPerPass) {
   };
   for (const ConvData& d : {conv_data(geom(1, 12, 8, 3, 1, 1), 3, 31), conv_data(geom(3, 10, 8, 3, 1, 1), 3, 32),
                             conv_data(geom(8, 9, 16, 3, 1, 1), 3, 33)}) {
-    const ConvOut r = run_conv(*rule.be, d, d.x, d.w, d.dy), b = run_conv(*blas.be, d, d.x, d.w, d.dy),
-                  o = run_conv(*dnn.be, d, d.x, d.w, d.dy);
+    const ConvOut r = run_conv(*rule.be, rule.p, d, d.x, d.w, d.dy), b = run_conv(*blas.be, blas.p, d, d.x, d.w, d.dy),
+                  o = run_conv(*dnn.be, dnn.p, d, d.x, d.w, d.dy);
     const bool fwd = host::onednn_wins_conv_fp32(d.g, d.n, host::ConvPass::forward);
     const bool data = host::onednn_wins_conv_fp32(d.g, d.n, host::ConvPass::backward_data);
     const bool wgt = host::onednn_wins_conv_fp32(d.g, d.n, host::ConvPass::backward_weights);
@@ -509,7 +507,7 @@ TEST(OneDnnConv, ResultsDoNotDependOnAlignment) {
   for (Precision p : {Precision::fp32, Precision::bf16}) {
     Host h(Fp32Kernels::onednn, p);
     for (const ConvData& d : {conv_data(geom(1, 12, 8, 3, 1, 1), 3, 41), conv_data(geom(8, 9, 16, 3, 1, 1), 3, 42)}) {
-      const ConvOut base = run_conv(*h.be, d, d.x, d.w, d.dy);
+      const ConvOut base = run_conv(*h.be, h.p, d, d.x, d.w, d.dy);
       const size_t off = 5;
       auto shifted = [&](const std::vector<float>& v) {
         std::vector<float> s(v.size() + off);
@@ -518,9 +516,9 @@ TEST(OneDnnConv, ResultsDoNotDependOnAlignment) {
       };
       std::vector<float> x = shifted(d.x), w = shifted(d.w), dy = shifted(d.dy), b = shifted(d.b);
       std::vector<float> y(d.ys() + off), dx(d.xs() + off), dw = shifted(d.dw0), db = shifted(d.db0);
-      h.be->conv2d_forward(d.g, d.n, x.data() + off, w.data() + off, b.data() + off, y.data() + off);
+      h.be->conv2d_forward(d.g, d.n, x.data() + off, w.data() + off, b.data() + off, y.data() + off, h.p);
       h.be->conv2d_backward(d.g, d.n, x.data() + off, w.data() + off, dy.data() + off, dx.data() + off, dw.data() + off,
-                            db.data() + off);
+                            db.data() + off, h.p);
       auto same = [&](const std::vector<float>& got, const std::vector<float>& want) {
         return std::memcmp(got.data() + off, want.data(), want.size() * sizeof(float)) == 0;
       };
@@ -538,10 +536,10 @@ TEST(OneDnnConv, NoBiasForwardAndWeightsWithoutBiasGradient) {
       d.x = rounded(d.x), d.w = rounded(d.w), d.dy = rounded(d.dy);
     }
     std::vector<float> y(d.ys()), yr(d.ys()), dw = d.dw0, dwr = d.dw0;
-    dnn.be->conv2d_forward(d.g, d.n, d.x.data(), d.w.data(), nullptr, y.data());
-    ref.be->conv2d_forward(d.g, d.n, d.x.data(), d.w.data(), nullptr, yr.data());
-    dnn.be->conv2d_backward(d.g, d.n, d.x.data(), d.w.data(), d.dy.data(), nullptr, dw.data(), nullptr);
-    ref.be->conv2d_backward(d.g, d.n, d.x.data(), d.w.data(), d.dy.data(), nullptr, dwr.data(), nullptr);
+    dnn.be->conv2d_forward(d.g, d.n, d.x.data(), d.w.data(), nullptr, y.data(), dnn.p);
+    ref.be->conv2d_forward(d.g, d.n, d.x.data(), d.w.data(), nullptr, yr.data(), ref.p);
+    dnn.be->conv2d_backward(d.g, d.n, d.x.data(), d.w.data(), d.dy.data(), nullptr, dw.data(), nullptr, dnn.p);
+    ref.be->conv2d_backward(d.g, d.n, d.x.data(), d.w.data(), d.dy.data(), nullptr, dwr.data(), nullptr, ref.p);
     const ConvOut m = conv_magnitudes(d, d.x, d.w, d.dy);
     expect_close(y, yr, m.y, 2 * 29 * kU + 1e-6, "y without bias");  // m.y includes |b|: looser by that
     expect_close(dw, dwr, m.dw, 2 * (2.0 * 9 * 10 + 2) * kU, "dw without db");
@@ -566,7 +564,7 @@ TEST(OneDnnInfo, KernelClockSplitsProductsFromOperandConversion) {
                          Case{Fp32Kernels::rule, Precision::bf16}}) {
     Host h(cs.k, cs.p);
     const Backend::KernelClock k0 = h.be->kernel_clock();
-    for (int r = 0; r < 3; ++r) h.be->gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    for (int r = 0; r < 3; ++r) h.be->gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n, h.p);
     const Backend::KernelClock k1 = h.be->kernel_clock();
     const double prod = k1.product_s - k0.product_s, conv = k1.convert_s - k0.convert_s;
     const std::string what = std::string(precision_name(cs.p)) + (cs.k == Fp32Kernels::openblas ? " OpenBLAS" : " oneDNN");
@@ -587,10 +585,8 @@ TEST(OneDnnInfo, OneThreadPerRankAndTheBannerLine) {
   EXPECT_NE(line.find(host::onednn_isa_name()), std::string::npos) << line;
   EXPECT_NE(line.find("bf16 "), std::string::npos) << line;
   EXPECT_NE(h.be->describe().find("oneDNN"), std::string::npos);
-  EXPECT_EQ(make_host_backend()->precision(), Precision::fp32);  // the default
   const double peak = matmul_peak_gflops(*h.be, Precision::bf16, 1);
   EXPECT_GT(peak, 0.0);
-  EXPECT_EQ(h.be->precision(), Precision::fp32);  // restored
   EXPECT_DOUBLE_EQ(achieved_gflops(2e9, 0.5), 4.0);
   EXPECT_EQ(achieved_gflops(1.0, 0.0), 0.0);
 }
@@ -648,16 +644,15 @@ TEST(CudaBf16, RoundBf16IsTheHostRounding) {
 TEST(CudaBf16, GemmMatchesTheHostBf16Gemm) {
   REQUIRE_GPU_BF16();
   auto gpu = make_cuda_backend(0);
-  gpu->set_precision(Precision::bf16);
   Host host(Fp32Kernels::rule, Precision::bf16);
   uint64_t seed = 700;
   for (const GemmCase& c : gemm_cases()) {
     SCOPED_TRACE(describe(c));
     GemmData d = gemm_data(c, seed += 3);
     if (c.beta == 0.0f) std::fill(d.C.begin(), d.C.end(), 0.0f);
-    const std::vector<float> want = run_gemm(*host.be, c, d);
+    const std::vector<float> want = run_gemm(host, c, d);
     const std::vector<float> got = on_gpu(*gpu, {&d.A, &d.B}, d.C, [&](const std::vector<float*>& p, float* C) {
-      gpu->gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, p[0], d.lda, p[1], d.ldb, c.beta, C, d.ldc);
+      gpu->gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, p[0], d.lda, p[1], d.ldb, c.beta, C, d.ldc, Precision::bf16);
     });
     std::vector<double> ref, mag;
     ref_gemm(c, rounded(d.A), d.lda, rounded(d.B), d.ldb, d.C, d.ldc, ref, mag);
@@ -671,23 +666,22 @@ TEST(CudaBf16, GemmMatchesTheHostBf16Gemm) {
 TEST(CudaBf16, ConvolutionMatchesTheHostBf16Convolution) {
   REQUIRE_GPU_BF16();
   auto gpu = make_cuda_backend(0);
-  gpu->set_precision(Precision::bf16);
   Host host(Fp32Kernels::rule, Precision::bf16);
   for (const ConvData& d : conv_cases()) {
-    const ConvOut want = run_conv(*host.be, d, d.x, d.w, d.dy);
+    const ConvOut want = run_conv(*host.be, host.p, d, d.x, d.w, d.dy);
     ConvOut got;
     got.y = on_gpu(*gpu, {&d.x, &d.w, &d.b}, std::vector<float>(d.ys()), [&](const std::vector<float*>& p, float* y) {
-      gpu->conv2d_forward(d.g, d.n, p[0], p[1], p[2], y);
+      gpu->conv2d_forward(d.g, d.n, p[0], p[1], p[2], y, Precision::bf16);
     });
     got.dx = on_gpu(*gpu, {&d.x, &d.w, &d.dy}, std::vector<float>(d.xs()), [&](const std::vector<float*>& p, float* dx) {
-      gpu->conv2d_backward(d.g, d.n, p[0], p[1], p[2], dx, nullptr, nullptr);
+      gpu->conv2d_backward(d.g, d.n, p[0], p[1], p[2], dx, nullptr, nullptr, Precision::bf16);
     });
     got.dw = on_gpu(*gpu, {&d.x, &d.w, &d.dy}, d.dw0, [&](const std::vector<float*>& p, float* dw) {
-      gpu->conv2d_backward(d.g, d.n, p[0], p[1], p[2], nullptr, dw, nullptr);
+      gpu->conv2d_backward(d.g, d.n, p[0], p[1], p[2], nullptr, dw, nullptr, Precision::bf16);
     });
     got.db = on_gpu(*gpu, {&d.x, &d.w, &d.dy}, d.db0, [&](const std::vector<float*>& p, float* db) {
       Buffer dw(*gpu, d.ws());
-      gpu->conv2d_backward(d.g, d.n, p[0], p[1], p[2], nullptr, dw.data(), db);
+      gpu->conv2d_backward(d.g, d.n, p[0], p[1], p[2], nullptr, dw.data(), db, Precision::bf16);
     });
     const ConvOut mag = conv_magnitudes(d, rounded(d.x), rounded(d.w), rounded(d.dy));
     compare_conv(got, want, mag, d, 1.0 / 256);

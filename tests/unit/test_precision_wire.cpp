@@ -117,9 +117,8 @@ TEST(PrecisionWire, ProfileCountsBf16MessageBytes) {
   const Deck deck = parse_deck_text(kWireDeck, "wire.toml", {});
   const Model model(deck, Shape::chw(1, 4, 4), 3);
   auto be = make_host_backend();
-  const std::vector<LayerProfile> fp = measure_layers(*be, model, 4, 1, 1, nullptr);
-  be->set_precision(Precision::bf16);
-  const std::vector<LayerProfile> bf = measure_layers(*be, model, 4, 1, 1, nullptr);
+  const std::vector<LayerProfile> fp = measure_layers(*be, model, Precision::fp32, 4, 1, 1, nullptr);
+  const std::vector<LayerProfile> bf = measure_layers(*be, model, Precision::bf16, 4, 1, 1, nullptr);
   ASSERT_EQ(fp.size(), bf.size());
   EXPECT_EQ(bf[0].output_bytes, fp[0].output_bytes);  // flatten of the input: fp32
   for (size_t l = 1; l + 1 < fp.size(); ++l) {

@@ -61,10 +61,9 @@ struct Run {
 Run run_slice(const Model& m, int first, int last, bool split, uint64_t seed, Recompute mode = Recompute::none,
               bool bf16 = false) {
   auto be = make_host_backend();
-  if (bf16) be->set_precision(Precision::bf16);
   const int64_t n = 3;
   Stage st(*be, m, first, last, n, n, split, mode);
-  st.set_activation_bf16(bf16);
+  st.set_precision(bf16 ? Precision::bf16 : Precision::fp32);
   Buffer mem(*be, static_cast<size_t>(st.slot_floats())), again(*be, static_cast<size_t>(st.slot_floats()));
   const int64_t nl = n * m.layer(m.size() - 1).labels_per_sample();
   int32_t* labels = be->alloc_int(static_cast<size_t>(nl));

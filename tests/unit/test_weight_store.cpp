@@ -35,15 +35,14 @@ void expect_twin_holds(Backend& be, const float* w, size_t n) {
   const int64_t K = static_cast<int64_t>(n), M = 3;
   std::vector<float> x(static_cast<size_t>(M * K)), copy(w, w + n), y(M), y_copy(M);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(1.3f * static_cast<float>(i));
-  be.gemm(false, false, M, 1, K, 1.0f, x.data(), K, w, 1, 0.0f, y.data(), 1);
-  be.gemm(false, false, M, 1, K, 1.0f, x.data(), K, copy.data(), 1, 0.0f, y_copy.data(), 1);
+  be.gemm(false, false, M, 1, K, 1.0f, x.data(), K, w, 1, 0.0f, y.data(), 1, Precision::bf16);
+  be.gemm(false, false, M, 1, K, 1.0f, x.data(), K, copy.data(), 1, 0.0f, y_copy.data(), 1, Precision::bf16);
   ASSERT_TRUE(same_bits(y.data(), y_copy.data(), static_cast<size_t>(M))) << "the packed twin is not the compute copy";
 }
 
 void drive(const std::string& sched, int K, int64_t steps, int M, size_t n) {
   SCOPED_TRACE(sched + " n=" + std::to_string(n));
   auto be = make_host_backend();
-  be->set_precision(Precision::bf16);  // the twin checks' products; the store itself ignores it
   std::vector<int> first;
   for (int s = 0; s < K; ++s) first.push_back(s);
   const Schedule ir = make_schedule(sched, Layout::make(first, K, std::vector<int>(static_cast<size_t>(K), 1)), steps, M);

@@ -251,8 +251,11 @@ double CudaBackend::timer_stop() {
 
 // Row-major C = alpha op(A) op(B) + beta C is column-major C^T = alpha op(B)^T op(A)^T:
 // cuBLAS sees each row-major matrix as its transpose with the same leading dimension.
-void CudaBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                       const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void CudaBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, CView A, int64_t lda, CView B,
+                       int64_t ldb, float beta, float* C, int64_t ldc, Precision p) {
+  PT_CHECK(p == Precision::bf16 || (!A.bf16() && !B.bf16()), "gemm: a bf16 operand in an fp32 product");
+  PT_CHECK((!A.bf16() && !B.bf16()) || (lda == (ta ? M : K) && ldb == (tb ? K : N) && ldc == N),
+           "gemm: with a bf16 operand, every operand must be dense (lda " << lda << ", ldb " << ldb << ", ldc " << ldc << ")");
   if (M == 0 || N == 0) return;
   if (K == 0) {  // C = beta C (cuBLAS would reject the leading dimension of an empty operand)
     PT_CHECK(ldc == N, "gemm with K = 0 wants a contiguous C: ldc " << ldc << " vs " << N);
@@ -262,27 +265,29 @@ void CudaBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   PT_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX && ldb <= INT32_MAX &&
                ldc <= INT32_MAX,
            "gemm dimensions exceed cuBLAS's int: M " << M << ", N " << N << ", K " << K);
-  if (precision() == Precision::bf16) {
-    gemm_bf16(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+  if (A.bf16() || B.bf16()) return gemm_views_bf16(ta, tb, M, N, K, alpha, A, B, beta, C);
+  if (p == Precision::bf16) {
+    gemm_bf16(ta, tb, M, N, K, alpha, A.data, lda, 0, B.data, ldb, 0, beta, C, ldc, 0, 1);
     return;
   }
   const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   PT_CUBLAS_CHECK(cublasSgemm(blas_, op_b, op_a, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha,
-                              B, static_cast<int>(ldb), A, static_cast<int>(lda), &beta, C, static_cast<int>(ldc)));
+                              B.data, static_cast<int>(ldb), A.data, static_cast<int>(lda), &beta, C,
+                              static_cast<int>(ldc)));
 }
 
 void CudaBackend::gemm_strided_batched(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                                        int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
-                                       float beta, float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+                                       float beta, float* C, int64_t ldc, int64_t stride_c, int64_t batch, Precision p) {
   if (M == 0 || N == 0 || batch == 0) return;
   if (K == 0) {
-    for (int64_t b = 0; b < batch; ++b) gemm(ta, tb, M, N, 0, alpha, A, lda, B, ldb, beta, C + b * stride_c, ldc);
+    for (int64_t b = 0; b < batch; ++b) gemm(ta, tb, M, N, 0, alpha, A, lda, B, ldb, beta, C + b * stride_c, ldc, p);
     return;
   }
   PT_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX && ldb <= INT32_MAX &&
                ldc <= INT32_MAX && batch <= INT32_MAX,
            "batched gemm dimensions exceed cuBLAS's int: M " << M << ", N " << N << ", K " << K << ", batch " << batch);
-  if (precision() == Precision::bf16) {
+  if (p == Precision::bf16) {
     gemm_bf16(ta, tb, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c, batch);
     return;
   }

@@ -66,24 +66,21 @@ class CudaBackend final : public Backend {
   void timer_start() override;
   double timer_stop() override;
 
-  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) override;
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, CView A, int64_t lda, CView B,
+            int64_t ldb, float beta, float* C, int64_t ldc, Precision p) override;
   void axpy(size_t n, float a, const float* x, float* y) override;
   void round_bf16(size_t n, const float* x, float* y) override;
   // bf16 operands on the device, no host staging and no per-call allocation (cuda_bf16.cu)
   void pack_bf16(size_t n, const float* x, float* packed) override;
   void unpack_bf16(size_t n, const float* packed, float* x) override;
-  void gemm_packed(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, bool a_packed,
-                   const float* B, bool b_packed, float beta, float* C) override;
-  void bias_grad_rows_packed(const float* dy, float* db, int64_t rows, int64_t cols) override;
   void scale(size_t n, float a, float* x) override;
   void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) override;
-  void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) override;
+  void bias_grad_rows(CView dy, float* db, int64_t rows, int64_t cols) override;  // bf16 dy: cuda_bf16.cu
 
   void conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
-                      float* y) override;
+                      float* y, Precision p) override;
   void conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy, float* dx,
-                       float* dw, float* db) override;
+                       float* dw, float* db, Precision p) override;
   void maxpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y, int32_t* argmax) override;
   void maxpool_backward(const WindowGeom& g, int64_t n, const float* dy, const int32_t* argmax, float* dx) override;
   void avgpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y) override;
@@ -94,8 +91,8 @@ class CudaBackend final : public Backend {
   void relu_backward(size_t n, const float* y, const float* dy, float* dx) override;
   void gelu_forward(size_t n, const float* x, float* y) override;
   void gelu_backward(size_t n, const float* x, const float* dy, float* dx) override;
-  void gelu_forward_deriv(size_t n, float* x, float* y) override;
-  void mul(size_t n, const float* a, const float* b, float* y) override;
+  void gelu_forward_deriv(size_t n, float* x, View y) override;  // a bf16 y: written, then packed in place
+  void mul(size_t n, const float* a, const float* b, View y) override;
   void layernorm_forward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
                          const float* beta, float* y, float* stats) override;
   void layernorm_backward(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* stats,
@@ -111,7 +108,7 @@ class CudaBackend final : public Backend {
   int64_t count_correct(int64_t n, int64_t classes, const float* logits, const int32_t* labels) override;
   void gemm_strided_batched(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                             int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
-                            float* C, int64_t ldc, int64_t stride_c, int64_t batch) override;
+                            float* C, int64_t ldc, int64_t stride_c, int64_t batch, Precision p) override;
   void heads_split(int64_t n, int64_t T, int64_t parts, int64_t H, int64_t dh, const float* x, float* y) override;
   void heads_merge(int64_t n, int64_t T, int64_t parts, int64_t H, int64_t dh, const float* y, float* x) override;
   void causal_softmax_forward(int64_t batches, int64_t T, const float* s, float* p) override;
@@ -165,6 +162,11 @@ class CudaBackend final : public Backend {
   void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta, float* C, int64_t ldc,
                  int64_t stride_c, int64_t batch);
+  // a gemm with a bf16 view among its operands (dense, batch 1): bf16 views go to cuBLAS as
+  // they are, f32 ones are rounded into scratch as gemm_bf16 does (cuda_bf16.cu)
+  void gemm_views_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, CView A, CView B, float beta,
+                       float* C);
+  void bias_grad_rows_bf16(const float* dy, float* db, int64_t rows, int64_t cols);
   // the cuBLAS call of gemm_bf16 on operands already in bf16 (rounded or packed)
   void gemm_bf16_ops(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
                      int64_t lda, int64_t stride_a, const uint16_t* b, int64_t ldb, int64_t stride_b, float beta,

@@ -1,12 +1,12 @@
-// bf16 compute on the CUDA backend (Backend::set_precision(Precision::bf16); docs/PRECISION.md).
+// bf16 compute on the CUDA backend (products called with Precision::bf16; docs/PRECISION.md).
 // Contract: GEMM inputs are rounded to bf16 by k_to_bf16 (the host's and PyTorch's
 // round-to-nearest-even, NaN -> 0x7FC0; bit-identical to bf16_bits in backend.hpp) into
 // device scratch, then cublasGemmEx / cublasGemmStridedBatchedEx multiply them with
 // CUBLAS_COMPUTE_32F (fp32 accumulation on tensor cores, CUBLAS_GEMM_DEFAULT_TENSOR_OP) into
 // the fp32 C, alpha and beta as in Backend::gemm. A strided operand is converted over its
 // whole extent, gaps included, so leading dimensions and batch strides carry over unchanged.
-// round_bf16, pack_bf16 and unpack_bf16 (the Backend ops), gemm_packed (operands already in
-// bf16 go to cuBLAS as they are), bias_grad_rows_packed and the widening used by the bf16
+// round_bf16, pack_bf16 and unpack_bf16 (the Backend ops), gemm_views_bf16 (bf16 views go
+// to cuBLAS as they are), bias_grad_rows_bf16 and the widening used by the bf16
 // convolutions (cuda_dnn.cu) live here too; none allocates per call or stages through the
 // host (scratch slots grow and are kept). Everything is queued on the compute stream.
 #include <algorithm>
@@ -80,19 +80,15 @@ void CudaBackend::unpack_bf16(size_t n, const float* packed, float* x) {
 
 // Packed operands go to cuBLAS as they are; the others are rounded into scratch as gemm does,
 // so the result is gemm's in bf16 bit for bit.
-void CudaBackend::gemm_packed(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                              bool a_packed, const float* B, bool b_packed, float beta, float* C) {
+void CudaBackend::gemm_views_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, CView A, CView B,
+                                  float beta, float* C) {
   const int64_t lda = ta ? M : K, ldb = tb ? K : N;
-  if (precision() != Precision::bf16) {
-    PT_CHECK(!a_packed && !b_packed, "gemm_packed: packed operands in fp32");
-    return gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, N);
-  }
-  const uint16_t* a = a_packed ? reinterpret_cast<const uint16_t*>(A) : to_bf16(0, A, static_cast<size_t>(M * K));
-  const uint16_t* b = b_packed ? reinterpret_cast<const uint16_t*>(B) : to_bf16(1, B, static_cast<size_t>(K * N));
+  const uint16_t* a = A.bf16() ? reinterpret_cast<const uint16_t*>(A.data) : to_bf16(0, A.data, static_cast<size_t>(M * K));
+  const uint16_t* b = B.bf16() ? reinterpret_cast<const uint16_t*>(B.data) : to_bf16(1, B.data, static_cast<size_t>(K * N));
   gemm_bf16_ops(ta, tb, M, N, K, alpha, a, lda, 0, b, ldb, 0, beta, C, N, 0, 1);
 }
 
-void CudaBackend::bias_grad_rows_packed(const float* dy, float* db, int64_t rows, int64_t cols) {
+void CudaBackend::bias_grad_rows_bf16(const float* dy, float* db, int64_t rows, int64_t cols) {
   if (rows == 0 || cols == 0) return;
   k_bias_grad_rows_bf16<<<blocks_for(static_cast<size_t>(cols)), kThreads, 0, compute_>>>(
       reinterpret_cast<const uint16_t*>(dy), db, rows, cols);

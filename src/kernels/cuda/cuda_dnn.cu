@@ -209,9 +209,9 @@ void CudaBackend::release_dnn_plans() {
 }
 
 void CudaBackend::conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
-                                 float* y) {
+                                 float* y, Precision prec) {
   if (n == 0) return;
-  if (precision() == Precision::bf16) {
+  if (prec == Precision::bf16) {
     conv2d_forward_bf16(g, n, x, w, b, y);
     return;
   }
@@ -224,9 +224,9 @@ void CudaBackend::conv2d_forward(const WindowGeom& g, int64_t n, const float* x,
 
 // dx overwritten (beta 0), dw and db accumulate (beta 1), as the interface says.
 void CudaBackend::conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
-                                  float* dx, float* dw, float* db) {
+                                  float* dx, float* dw, float* db, Precision prec) {
   if (n == 0) return;
-  if (precision() == Precision::bf16) {
+  if (prec == Precision::bf16) {
     conv2d_backward_bf16(g, n, x, w, dy, dx, dw, db);
     return;
   }
@@ -342,7 +342,7 @@ void CudaBackend::batchnorm_backward(int64_t n, int64_t C, int64_t HW, float eps
 
 namespace pt::cuda {
 
-// ---- bf16 convolutions (Backend::set_precision(bf16); docs/PRECISION.md) -----------------
+// ---- bf16 convolutions (products called with Precision::bf16; docs/PRECISION.md) -----------------
 // x, w and dy are rounded to bf16 (to_bf16: the host's rounding) and convolved by cuDNN in its
 // PSEUDO_BFLOAT16 configuration (bf16 tensors, fp32 compute, tensor cores). cuDNN's legacy API
 // writes the output in the inputs' type, so y, dx and each call's dw are rounded once to bf16

@@ -333,9 +333,10 @@ void CudaBackend::bias_add_rows(float* y, const float* b, int64_t rows, int64_t 
   PT_CU_LAUNCHED();
 }
 
-void CudaBackend::bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) {
+void CudaBackend::bias_grad_rows(CView dy, float* db, int64_t rows, int64_t cols) {
+  if (dy.bf16()) return bias_grad_rows_bf16(dy.data, db, rows, cols);
   if (rows == 0 || cols == 0) return;
-  k_bias_grad_rows<<<blocks_for(static_cast<size_t>(cols)), kThreads, 0, compute_>>>(dy, db, rows, cols);
+  k_bias_grad_rows<<<blocks_for(static_cast<size_t>(cols)), kThreads, 0, compute_>>>(dy.data, db, rows, cols);
   PT_CU_LAUNCHED();
 }
 
@@ -354,15 +355,17 @@ void CudaBackend::gelu_forward(size_t n, const float* x, float* y) {
   k_gelu_forward<<<blocks_for(n), kThreads, 0, compute_>>>(n, x, y);
   PT_CU_LAUNCHED();
 }
-void CudaBackend::mul(size_t n, const float* a, const float* b, float* y) {
+void CudaBackend::mul(size_t n, const float* a, const float* b, View y) {
   if (n == 0) return;
-  k_mul<<<blocks_for(n), kThreads, 0, compute_>>>(n, a, b, y);
+  k_mul<<<blocks_for(n), kThreads, 0, compute_>>>(n, a, b, y.data);
   PT_CU_LAUNCHED();
+  if (y.bf16()) pack_bf16(n, y.data, y.data);
 }
-void CudaBackend::gelu_forward_deriv(size_t n, float* x, float* y) {
+void CudaBackend::gelu_forward_deriv(size_t n, float* x, View y) {
   if (n == 0) return;
-  k_gelu_forward_deriv<<<blocks_for(n), kThreads, 0, compute_>>>(n, x, y);
+  k_gelu_forward_deriv<<<blocks_for(n), kThreads, 0, compute_>>>(n, x, y.data);
   PT_CU_LAUNCHED();
+  if (y.bf16()) pack_bf16(n, y.data, y.data);
 }
 void CudaBackend::gelu_backward(size_t n, const float* x, const float* dy, float* dx) {
   if (n == 0) return;

@@ -21,6 +21,7 @@
 #include <immintrin.h>
 
 #include "host_backend.hpp"
+#include "pipetrain/error.hpp"
 #include "vec_math.hpp"
 
 namespace pt::host {
@@ -30,7 +31,7 @@ namespace {
 // floats, which measured slower than the copies themselves (20% of the kernel's time).
 #define PT_NO_MEMCPY_CALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
 
-// A token-major input: fp32, or packed bf16 (pack_bf16; AttentionGeom::packed_in)
+// A token-major input: an f32 view, or a bf16 one (pack_bf16's layout; the qkv view's dtype)
 struct Src {
   const float* base;
   bool packed;
@@ -41,7 +42,7 @@ struct Src {
 struct Tiles {
   int64_t T, Tp, dh, dp;
   bool bf16;
-  bool out_packed = false;    // products write pack_bf16 of their values (AttentionGeom::packed_out)
+  bool out_packed = false;    // products write pack_bf16 of their values (a bf16 output view)
   float* out_base = nullptr;  // the packed output's first element
   std::vector<float> mem;
   float *a, *b, *c, *d;  // [Tp, dp] row tiles
@@ -256,13 +257,15 @@ void recompute_probabilities(Tiles& t, float scale) {
 
 }  // namespace
 
-void HostBackend::attention_forward(const AttentionGeom& g, const float* qkv, float* P, float* o) {
+void HostBackend::attention_forward(const AttentionGeom& g, CView qkv, float* P, View o_view) {
   const int64_t T = g.T, D = g.H * g.dh, TT = T * T;
-  Tiles t(T, g.dh, precision() == Precision::bf16);
-  t.out_packed = g.packed_out, t.out_base = o;
+  PT_CHECK(g.precision == Precision::bf16 || (!qkv.bf16() && !o_view.bf16()), "attention_forward: bf16 views in fp32");
+  Tiles t(T, g.dh, g.precision == Precision::bf16);
+  float* o = o_view.data;
+  t.out_packed = o_view.bf16(), t.out_base = o;
   for (int64_t s = 0; s < g.n; ++s)
     for (int64_t h = 0; h < g.H; ++h) {
-      const Src x{qkv, g.packed_in};
+      const Src x{qkv.data, qkv.bf16()};
       const int64_t q = head_offset(g, s, h, 3 * D), next = head_offset(g, s, h + 1, 3 * D);  // k at +D, v at +2D
       float* Ph = P ? P + (s * g.H + h) * TT : nullptr;
       t.gather(x, q, 3 * D, t.a);
@@ -280,14 +283,16 @@ void HostBackend::attention_forward(const AttentionGeom& g, const float* qkv, fl
     }
 }
 
-void HostBackend::attention_backward(const AttentionGeom& g, const float* qkv, const float* P, const float* dout,
-                                     float* dqkv) {
+void HostBackend::attention_backward(const AttentionGeom& g, CView qkv, const float* P, const float* dout,
+                                     View dqkv_view) {
   const int64_t T = g.T, D = g.H * g.dh, TT = T * T;
-  Tiles t(T, g.dh, precision() == Precision::bf16, !P);
-  t.out_packed = g.packed_out, t.out_base = dqkv;
+  PT_CHECK(g.precision == Precision::bf16 || (!qkv.bf16() && !dqkv_view.bf16()), "attention_backward: bf16 views in fp32");
+  Tiles t(T, g.dh, g.precision == Precision::bf16, !P);
+  float* dqkv = dqkv_view.data;
+  t.out_packed = dqkv_view.bf16(), t.out_base = dqkv;
   for (int64_t s = 0; s < g.n; ++s)
     for (int64_t h = 0; h < g.H; ++h) {
-      const Src x{qkv, g.packed_in}, dy{dout, false};
+      const Src x{qkv.data, qkv.bf16()}, dy{dout, false};
       const int64_t q = head_offset(g, s, h, 3 * D), next = head_offset(g, s, h + 1, 3 * D);
       float* dx = dqkv + q;
       const float* Ph = P ? P + (s * g.H + h) * TT : nullptr;

@@ -86,38 +86,39 @@ void col2im(const WindowGeom& g, int64_t gs, const float* col, float* dx) {
 }  // namespace
 
 void HostBackend::conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
-                                 float* y) {
+                                 float* y, Precision p) {
   if (n == 0) return;
-  if (onednn_conv(g, n, ConvPass::forward)) onednn().conv_forward(precision(), g, n, x, w, b, y);
+  if (onednn_conv(g, n, ConvPass::forward, p)) onednn().conv_forward(p, g, n, x, w, b, y);
   else im2col_conv_forward(g, n, x, w, b, y);
 }
 
 // The weight pass (dw, db) and the data pass (dx) are computed independently, each by the
 // library the rule gives its pass: dx alone and dw/db alone are bitwise the fused call.
 void HostBackend::conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
-                                  float* dx, float* dw, float* db) {
+                                  float* dx, float* dw, float* db, Precision p) {
   if (n == 0) return;
   if (dw || db) {
-    if (onednn_conv(g, n, ConvPass::backward_weights)) onednn().conv_backward_weights(precision(), g, n, x, dy, dw, db);
+    if (onednn_conv(g, n, ConvPass::backward_weights, p)) onednn().conv_backward_weights(p, g, n, x, dy, dw, db);
     else im2col_conv_backward(g, n, x, w, dy, nullptr, dw, db);
   }
   if (dx) {
-    if (onednn_conv(g, n, ConvPass::backward_data)) onednn().conv_backward_data(precision(), g, n, w, dy, dx);
+    if (onednn_conv(g, n, ConvPass::backward_data, p)) onednn().conv_backward_data(p, g, n, w, dy, dx);
     else im2col_conv_backward(g, n, x, w, dy, dx, nullptr, nullptr);
   }
 }
 
 // Each pass by the library the rule gives it: oneDNN keeps its plan's ports (conv_pass_bytes)
 // and grows its scratchpad; im2col grows the backend's workspace (the sizes of the calls above).
-ConvKernelBytes HostBackend::conv_kernel_bytes(const WindowGeom& g, int64_t n, bool bias, bool train, bool data) {
+ConvKernelBytes HostBackend::conv_kernel_bytes(const WindowGeom& g, int64_t n, bool bias, bool train, bool data,
+                                               Precision p) {
   ConvKernelBytes k;
   if (n <= 0) return k;
   const int64_t K = g.c_in * g.kernel * g.kernel, GP = group_size(g, n) * g.h_out * g.w_out;
   for (ConvPass pass : {ConvPass::forward, ConvPass::backward_weights, ConvPass::backward_data}) {
     if (pass != ConvPass::forward && (!train || (pass == ConvPass::backward_data && !data))) continue;
-    if (onednn_conv(g, n, pass)) {
+    if (onednn_conv(g, n, pass, p)) {
       int64_t pad = 0;
-      k.kept += onednn().conv_pass_bytes(precision(), g, n, pass, bias, &pad);
+      k.kept += onednn().conv_pass_bytes(p, g, n, pass, bias, &pad);
       k.scratchpad = std::max(k.scratchpad, pad);
     } else {
       const int64_t cols = pass == ConvPass::forward ? K : 2 * K;

@@ -127,8 +127,8 @@ OneDnn& HostBackend::onednn() {
   return *dnn_;
 }
 
-bool HostBackend::onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch) const {
-  if (precision() == Precision::bf16) return true;
+bool HostBackend::onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, Precision p) const {
+  if (p == Precision::bf16) return true;
   switch (fp32_kernels_) {
     case Fp32Kernels::openblas: return false;
     case Fp32Kernels::onednn: return true;
@@ -136,8 +136,8 @@ bool HostBackend::onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
   }
 }
 
-bool HostBackend::onednn_conv(const WindowGeom& g, int64_t n, ConvPass pass) const {
-  if (precision() == Precision::bf16) return true;
+bool HostBackend::onednn_conv(const WindowGeom& g, int64_t n, ConvPass pass, Precision p) const {
+  if (p == Precision::bf16) return true;
   switch (fp32_kernels_) {
     case Fp32Kernels::openblas: return false;
     case Fp32Kernels::onednn: return true;
@@ -165,9 +165,13 @@ Backend::KernelClock HostBackend::kernel_clock() const {
 }
 
 // oneDNN in bf16 and for the fp32 shapes the rule gives it (and for strided operands, which
-// the KokkosBlas path does not take); OpenBLAS through KokkosBlas otherwise.
-void HostBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                       const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+// the KokkosBlas path does not take); OpenBLAS through KokkosBlas otherwise. oneDNN reads
+// bf16 views as they are.
+void HostBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, CView A, int64_t lda, CView B,
+                       int64_t ldb, float beta, float* C, int64_t ldc, Precision p) {
+  PT_CHECK(p == Precision::bf16 || (!A.bf16() && !B.bf16()), "gemm: a bf16 operand in an fp32 product");
+  PT_CHECK((!A.bf16() || lda == (ta ? M : K)) && (!B.bf16() || ldb == (tb ? K : N)),
+           "gemm: a bf16 operand must be dense (lda " << lda << ", ldb " << ldb << ")");
   if (M == 0 || N == 0) return;
   if (K == 0) {  // C = beta C
     PT_CHECK(ldc == N, "gemm with K = 0 wants a contiguous C: ldc " << ldc << " vs " << N);
@@ -175,50 +179,34 @@ void HostBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
     return;
   }
   const bool contiguous = lda == (ta ? M : K) && ldb == (tb ? K : N) && ldc == N;
-  if (!contiguous || onednn_gemm(ta, tb, M, N, K, 1)) {
+  if (!contiguous || onednn_gemm(ta, tb, M, N, K, 1, p)) {
     GemmArgs a;
     a.ta = ta, a.tb = tb, a.M = M, a.N = N, a.K = K, a.alpha = alpha, a.beta = beta;
-    a.A = A, a.lda = lda, a.B = B, a.ldb = ldb, a.C = C, a.ldc = ldc;
-    use_twins(a);
-    onednn().gemm(precision(), a);
+    a.A = A.data, a.lda = lda, a.B = B.data, a.ldb = ldb, a.C = C, a.ldc = ldc;
+    a.a_bf16 = A.bf16(), a.b_bf16 = B.bf16();
+    use_twins(a, p);
+    onednn().gemm(p, a);
     return;
   }
-  blas_gemm(ta, tb, M, N, K, alpha, A, B, beta, C);
+  blas_gemm(ta, tb, M, N, K, alpha, A.data, B.data, beta, C);
 }
 
 // One oneDNN matmul with the bias where the rule gives the product to oneDNN; else the
 // default composition (OpenBLAS GEMM, then the bias pass).
-void HostBackend::linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w,
-                                 const float* b, float* y, bool x_packed, bool y_packed) {
+void HostBackend::linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b,
+                                 View y, Precision p) {
   if (rows == 0 || out == 0) return;
-  if (in == 0 || !onednn_gemm(false, true, rows, out, in, 1))
-    return Backend::linear_forward(rows, in, out, x, w, b, y, x_packed, y_packed);
+  if (in == 0 || !onednn_gemm(false, true, rows, out, in, 1, p)) return Backend::linear_forward(rows, in, out, x, w, b, y, p);
+  PT_CHECK(p == Precision::bf16 || (!x.bf16() && !y.bf16()), "linear_forward: a bf16 operand in an fp32 product");
   GemmArgs a;
   a.tb = true, a.M = rows, a.N = out, a.K = in;
-  a.A = x, a.lda = in, a.B = w, a.ldb = in, a.C = y, a.ldc = out, a.bias = b, a.a_packed = x_packed;
-  a.c_packed = y_packed;
-  use_twins(a);
-  onednn().gemm(precision(), a);
+  a.A = x.data, a.lda = in, a.B = w, a.ldb = in, a.C = y.data, a.ldc = out, a.bias = b, a.a_bf16 = x.bf16();
+  a.c_bf16 = y.bf16();
+  use_twins(a, p);
+  onednn().gemm(p, a);
 }
 
-// bf16 always runs on oneDNN, which reads packed operands as they are.
-void HostBackend::gemm_packed(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                              bool a_packed, const float* B, bool b_packed, float beta, float* C) {
-  if (precision() != Precision::bf16) {
-    PT_CHECK(!a_packed && !b_packed, "gemm_packed: packed operands in fp32");
-    return gemm(ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, beta, C, N);
-  }
-  if (M == 0 || N == 0) return;
-  if (K == 0) return scale(static_cast<size_t>(M * N), beta, C);  // gemm's C = beta C
-  GemmArgs a;
-  a.ta = ta, a.tb = tb, a.M = M, a.N = N, a.K = K, a.alpha = alpha, a.beta = beta;
-  a.A = A, a.lda = ta ? M : K, a.B = B, a.ldb = tb ? K : N, a.C = C, a.ldc = N;
-  a.a_packed = a_packed, a.b_packed = b_packed;
-  use_twins(a);
-  onednn().gemm(precision(), a);
-}
-
-void HostBackend::set_packed_twin(const float* values, size_t n, const float* packed) {
+void HostBackend::set_bf16_twin(const float* values, size_t n, const float* packed) {
   auto it = std::find_if(twins_.begin(), twins_.end(), [&](const Twin& t) { return t.values == values; });
   if (it != twins_.end()) twins_.erase(it);
   if (packed && n) twins_.push_back({values, n, packed});
@@ -232,12 +220,12 @@ const float* HostBackend::twin_of(const float* p, size_t count) const {
 }
 
 // Only bf16 operands oneDNN would convert as one dense block (lda/ldb dense, no batch).
-void HostBackend::use_twins(GemmArgs& a) const {
-  if (precision() != Precision::bf16 || twins_.empty() || a.batch != 1) return;
-  if (!a.a_packed && a.lda == (a.ta ? a.M : a.K))
-    if (const float* t = twin_of(a.A, static_cast<size_t>(a.M * a.K))) a.A = t, a.a_packed = true;
-  if (!a.b_packed && a.ldb == (a.tb ? a.K : a.N))
-    if (const float* t = twin_of(a.B, static_cast<size_t>(a.K * a.N))) a.B = t, a.b_packed = true;
+void HostBackend::use_twins(GemmArgs& a, Precision p) const {
+  if (p != Precision::bf16 || twins_.empty() || a.batch != 1) return;
+  if (!a.a_bf16 && a.lda == (a.ta ? a.M : a.K))
+    if (const float* t = twin_of(a.A, static_cast<size_t>(a.M * a.K))) a.A = t, a.a_bf16 = true;
+  if (!a.b_bf16 && a.ldb == (a.tb ? a.K : a.N))
+    if (const float* t = twin_of(a.B, static_cast<size_t>(a.K * a.N))) a.B = t, a.b_bf16 = true;
 }
 
 // In place or not (vec_math.hpp's pack_bf16_span).
@@ -286,19 +274,20 @@ void HostBackend::bias_add_rows(float* y, const float* b, int64_t rows, int64_t 
     for (int64_t c = 0; c < cols; ++c) yr[c] += b[c];
   });
 }
-void HostBackend::bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) {
-  // rows outer so the inner loop streams contiguous memory
-  Kokkos::parallel_for("pt::bias_grad_rows", Range(0, 1), [=](int) {
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* d = dy + r * cols;
-      for (int64_t c = 0; c < cols; ++c) db[c] += d[c];
-    }
-  });
-}
-
-void HostBackend::bias_grad_rows_packed(const float* dy, float* db, int64_t rows, int64_t cols) {
-  const auto* h = reinterpret_cast<const unsigned char*>(dy);
-  Kokkos::parallel_for("pt::bias_grad_rows_packed", Range(0, 1), [=](int) {
+// rows outer so the inner loop streams contiguous memory; a bf16 dy read 16 bits at a time
+void HostBackend::bias_grad_rows(CView dy, float* db, int64_t rows, int64_t cols) {
+  if (!dy.bf16()) {
+    const float* d0 = dy.data;
+    Kokkos::parallel_for("pt::bias_grad_rows", Range(0, 1), [=](int) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* d = d0 + r * cols;
+        for (int64_t c = 0; c < cols; ++c) db[c] += d[c];
+      }
+    });
+    return;
+  }
+  const auto* h = reinterpret_cast<const unsigned char*>(dy.data);
+  Kokkos::parallel_for("pt::bias_grad_rows_bf16", Range(0, 1), [=](int) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         uint16_t b;
@@ -344,30 +333,30 @@ void packed_map(size_t n, float* out, F f) {
 }  // namespace
 
 // gelu and gelu' from one normal_cdf_pdf, the expressions of gelu_forward and gelu_backward
-void HostBackend::gelu_forward_deriv(size_t n, float* x, float* y) {
+void HostBackend::gelu_forward_deriv(size_t n, float* x, View y) {
+  if (y.bf16()) {
+    return packed_map(n, y.data, [=](size_t i) {
+      const float v = x[i];
+      const NormalCdfPdf g = normal_cdf_pdf(v);
+      x[i] = g.cdf + v * g.pdf;
+      return v * g.cdf;
+    });
+  }
+  float* yd = y.data;
   Kokkos::parallel_for("pt::gelu_forward_deriv", Range(0, n), [=](size_t i) {
     const float v = x[i];
     const NormalCdfPdf g = normal_cdf_pdf(v);
-    y[i] = v * g.cdf;
+    yd[i] = v * g.cdf;
     x[i] = g.cdf + v * g.pdf;
-  });
-}
-void HostBackend::gelu_forward_deriv_packed(size_t n, float* x, float* y) {
-  packed_map(n, y, [=](size_t i) {
-    const float v = x[i];
-    const NormalCdfPdf g = normal_cdf_pdf(v);
-    x[i] = g.cdf + v * g.pdf;
-    return v * g.cdf;
   });
 }
 void HostBackend::add(size_t n, const float* a, const float* b, float* y) {
   Kokkos::parallel_for("pt::add", Range(0, n), [=](size_t i) { y[i] = a[i] + b[i]; });
 }
-void HostBackend::mul(size_t n, const float* a, const float* b, float* y) {
-  Kokkos::parallel_for("pt::mul", Range(0, n), [=](size_t i) { y[i] = a[i] * b[i]; });
-}
-void HostBackend::mul_packed(size_t n, const float* a, const float* b, float* y) {
-  packed_map(n, y, [=](size_t i) { return a[i] * b[i]; });
+void HostBackend::mul(size_t n, const float* a, const float* b, View y) {
+  if (y.bf16()) return packed_map(n, y.data, [=](size_t i) { return a[i] * b[i]; });
+  float* yd = y.data;
+  Kokkos::parallel_for("pt::mul", Range(0, n), [=](size_t i) { yd[i] = a[i] * b[i]; });
 }
 
 // Row statistics in double over fixed lanes (vec_math.hpp), two passes.

@@ -29,32 +29,27 @@ class HostBackend final : public Backend {
   void from_host(float* dst, const float* host, size_t n) override;
   void fill(float* x, float v, size_t n) override;
 
-  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) override;
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, CView A, int64_t lda, CView B,
+            int64_t ldb, float beta, float* C, int64_t ldc, Precision p) override;
   void axpy(size_t n, float a, const float* x, float* y) override;
   void round_bf16(size_t n, const float* x, float* y) override;
   void scale(size_t n, float a, float* x) override;
-  void gemm_packed(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, bool a_packed,
-                   const float* B, bool b_packed, float beta, float* C) override;
   void pack_bf16(size_t n, const float* x, float* packed) override;
   void unpack_bf16(size_t n, const float* packed, float* x) override;
   void round_pack_bf16(size_t n, const float* x, float* y, float* packed) override;
-  void set_packed_twin(const float* values, size_t n, const float* packed) override;
-  void linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
-                      float* y, bool x_packed = false, bool y_packed = false) override;
+  void set_bf16_twin(const float* values, size_t n, const float* packed) override;
+  void linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b, View y,
+                      Precision p) override;
   void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) override;
-  void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols) override;
-  void bias_grad_rows_packed(const float* dy, float* db, int64_t rows, int64_t cols) override;
-  void gelu_forward_deriv(size_t n, float* x, float* y) override;
-  void gelu_forward_deriv_packed(size_t n, float* x, float* y) override;
-  void mul(size_t n, const float* a, const float* b, float* y) override;
+  void bias_grad_rows(CView dy, float* db, int64_t rows, int64_t cols) override;
+  void gelu_forward_deriv(size_t n, float* x, View y) override;
+  void mul(size_t n, const float* a, const float* b, View y) override;
   void add(size_t n, const float* a, const float* b, float* y) override;
-  void mul_packed(size_t n, const float* a, const float* b, float* y) override;
 
   void conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
-                      float* y) override;
+                      float* y, Precision p) override;
   void conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy, float* dx,
-                       float* dw, float* db) override;
+                       float* dw, float* db, Precision p) override;
   void maxpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y, int32_t* argmax) override;
   void maxpool_backward(const WindowGeom& g, int64_t n, const float* dy, const int32_t* argmax, float* dx) override;
   void avgpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y) override;
@@ -80,15 +75,14 @@ class HostBackend final : public Backend {
   int64_t count_correct(int64_t n, int64_t classes, const float* logits, const int32_t* labels) override;
   void gemm_strided_batched(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                             int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
-                            float* C, int64_t ldc, int64_t stride_c, int64_t batch) override;
+                            float* C, int64_t ldc, int64_t stride_c, int64_t batch, Precision p) override;
   void heads_split(int64_t n, int64_t T, int64_t parts, int64_t H, int64_t dh, const float* x, float* y) override;
   void heads_merge(int64_t n, int64_t T, int64_t parts, int64_t H, int64_t dh, const float* y, float* x) override;
   void causal_softmax_forward(int64_t batches, int64_t T, const float* s, float* p) override;
   void causal_softmax_backward(int64_t batches, int64_t T, const float* p, const float* dp, float* ds) override;
   bool fused_attention() const override { return true; }
-  void attention_forward(const AttentionGeom& g, const float* qkv, float* P, float* o) override;  // attention_kernel.cpp
-  void attention_backward(const AttentionGeom& g, const float* qkv, const float* P, const float* dout,
-                          float* dqkv) override;
+  void attention_forward(const AttentionGeom& g, CView qkv, float* P, View o) override;  // attention_kernel.cpp
+  void attention_backward(const AttentionGeom& g, CView qkv, const float* P, const float* dout, View dqkv) override;
   void embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* wte, const float* wpe,
                          float* y) override;
   void embedding_backward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* dy, float* dwte,
@@ -115,7 +109,8 @@ class HostBackend final : public Backend {
   void release_int(int32_t* p) override;
   void labels_from_host(int32_t* dst, const int32_t* host, size_t n) override;
 
-  ConvKernelBytes conv_kernel_bytes(const WindowGeom& g, int64_t n, bool bias, bool train, bool data) override;
+  ConvKernelBytes conv_kernel_bytes(const WindowGeom& g, int64_t n, bool bias, bool train, bool data,
+                                    Precision p) override;
   void set_fp32_kernels(Fp32Kernels k) { fp32_kernels_ = k; }
   Fp32Kernels fp32_kernels() const { return fp32_kernels_; }
   OneDnn& onednn();  // created on first use
@@ -128,10 +123,10 @@ class HostBackend final : public Backend {
   void im2col_conv_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b, float* y);
   void im2col_conv_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
                             float* dx, float* dw, float* db);
-  bool onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch) const;
-  bool onednn_conv(const WindowGeom& g, int64_t n, ConvPass pass) const;
-  // bf16: a dense, unpacked operand of a that lies inside a registered twin is read from it
-  void use_twins(GemmArgs& a) const;
+  bool onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, Precision p) const;
+  bool onednn_conv(const WindowGeom& g, int64_t n, ConvPass pass, Precision p) const;
+  // bf16: a dense f32 operand of a that lies inside a registered twin is read from it
+  void use_twins(GemmArgs& a, Precision p) const;
   const float* twin_of(const float* p, size_t count) const;  // its packed twin, or null
 
   struct Twin {

@@ -42,10 +42,10 @@ struct GemmArgs {
   const float* bias = nullptr;  // [N] added to every row of C (fp32; batch 1 only)
   // bf16 only: the operand is already a dense bf16 array (Backend::pack_bf16 of it as
   // stored, lda/ldb dense, batch 1), read as is instead of being converted
-  bool a_packed = false, b_packed = false;
+  bool a_bf16 = false, b_bf16 = false;
   // bf16 only: C is written as a dense bf16 array (oneDNN rounds the fp32 result, bias
   // included, to nearest even; beta = 0)
-  bool c_packed = false;
+  bool c_bf16 = false;
 };
 
 enum class ConvPass;  // below

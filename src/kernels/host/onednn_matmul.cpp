@@ -128,7 +128,7 @@ MatmulPlan& OneDnn::Impl::matmul_plan(Precision p, const GemmArgs& a) {
   const bool batched = a.batch > 1;
   const MatmulKey key{static_cast<int64_t>(p), a.ta, a.tb, a.batch, a.M, a.N, a.K, o.lda, o.ldb, a.ldc,
                       batched ? o.sa : 0, batched ? o.sb : 0, batched ? a.stride_c : 0, bits_of(a.alpha),
-                      bits_of(a.beta), a.bias != nullptr, a.c_packed};
+                      bits_of(a.beta), a.bias != nullptr, a.c_bf16};
   auto it = matmuls.find(key);
   if (it != matmuls.end()) return *it->second;
   const dt in = p == Precision::bf16 ? dt::bf16 : dt::f32;
@@ -136,7 +136,7 @@ MatmulPlan& OneDnn::Impl::matmul_plan(Precision p, const GemmArgs& a) {
   try {
     const auto amd = matrix_md(in, a.batch, a.M, a.K, a.ta, o.lda, o.sa);
     const auto bmd = matrix_md(in, a.batch, a.K, a.N, a.tb, o.ldb, o.sb);
-    const auto cmd = matrix_md(a.c_packed ? dt::bf16 : dt::f32, a.batch, a.M, a.N, false, a.ldc, a.stride_c);
+    const auto cmd = matrix_md(a.c_bf16 ? dt::bf16 : dt::f32, a.batch, a.M, a.N, false, a.ldc, a.stride_c);
     dnnl::primitive_attr attr;
     if (a.alpha != 1.0f) attr.set_output_scales(0, {a.alpha});
     if (a.beta != 0.0f) {
@@ -162,9 +162,9 @@ MatmulPlan& OneDnn::Impl::matmul_plan(Precision p, const GemmArgs& a) {
 void OneDnn::gemm(Precision p, const GemmArgs& a) {
   PT_CHECK(a.M > 0 && a.N > 0 && a.K > 0 && a.batch > 0, "oneDNN gemm wants a non-empty product: " << shape_str(p, a));
   PT_CHECK(!a.bias || a.batch == 1, "oneDNN gemm: a bias only without a batch: " << shape_str(p, a));
-  PT_CHECK(!(a.a_packed || a.b_packed || a.c_packed) ||
-               (p == Precision::bf16 && a.batch == 1 && (!a.a_packed || a.lda == (a.ta ? a.M : a.K)) &&
-                (!a.b_packed || a.ldb == (a.tb ? a.K : a.N)) && (!a.c_packed || (a.ldc == a.N && a.beta == 0.0f))),
+  PT_CHECK(!(a.a_bf16 || a.b_bf16 || a.c_bf16) ||
+               (p == Precision::bf16 && a.batch == 1 && (!a.a_bf16 || a.lda == (a.ta ? a.M : a.K)) &&
+                (!a.b_bf16 || a.ldb == (a.tb ? a.K : a.N)) && (!a.c_bf16 || (a.ldc == a.N && a.beta == 0.0f))),
            "oneDNN gemm: packed operands are dense bf16 without a batch (and a packed C is not summed into): "
                << shape_str(p, a));
   Impl& d = *impl_;
@@ -173,11 +173,11 @@ void OneDnn::gemm(Precision p, const GemmArgs& a) {
   const void* A = a.A;
   const void* B = a.B;
   if (p == Precision::bf16) {
-    if (!a.a_packed) {
+    if (!a.a_bf16) {
       pack_bf16(a.batch, a.ta ? a.K : a.M, a.ta ? a.M : a.K, a.A, a.lda, a.stride_a, d.bf_a);
       A = d.bf_a.data();
     }
-    if (!a.b_packed) {
+    if (!a.b_bf16) {
       pack_bf16(a.batch, a.tb ? a.N : a.K, a.tb ? a.K : a.N, a.B, a.ldb, a.stride_b, d.bf_b);
       B = d.bf_b.data();
     }

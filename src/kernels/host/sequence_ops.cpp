@@ -15,12 +15,13 @@ namespace pt::host {
 
 void HostBackend::gemm_strided_batched(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                                        int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
-                                       float beta, float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+                                       float beta, float* C, int64_t ldc, int64_t stride_c, int64_t batch,
+                                       Precision p) {
   if (M == 0 || N == 0 || batch == 0) return;
   const bool contiguous = lda == (ta ? M : K) && ldb == (tb ? K : N) && ldc == N;
-  if (K == 0 || (contiguous && !onednn_gemm(ta, tb, M, N, K, batch))) {  // a loop of OpenBLAS GEMMs
+  if (K == 0 || (contiguous && !onednn_gemm(ta, tb, M, N, K, batch, p))) {  // a loop of OpenBLAS GEMMs
     for (int64_t b = 0; b < batch; ++b) {
-      if (K == 0) gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C + b * stride_c, ldc);
+      if (K == 0) gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C + b * stride_c, ldc, p);
       else blas_gemm(ta, tb, M, N, K, alpha, A + b * stride_a, B + b * stride_b, beta, C + b * stride_c);
     }
     return;
@@ -29,7 +30,7 @@ void HostBackend::gemm_strided_batched(bool ta, bool tb, int64_t M, int64_t N, i
   a.ta = ta, a.tb = tb, a.M = M, a.N = N, a.K = K, a.alpha = alpha, a.beta = beta, a.batch = batch;
   a.A = A, a.lda = lda, a.stride_a = stride_a, a.B = B, a.ldb = ldb, a.stride_b = stride_b;
   a.C = C, a.ldc = ldc, a.stride_c = stride_c;
-  onednn().gemm(precision(), a);
+  onednn().gemm(p, a);
 }
 
 namespace {
