@@ -190,6 +190,7 @@ class Attention final : public Layer {
   double flops_forward() const override { return core_.flops_forward(); }
   double flops_backward() const override { return 2.0 * core_.flops_forward(); }
   double attention_model_flops() const override { return core_.model_flops(); }
+  int64_t product_weight_values() const override { return core_.matrix_values(); }
 
  private:
   AttentionCore core_;

@@ -23,6 +23,7 @@ class AttentionCore {
   AttentionCore(int64_t T, int64_t D, int64_t heads, float p, int layer);
 
   int64_t num_params() const { return qkv_.size() + proj_.size(); }
+  int64_t matrix_values() const { return qkv_.in * qkv_.out + proj_.in * proj_.out; }  // in_proj and out_proj weights
   void init_params(float* host, uint64_t seed, int layer, int first_tensor) const;  // N(0, 0.02), zero biases
   double model_flops() const { return 12.0 * static_cast<double>(T_) * static_cast<double>(T_) * static_cast<double>(D_); }
   // selective: without the probabilities (H T T), which the backward recomputes

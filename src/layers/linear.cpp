@@ -46,6 +46,7 @@ class Linear final : public Layer {
   }
   double flops_forward() const override { return 2.0 * in_.numel() * out_.numel(); }
   double flops_backward() const override { return 4.0 * in_.numel() * out_.numel(); }
+  int64_t product_weight_values() const override { return map_.in * map_.out; }
 
  private:
   static const LinearSettings& k(const LayerSpec& s) { return s.settings_as<LinearSettings>(); }

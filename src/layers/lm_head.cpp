@@ -89,6 +89,7 @@ class LmHead final : public Layer {
     return 8.0 * T_ * D_ + 2.0 * T_ * D_ * V_ + 4.0 * T_ * V_;
   }
   double flops_backward() const override { return 12.0 * T_ * D_ + 4.0 * T_ * D_ * V_ + 2.0 * T_ * V_; }
+  int64_t product_weight_values() const override { return V_ * D_; }
 
  private:
   const float* probs(const float* aux, int64_t n) const { return aux + n * (T_ * D_ + 2 * T_); }

@@ -73,6 +73,7 @@ class TransformerBlock final : public Layer {
   }
   double flops_backward() const override { return 2.0 * flops_forward(); }
   double attention_model_flops() const override { return attn_.model_flops(); }
+  int64_t product_weight_values() const override { return attn_.matrix_values() + 2 * D_ * F_; }
 
  private:
   // Parameter offsets: ln1, attention, ln2, fc1, fc2.

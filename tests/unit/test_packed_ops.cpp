@@ -17,7 +17,9 @@
 //  - all_finite finds a NaN or an infinity at any position, and passes the largest float.
 // Host only (HostTwins): bf16 twins (set_bf16_twin): a bf16 GEMM operand inside a registered
 // region is read from its twin (a twin of other values shows in the result), one reaching
-// outside it, a strided one, an fp32 product or a forgotten twin is not.
+// outside it, a strided one, an fp32 product or a forgotten twin is not; a weight kept in
+// oneDNN's layout (kept_weight_layouts) gives the plain product's bits and follows the twin's
+// version.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -300,6 +302,43 @@ TEST(HostTwins, GemmReadsRegisteredTwins) {
   be.linear_forward(5, K, 3, x.data(), other.data(), nullptr, y_other.data(), kBf16);
   EXPECT_TRUE(same_bits(y_twin, y_other)) << "linear_forward reads the twin too";
   EXPECT_FALSE(same_bits(y, y_other));
+}
+
+// dx = dy W reads the weight W [out, in] as it lies: with kept_weight_layouts the backend
+// keeps W in oneDNN's layout for that product, reordered when the twin's version changes.
+// The result is the plain bf16 product's bit for bit; a re-registered twin of other values is
+// read at once (no stale copy); forgetting the twin drops the kept copy.
+TEST(HostTwins, KeptLayoutsFollowTheTwinsVersion) {
+  pt::host::HostBackend be;
+  be.onednn().set_kept_layouts(true);  // PT_KEPT_LAYOUTS=1
+  const int64_t rows = 64, out = 96, in = 160;  // dy [rows, out] W [out, in]
+  const auto dy = values(rows * out, 91, 1.0f), w = rounded(values(out * in, 92, 1.0f)), other = rounded(values(out * in, 93, 1.0f));
+  const auto w_p = host_packed(be, w), other_p = host_packed(be, other);
+  auto dx = [&](const float* weights) {
+    std::vector<float> y(rows * in);
+    be.gemm(false, false, rows, in, out, 1.0f, dy.data(), out, weights, in, 0.0f, y.data(), in, kBf16);
+    return y;
+  };
+  const auto plain = dx(w.data()), plain_other = dx(other.data());  // no twin: converted where read
+  ASSERT_FALSE(same_bits(plain, plain_other));
+  be.set_bf16_twin(w.data(), w.size(), w_p.data());
+  EXPECT_TRUE(same_bits(dx(w.data()), plain)) << "the kept layout changes the result";
+  EXPECT_TRUE(same_bits(dx(w.data()), plain)) << "a second read of the kept copy";
+  if (be.onednn().kept_weight_bytes() == 0)
+    std::printf("[   NOTE   ] oneDNN takes this product's weights in the plain layout here: nothing kept\n");
+  be.set_bf16_twin(w.data(), w.size(), other_p.data());  // a new version (of other values)
+  EXPECT_TRUE(same_bits(dx(w.data()), plain_other)) << "a stale kept copy was read after the twin changed";
+  be.set_bf16_twin(w.data(), w.size(), w_p.data());
+  EXPECT_TRUE(same_bits(dx(w.data()), plain));
+  be.set_bf16_twin(w.data(), w.size(), nullptr);
+  EXPECT_EQ(be.onednn().kept_weight_bytes(), 0) << "forgetting the twin keeps its copies";
+  pt::host::HostBackend off;
+  off.onednn().set_kept_layouts(false);
+  off.set_bf16_twin(w.data(), w.size(), w_p.data());
+  std::vector<float> y(rows * in);
+  off.gemm(false, false, rows, in, out, 1.0f, dy.data(), out, w.data(), in, 0.0f, y.data(), in, kBf16);
+  EXPECT_TRUE(same_bits(y, plain));
+  EXPECT_EQ(off.onednn().kept_weight_bytes(), 0) << "kept layouts off keep nothing";
 }
 
 }  // namespace

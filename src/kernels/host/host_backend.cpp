@@ -206,26 +206,38 @@ void HostBackend::linear_forward(int64_t rows, int64_t in, int64_t out, CView x,
   onednn().gemm(p, a);
 }
 
+// Forgetting a twin (packed = null: its buffers may be freed) drops the weights' kept layouts.
 void HostBackend::set_bf16_twin(const float* values, size_t n, const float* packed) {
   auto it = std::find_if(twins_.begin(), twins_.end(), [&](const Twin& t) { return t.values == values; });
   if (it != twins_.end()) twins_.erase(it);
-  if (packed && n) twins_.push_back({values, n, packed});
+  if (packed && n) twins_.push_back({values, n, packed, ++twin_versions_});
+  else if (dnn_) dnn_->forget_weights(values, values + n);
 }
 
-const float* HostBackend::twin_of(const float* p, size_t count) const {
+const HostBackend::Twin* HostBackend::twin_of(const float* p, size_t count) const {
   for (const Twin& t : twins_)
-    if (p >= t.values && p + count <= t.values + t.n)
-      return reinterpret_cast<const float*>(reinterpret_cast<const unsigned char*>(t.packed) + 2 * (p - t.values));
+    if (p >= t.values && p + count <= t.values + t.n) return &t;
   return nullptr;
 }
+
+namespace {
+const float* in_twin(const float* packed, const float* values, const float* p) {
+  return reinterpret_cast<const float*>(reinterpret_cast<const unsigned char*>(packed) + 2 * (p - values));
+}
+}  // namespace
 
 // Only bf16 operands oneDNN would convert as one dense block (lda/ldb dense, no batch).
 void HostBackend::use_twins(GemmArgs& a, Precision p) const {
   if (p != Precision::bf16 || twins_.empty() || a.batch != 1) return;
   if (!a.a_bf16 && a.lda == (a.ta ? a.M : a.K))
-    if (const float* t = twin_of(a.A, static_cast<size_t>(a.M * a.K))) a.A = t, a.a_bf16 = true;
+    if (const Twin* t = twin_of(a.A, static_cast<size_t>(a.M * a.K))) a.A = in_twin(t->packed, t->values, a.A), a.a_bf16 = true;
   if (!a.b_bf16 && a.ldb == (a.tb ? a.K : a.N))
-    if (const float* t = twin_of(a.B, static_cast<size_t>(a.K * a.N))) a.B = t, a.b_bf16 = true;
+    if (const Twin* t = twin_of(a.B, static_cast<size_t>(a.K * a.N))) {
+      // a weight read as it lies (dx = dy W): oneDNN may keep it in its layout (the products
+      // 1.2-1.5x on an AMX Xeon; the forward's transposed read gained 1.06-1.12x, not worth a copy)
+      if (!a.tb) a.b_key = a.B, a.b_version = t->version;
+      a.B = in_twin(t->packed, t->values, a.B), a.b_bf16 = true;
+    }
 }
 
 // In place or not (vec_math.hpp's pack_bf16_span).

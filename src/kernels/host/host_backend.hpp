@@ -127,14 +127,16 @@ class HostBackend final : public Backend {
   bool onednn_conv(const WindowGeom& g, int64_t n, ConvPass pass, Precision p) const;
   // bf16: a dense f32 operand of a that lies inside a registered twin is read from it
   void use_twins(GemmArgs& a, Precision p) const;
-  const float* twin_of(const float* p, size_t count) const;  // its packed twin, or null
 
   struct Twin {
     const float* values;
     size_t n;
     const float* packed;
+    uint64_t version;  // a new one for every registration: the weights' kept layouts follow it
   };
   std::vector<Twin> twins_;
+  uint64_t twin_versions_ = 0;
+  const Twin* twin_of(const float* p, size_t count) const;  // the twin p's count values lie in, or null
 
   static constexpr size_t kHugePage = size_t{2} << 20;
   bool huge_pages_ = true;            // large buffers on 2 MiB pages (PT_HUGE_PAGES=0: off)

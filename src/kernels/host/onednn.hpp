@@ -46,6 +46,12 @@ struct GemmArgs {
   // bf16 only: C is written as a dense bf16 array (oneDNN rounds the fp32 result, bias
   // included, to nearest even; beta = 0)
   bool c_bf16 = false;
+  // A dense bf16 B (b_bf16, batch 1) that is a weight: its values change only with its version
+  // (non-zero, a new one for every change; the backend's twin registrations). oneDNN then
+  // keeps B reordered into the layout its matmul prefers for the shape, and reorders again only
+  // when the version changes: the same values, so the same result bit for bit.
+  uint64_t b_version = 0;
+  const void* b_key = nullptr;  // the weight's identity for its kept copy (its fp32-slot address)
 };
 
 enum class ConvPass;  // below
@@ -78,6 +84,12 @@ class OneDnn {
   std::string gemm_impl(Precision p, const GemmArgs& a);
   // "fwd <impl>, bwd_data <impl>, bwd_weights <impl>"
   std::string conv_impl(Precision p, const WindowGeom& g, int64_t n);
+
+  // Forget the kept weight layouts whose plain operand lies in [lo, hi) (its buffer is about
+  // to be freed or reused). kept_weight_bytes: the bytes of the ones kept now.
+  void forget_weights(const void* lo, const void* hi);
+  void set_kept_layouts(bool on);  // default: kept_weight_layouts() (tests turn it on and off)
+  int64_t kept_weight_bytes() const;
 
   // Seconds in this object's calls so far: preparing operands (bf16 rounding, reorders in and
   // out) and executing the primitives.

@@ -32,6 +32,19 @@ struct MatmulPlan {
   dnnl::matmul prim;
   dnnl::memory a, b, c, bias;  // handles set per call (bias: only in plans with one)
   std::string impl;
+  // A weight B (GemmArgs::b_version) in the layout the primitive chose (format_tag::any) where
+  // that differs from the plain one: b is then the plain bf16 source of to_layout, and each
+  // weight keeps its reordered copy (OneDnn::Impl::kept).
+  bool kept_layout = false;
+  dnnl::memory::desc b_layout;
+  dnnl::reorder to_layout;
+};
+
+// A weight's copy in its plan's layout and the version it holds (GemmArgs::b_version).
+struct KeptWeight {
+  dnnl::memory mem;
+  uint64_t version = 0;
+  int64_t bytes = 0;
 };
 
 // One convolution direction: forward (src = x, wei = w, dst = y, bias = b), backward data
@@ -52,7 +65,7 @@ struct ConvPlan {
   ConvOp weights[2];  // backward weights [with diff bias]
 };
 
-using MatmulKey = std::array<int64_t, 17>;
+using MatmulKey = std::array<int64_t, 18>;
 using ConvKey = std::array<int64_t, 11>;
 
 struct OneDnn::Impl {
@@ -61,6 +74,9 @@ struct OneDnn::Impl {
   std::map<MatmulKey, std::unique_ptr<MatmulPlan>> matmuls;
   std::map<ConvKey, std::unique_ptr<ConvPlan>> convs;
   std::vector<uint16_t> bf_a, bf_b;  // bf16 GEMM operands (dense)
+  // weights in their plans' layouts, by (the plain operand's address, plan), while on
+  bool keep_layouts = kept_weight_layouts();
+  std::map<std::pair<const void*, const MatmulPlan*>, KeptWeight> kept;
 
   MatmulPlan& matmul_plan(Precision p, const GemmArgs& a);
   ConvPlan& conv_plan(Precision p, const WindowGeom& g, int64_t n);

@@ -11,6 +11,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <string>
 #include <unordered_map>
 
 #include "onednn_impl.hpp"
@@ -121,14 +123,36 @@ void pack_bf16(int64_t batch, int64_t rows, int64_t cols, const float* src, int6
       to_bf16(static_cast<size_t>(cols), src + b * stride + r * ld, dst.data() + (b * rows + r) * cols);
 }
 
+// A weight (b_version) read as a dense bf16 array by a single product, while kept layouts
+// are on: kept in the primitive's layout.
+bool kept_layout_wanted(bool on, Precision p, const GemmArgs& a) {
+  return on && p == Precision::bf16 && a.b_version != 0 && a.b_key && a.b_bf16 && a.batch == 1;
+}
+
+// B's copy in the plan's layout, reordered from the plain bf16 B when its version changed.
+dnnl::memory kept_weight(OneDnn::Impl& d, MatmulPlan& plan, const GemmArgs& a) {
+  KeptWeight& w = d.kept[{a.b_key, &plan}];
+  if (!w.mem) {
+    w.mem = dnnl::memory(plan.b_layout, d.eng);
+    w.bytes = static_cast<int64_t>(plan.b_layout.get_size());
+  }
+  if (w.version != a.b_version) {
+    plan.b.set_data_handle(const_cast<float*>(a.B));
+    plan.to_layout.execute(d.strm, plan.b, w.mem);
+    w.version = a.b_version;
+  }
+  return w.mem;
+}
+
 }  // namespace
 
 MatmulPlan& OneDnn::Impl::matmul_plan(Precision p, const GemmArgs& a) {
   const Operands o = operand_layout(p, a);
   const bool batched = a.batch > 1;
+  const bool weight = kept_layout_wanted(keep_layouts, p, a);
   const MatmulKey key{static_cast<int64_t>(p), a.ta, a.tb, a.batch, a.M, a.N, a.K, o.lda, o.ldb, a.ldc,
                       batched ? o.sa : 0, batched ? o.sb : 0, batched ? a.stride_c : 0, bits_of(a.alpha),
-                      bits_of(a.beta), a.bias != nullptr, a.c_bf16};
+                      bits_of(a.beta), a.bias != nullptr, a.c_bf16, weight};
   auto it = matmuls.find(key);
   if (it != matmuls.end()) return *it->second;
   const dt in = p == Precision::bf16 ? dt::bf16 : dt::f32;
@@ -136,6 +160,7 @@ MatmulPlan& OneDnn::Impl::matmul_plan(Precision p, const GemmArgs& a) {
   try {
     const auto amd = matrix_md(in, a.batch, a.M, a.K, a.ta, o.lda, o.sa);
     const auto bmd = matrix_md(in, a.batch, a.K, a.N, a.tb, o.ldb, o.sb);
+    const auto bany = weight ? dnnl::memory::desc({a.K, a.N}, in, tag::any) : bmd;
     const auto cmd = matrix_md(a.c_bf16 ? dt::bf16 : dt::f32, a.batch, a.M, a.N, false, a.ldc, a.stride_c);
     dnnl::primitive_attr attr;
     if (a.alpha != 1.0f) attr.set_output_scales(0, {a.alpha});
@@ -145,8 +170,13 @@ MatmulPlan& OneDnn::Impl::matmul_plan(Precision p, const GemmArgs& a) {
       attr.set_post_ops(ops);
     }
     const dnnl::memory::desc biasmd = a.bias ? dnnl::memory::desc({1, a.N}, dt::f32, tag::ab) : dnnl::memory::desc();
-    const dnnl::matmul::primitive_desc pd(a.bias ? dnnl::matmul::desc(amd, bmd, biasmd, cmd) : dnnl::matmul::desc(amd, bmd, cmd),
+    const dnnl::matmul::primitive_desc pd(a.bias ? dnnl::matmul::desc(amd, bany, biasmd, cmd) : dnnl::matmul::desc(amd, bany, cmd),
                                           attr, eng);
+    plan->kept_layout = weight && pd.weights_desc() != bmd;
+    if (plan->kept_layout) {
+      plan->b_layout = pd.weights_desc();
+      plan->to_layout = dnnl::reorder(dnnl::reorder::primitive_desc(eng, bmd, eng, plan->b_layout));
+    }
     plan->prim = dnnl::matmul(pd);
     plan->impl = pd.impl_info_str();
     plan->a = dnnl::memory(amd, eng, DNNL_MEMORY_NONE);
@@ -172,6 +202,8 @@ void OneDnn::gemm(Precision p, const GemmArgs& a) {
   Lap lap;
   const void* A = a.A;
   const void* B = a.B;
+  dnnl::memory weights = plan.b;
+  if (plan.kept_layout) weights = kept_weight(d, plan, a);
   if (p == Precision::bf16) {
     if (!a.a_bf16) {
       pack_bf16(a.batch, a.ta ? a.K : a.M, a.ta ? a.M : a.K, a.A, a.lda, a.stride_a, d.bf_a);
@@ -185,9 +217,9 @@ void OneDnn::gemm(Precision p, const GemmArgs& a) {
   clock_.prepare_s += lap();
   try {
     plan.a.set_data_handle(const_cast<void*>(A));
-    plan.b.set_data_handle(const_cast<void*>(B));
+    if (!plan.kept_layout) plan.b.set_data_handle(const_cast<void*>(B));
     plan.c.set_data_handle(a.C);
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, plan.a}, {DNNL_ARG_WEIGHTS, plan.b}, {DNNL_ARG_DST, plan.c}};
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, plan.a}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, plan.c}};
     if (a.bias) {
       plan.bias.set_data_handle(const_cast<float*>(a.bias));
       args[DNNL_ARG_BIAS] = plan.bias;
@@ -202,4 +234,32 @@ void OneDnn::gemm(Precision p, const GemmArgs& a) {
 
 std::string OneDnn::gemm_impl(Precision p, const GemmArgs& a) { return impl_->matmul_plan(p, a).impl; }
 
+void OneDnn::forget_weights(const void* lo, const void* hi) {
+  auto& kept = impl_->kept;
+  for (auto it = kept.begin(); it != kept.end();)
+    it = it->first.first >= lo && it->first.first < hi ? kept.erase(it) : std::next(it);
+}
+
+void OneDnn::set_kept_layouts(bool on) { impl_->keep_layouts = on; }
+
+int64_t OneDnn::kept_weight_bytes() const {
+  int64_t b = 0;
+  for (const auto& kv : impl_->kept) b += kv.second.bytes;
+  return b;
+}
+
+
+
 }  // namespace pt::host
+
+namespace pt {
+
+bool kept_weight_layouts() {
+  static const bool on = [] {
+    const char* env = std::getenv("PT_KEPT_LAYOUTS");
+    return env && std::string(env) == "1";
+  }();
+  return on;
+}
+
+}  // namespace pt
