@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 out=runs/bench_all
 mkdir -p "$out"
 benches=(planner_speed paper_plans peer_pytorch pipeline_efficiency predicted_vs_measured ablation strong_scaling
-         time_to_accuracy)
+         time_to_accuracy mfu)
 status=()
 t_all=$(date +%s)
 for i in "${!benches[@]}"; do
