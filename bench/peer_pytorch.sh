@@ -3,7 +3,9 @@
 #  - mlp, cnn: the Fashion-MNIST MLP and CNN (batch 128, SGD with momentum; tools/peer_pytorch.py),
 #    timed over 50-step intervals, samples/s;
 #  - resnet: input/fashion_resnet.toml (batch 128, SGD + Nesterov, batch norm), samples/s;
-#  - tinygpt: input/tinygpt.toml (6 pre-LN blocks, D 256, T 128, batch 32, AdamW), tokens/s.
+#  - tinygpt: input/tinygpt.toml (6 pre-LN blocks, D 256, T 128, batch 32, AdamW), tokens/s;
+#  - gpt2_small: input/gpt2_small.toml (12 blocks, D 768, T 256, batch 16 in one microbatch,
+#    AdamW, tied head), tokens/s, GPT_STEPS steps as tinygpt (about 6 s per step here in bf16).
 #    For these two the PyTorch side (bench/peer_models.py) is the same model built from the
 #    pipetrain run's deck.toml and weights_init.h5 by tools/to_pytorch.py, fed the same
 #    batches (tools/pytorch_twin.py's port of the data order) with the same optimizer.
@@ -15,14 +17,14 @@
 # fp32 or under torch.autocast("cpu", bfloat16); rounds interleave the precisions too. The last
 # lines give pipetrain bf16 over pipetrain fp32 per model and say which bf16 case the CPU is
 # (AMX: goal >= 3x on the MLP; AVX512-BF16 only: goal >= 1.5x; neither: bf16 is emulated).
-# Usage: bench/peer_pytorch.sh [ROUNDS=3] [STEPS=300] [MODELS="mlp cnn resnet tinygpt"]
+# Usage: bench/peer_pytorch.sh [ROUNDS=3] [STEPS=300] [MODELS="mlp cnn resnet tinygpt gpt2_small"]
 #   STEPS is for mlp and cnn; resnet runs RESNET_STEPS=120 (intervals of 20), tinygpt
 #   GPT_STEPS=30 (intervals of 5; about 3 s per step here, plus pipetrain's final evaluation
 #   of the validation split, about 35 s, which is not timed).
 set -u
 cd "$(dirname "$0")/.."
 source bench/lib.sh
-rounds=${1:-3}; steps=${2:-300}; models=${3:-mlp cnn resnet tinygpt}
+rounds=${1:-3}; steps=${2:-300}; models=${3:-mlp cnn resnet tinygpt gpt2_small}
 resnet_steps=${RESNET_STEPS:-120}; gpt_steps=${GPT_STEPS:-30}; precisions=${PRECISIONS:-fp32 bf16}
 /usr/bin/python3 -c 'import torch, h5py' 2>/dev/null || { echo "SKIP: python3-torch or python3-h5py is not installed (make deps-dev)"; exit 0; }
 ct=$(best_coretype)
@@ -53,7 +55,7 @@ pt_run() {
     --set train.max_steps="$n" --set train.log_every="$every" --set train.eval_every=0 --set run.initial_weights=true \
     --set run.output_dir="$out" --set run.name="$name" --set checkpoint.at_end=false --set run.plots=false \
     >"$out/$name.log" 2>&1 || { echo "pipetrain failed: $out/$name.log"; exit 1; }
-  local field=samples_per_s; [ "$model" = tinygpt ] && field=tokens_per_s
+  local field=samples_per_s; case $model in tinygpt|gpt2_small) field=tokens_per_s ;; esac
   grep '"type":"step"' "$out/$name/metrics.jsonl" | tail -n +2 | grep -o "\"$field\":[0-9.e+]*" | cut -d: -f2 >>"$out/${model}_$prec.pt"
 }
 
@@ -70,12 +72,12 @@ peer_round() {
       pt_run resnet input/fashion_resnet.toml "$r" "$resnet_steps" 20 "$prec"
       taskset -c "$core" /usr/bin/python3 bench/peer_models.py "$out/$tag" "$resnet_steps" 20 >"$out/${tag}_torch.log" 2>&1 ||
         { echo "pytorch failed: $out/${tag}_torch.log"; exit 1; } ;;
-    tinygpt)
+    tinygpt|gpt2_small)
       unit=tokens/s; col=3
-      pt_run tinygpt input/tinygpt.toml "$r" "$gpt_steps" 5 "$prec"
+      pt_run "$model" "input/$model.toml" "$r" "$gpt_steps" 5 "$prec"
       taskset -c "$core" /usr/bin/python3 bench/peer_models.py "$out/$tag" "$gpt_steps" 5 >"$out/${tag}_torch.log" 2>&1 ||
         { echo "pytorch failed: $out/${tag}_torch.log"; exit 1; } ;;
-    *) echo "unknown model '$model' (mlp, cnn, resnet, tinygpt)"; exit 2 ;;
+    *) echo "unknown model '$model' (mlp, cnn, resnet, tinygpt, gpt2_small)"; exit 2 ;;
   esac
   grep '^INTERVAL' "$out/${tag}_torch.log" | tail -n +2 | awk -v c="$col" '{print $c}' >>"$out/${model}_$prec.torch"
 }

@@ -2,7 +2,7 @@
 // the attention layer and transformer_block. Parameters (PyTorch nn.MultiheadAttention
 // layout): in_proj weight [3D, D] and bias [3D] (q, k, v stacked), out_proj weight [D, D]
 // and bias [D]. Per sample it saves q, k, v (3 T D; token-major on the backend's fused
-// path, packed in bf16 there; head-major on the composed one), the attention
+// path, a bf16 view under a bf16 policy there; head-major on the composed one), the attention
 // probabilities before dropout (H T T) and the merged head outputs (T D); the input half of
 // backward leaves the in_proj output gradient (3 T D) in `keep` for the weight half.
 // Probability dropout is keyed by (seed, layer, stream slot 3, sample, head/query/key

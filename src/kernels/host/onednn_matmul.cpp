@@ -195,7 +195,7 @@ void OneDnn::gemm(Precision p, const GemmArgs& a) {
   PT_CHECK(!(a.a_bf16 || a.b_bf16 || a.c_bf16) ||
                (p == Precision::bf16 && a.batch == 1 && (!a.a_bf16 || a.lda == (a.ta ? a.M : a.K)) &&
                 (!a.b_bf16 || a.ldb == (a.tb ? a.K : a.N)) && (!a.c_bf16 || (a.ldc == a.N && a.beta == 0.0f))),
-           "oneDNN gemm: packed operands are dense bf16 without a batch (and a packed C is not summed into): "
+           "oneDNN gemm: bf16 operands are dense without a batch (and a bf16 C is not summed into): "
                << shape_str(p, a));
   Impl& d = *impl_;
   MatmulPlan& plan = d.matmul_plan(p, a);
