@@ -2,24 +2,20 @@
 // Backend's kernels take where an operand may be fp32 or bf16.
 //   f32  - one value per float slot;
 //   bf16 - two bfloat16 values per 32-bit word, Backend::pack_bf16's layout: element i is the
-//          i-th 16-bit half in memory order, so n values take ceil(n / 2) float slots
-//          (storage_floats), a dense bf16 array.
+//          i-th 16-bit half in memory order, so n values take ceil(n / 2) float slots, a
+//          dense bf16 array.
 // Backend buffers stay allocated in floats (Buffer); the view's dtype says how to read one.
 // A float pointer converts to an f32 view implicitly, so fp32 calls read as they always did;
 // a bf16 view is made explicitly (as_bf16, or View{p, dtype}), so nothing becomes bf16 by
 // accident. The compute precision of a product is the caller's (Precision, device.hpp), never
 // state of the backend: a bf16 operand is only legal in a bf16 product.
 #pragma once
-#include <cstdint>
 
 #include "pipetrain/device.hpp"
 
 namespace pt {
 
 enum class DType : unsigned char { f32, bf16 };
-
-// Float slots that n values of dtype t take.
-inline int64_t storage_floats(int64_t n, DType t) { return t == DType::bf16 ? (n + 1) / 2 : n; }
 
 // The dtype a layer keeps the operands that only its products read in, under a precision
 // policy: bf16 under train.precision = "bf16" (the products round them to bf16 anyway),

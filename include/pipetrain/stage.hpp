@@ -146,9 +146,9 @@ class Stage {
   // (LayerCtx::precision, set on every layer's context), and under bf16 every activation and
   // input gradient between layers is rounded to bf16 values (statistics, the loss and
   // parameter gradients stay fp32).
-  void set_precision(Precision p) { bf16_ = p == Precision::bf16; }
-  Precision precision() const { return bf16_ ? Precision::bf16 : Precision::fp32; }
-  bool activation_bf16() const { return bf16_; }
+  void set_precision(Precision p) { precision_ = p; }
+  Precision precision() const { return precision_; }
+  bool activation_bf16() const { return precision_ == Precision::bf16; }
 
   // Forward without keeping activations (evaluation): returns the last non-loss output,
   // in scratch owned by the stage, valid until the next call.
@@ -178,7 +178,7 @@ class Stage {
   int64_t train_mb_, eval_mb_;
   bool keep_dout_;
   Recompute mode_;
-  bool bf16_ = false;
+  Precision precision_ = Precision::fp32;
   int64_t unit_floats_ = 0;
   // the layout under `mode` at base (carve: this stage's own mode)
   Slot carve_layout(float* base, int32_t* labels, Recompute mode) const;

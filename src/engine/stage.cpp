@@ -208,12 +208,12 @@ void Stage::run_forward(const Slot& s, const float* params, const LayerCtx& ctx,
 // output stays fp32), so a stage boundary sends bf16 losslessly and any cut equals one process.
 void Stage::round_output(int l, float* y, int64_t n) const {
   const Layer& layer = model_.layer(l);
-  if (bf16_ && y && !layer.is_view() && !layer.is_loss()) be_.round_bf16(static_cast<size_t>(n * layer.out_shape().numel()), y, y);
+  if (activation_bf16() && y && !layer.is_view() && !layer.is_loss()) be_.round_bf16(static_cast<size_t>(n * layer.out_shape().numel()), y, y);
 }
 
 // The same for a backward's input gradient (dx of layer l).
 void Stage::round_input_grad(int l, float* dx, int64_t n) const {
-  if (bf16_ && dx) be_.round_bf16(static_cast<size_t>(n * model_.layer(l).in_shape().numel()), dx, dx);
+  if (activation_bf16() && dx) be_.round_bf16(static_cast<size_t>(n * model_.layer(l).in_shape().numel()), dx, dx);
 }
 
 void Stage::backward_layer(int l, const Slot& s, const float* params, float* grads, const float* dy, float* dx,

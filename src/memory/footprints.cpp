@@ -31,7 +31,8 @@ class ModelFootprints final : public FootprintSource {
     f.unit = StagePools::unit_sizes(f.geo.slot_floats, unit, bin, bout, f.first_stage, f.last_stage, unit, in_.labels_per_sample);
     f.eval = StageRuntime::eval_sizes(bin, bout, f.last_stage, in_.eval_mb, in_.labels_per_sample);
     f.in_numel = bin.shape.numel();
-    for (int l = std::max(first, 1); l < end && in_.bf16; ++l) f.kept_weight_values += m_.layer(l).product_weight_values();
+    if (in_.bf16)  // the model's first layer computes no input gradient
+      for (int l = std::max(first, 1); l < end; ++l) f.kept_weight_values += m_.layer(l).product_weight_values();
     if (in_.kernels) kernel_bytes(f, unit);
     return f;
   }

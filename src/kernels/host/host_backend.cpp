@@ -33,22 +33,19 @@ void HostBackend::bias_add_rows(float* y, const float* b, int64_t rows, int64_t 
 }
 // rows outer so the inner loop streams contiguous memory; a bf16 dy read 16 bits at a time
 void HostBackend::bias_grad_rows(CView dy, float* db, int64_t rows, int64_t cols) {
-  if (!dy.bf16()) {
-    const float* d0 = dy.data;
-    Kokkos::parallel_for("pt::bias_grad_rows", Range(0, 1), [=](int) {
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* d = d0 + r * cols;
-        for (int64_t c = 0; c < cols; ++c) db[c] += d[c];
-      }
-    });
-    return;
-  }
+  const float* d = dy.data;
   const auto* h = reinterpret_cast<const unsigned char*>(dy.data);
-  Kokkos::parallel_for("pt::bias_grad_rows_bf16", Range(0, 1), [=](int) {
+  const bool bf16 = dy.bf16();
+  Kokkos::parallel_for("pt::bias_grad_rows", Range(0, 1), [=](int) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
+        const int64_t i = r * cols + c;
+        if (!bf16) {
+          db[c] += d[i];
+          continue;
+        }
         uint16_t b;
-        std::memcpy(&b, h + 2 * (r * cols + c), sizeof b);
+        std::memcpy(&b, h + 2 * i, sizeof b);
         db[c] += bf16_to_float(b);
       }
   });

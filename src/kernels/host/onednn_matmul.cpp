@@ -248,8 +248,6 @@ int64_t OneDnn::kept_weight_bytes() const {
   return b;
 }
 
-
-
 }  // namespace pt::host
 
 namespace pt {
