@@ -115,9 +115,10 @@ class Backend {
   // A linear layer's forward in precision p: y[rows, out] = x[rows, in] W[out, in]^T + b (b
   // may be null). x may be a bf16 view (p = bf16); a bf16 y is written as the bf16 of the
   // fp32 result (rounded to nearest even). Default: gemm, bias_add_rows, then pack_bf16 in
-  // place for a bf16 y; the host runs oneDNN's matmul with the bias fused (one pass over y
-  // instead of two, the same fp32 sum acc + b) and writes a bf16 y directly (subnormal
-  // results to 0).
+  // place for a bf16 y (which then needs room for rows out floats); the host runs oneDNN's
+  // matmul with the bias fused (one pass over y instead of two, the same fp32 sum acc + b) and
+  // writes a bf16 y directly (subnormal results to 0), the CUDA backend packs from scratch, so
+  // on both a bf16 y needs only its ceil(rows out / 2) floats (layers keep it so).
   virtual void linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b, View y,
                               Precision p);
   // Linear helpers: y[r, :] += b; db += column sums of dy (an f32 or bf16 view; the sums in

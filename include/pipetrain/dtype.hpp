@@ -22,6 +22,11 @@ enum class DType : unsigned char { f32, bf16 };
 // f32 otherwise.
 inline DType operand_dtype(Precision p) { return p == Precision::bf16 ? DType::bf16 : DType::f32; }
 
+// Float slots that count values of dtype t take (bf16: two per slot, ceil(count / 2)). A
+// layer carves a kept bf16 tensor of count values per sample as n * operand_floats(count)
+// floats, which hold the n * count packed values.
+inline int64_t operand_floats(int64_t count, DType t) { return t == DType::bf16 ? (count + 1) / 2 : count; }
+
 // A read-only view of values in a backend's memory.
 struct CView {
   const float* data = nullptr;

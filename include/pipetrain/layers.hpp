@@ -73,7 +73,8 @@ class Layer {
   int64_t num_params() const;
   // Fill this layer's parameters (host memory); keyed by (seed, layer index) only.
   virtual void init_params(float* host, uint64_t seed) const {}
-  // Floats per sample kept for backward besides the layer's input and output.
+  // Floats per sample kept for backward besides the layer's input and output, with every
+  // tensor fp32 (the most a layer keeps; kept_floats below is what it keeps under a policy).
   virtual int64_t aux_per_sample() const { return 0; }
   // Floats per sample of scratch (LayerCtx::work) a forward or backward call needs.
   virtual int64_t workspace_per_sample() const { return 0; }
@@ -105,7 +106,19 @@ class Layer {
   // The sizes under a recompute mode, the ones the Stage's slot layout and scratch use
   // (full: the layer runs as under none, in the recompute buffer).
   bool selective_in(Recompute mode) const { return mode == Recompute::selective && recomputes_selectively(); }
-  int64_t aux_floats(Recompute mode) const { return selective_in(mode) ? selective_aux_per_sample() : aux_per_sample(); }
+  // What the layer keeps under a recompute layout (selective) and the dtype of the operands
+  // that only its products read (operand_dtype(LayerCtx::precision)): a layer that keeps such
+  // operands as bf16 views under a bf16 policy carves each of count values per sample as
+  // operand_floats(count, bf16) floats (dtype.hpp: half) and says so here. Default: the fp32
+  // sizes above (a layer that keeps no product-only operand).
+  virtual int64_t kept_floats(bool selective, DType operands) const {
+    return selective ? selective_aux_per_sample() : aux_per_sample();
+  }
+  // The aux region per sample the Stage's slot layout gives the layer (and its forward and
+  // backward carve), under a recompute mode and a precision policy.
+  int64_t aux_floats(Recompute mode, Precision p = Precision::fp32) const {
+    return kept_floats(selective_in(mode), operand_dtype(p));
+  }
   int64_t split_aux_floats(Recompute mode) const {
     return selective_in(mode) ? selective_split_aux_per_sample() : split_aux_per_sample();
   }

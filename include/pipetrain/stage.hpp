@@ -27,9 +27,14 @@ class Stage {
  public:
   // keep_output_grads: slots also hold each splitting layer's output gradient, from
   // backward_input until backward_weight (the zero-bubble schedules). recompute: what a unit
-  // in flight keeps (slot_geometry).
+  // in flight keeps (slot_geometry). precision: the stage's precision policy
+  // (train.precision): its layers run their products in it (LayerCtx::precision, set on every
+  // layer's context), keep the operands only their products read as bf16 views under bf16 (so
+  // the slot layout depends on it: Layer::kept_floats), and under bf16 every activation and
+  // input gradient between layers is rounded to bf16 values (statistics, the loss and
+  // parameter gradients stay fp32).
   Stage(Backend& be, const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb,
-        bool keep_output_grads = false, Recompute recompute = Recompute::none);
+        bool keep_output_grads = false, Recompute recompute = Recompute::none, Precision precision = Precision::fp32);
 
   // The per-unit buffers of layers [first, last) under a recompute mode, in floats per sample:
   //  - layout: the slot the layers compute in (stage input, every output, saved extras, and
@@ -47,7 +52,8 @@ class Stage {
   struct SlotGeometry {
     int64_t layout = 0, unit = 0, recompute = 0, input = 0, output = 0, kept = 0;
   };
-  static SlotGeometry slot_geometry(const Model& model, int first, int last, bool keep_output_grads, Recompute mode);
+  static SlotGeometry slot_geometry(const Model& model, int first, int last, bool keep_output_grads, Recompute mode,
+                                    Precision p = Precision::fp32);
   Recompute recompute() const { return mode_; }
   // The mode's layout equals another's (selective without a selective layer is none's):
   // what a checkpoint's units need to come back as they were.
@@ -69,12 +75,13 @@ class Stage {
     int64_t max_numel = 0, aux_max = 0, work_max = 0;  // per sample, over the slice's inputs and outputs / layers
   };
   static Geometry geometry(const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb,
-                           bool keep_output_grads, Recompute mode = Recompute::none);
+                           bool keep_output_grads, Recompute mode = Recompute::none, Precision p = Precision::fp32);
   // Floats per sample layer l adds to a slot (its output unless a view, its saved extras, and
   // with keep_output_grads its split region and kept output gradient) in the layout of `mode`
-  // (full: as none); *kept: of which kept
-  // gradients. A slot is the stage input plus this over the slice's layers.
-  static int64_t slot_floats_per_sample(const Layer& layer, bool keep_output_grads, Recompute mode, int64_t* kept = nullptr);
+  // (full: as none) under precision p; *kept: of which kept gradients. A slot is the stage
+  // input plus this over the slice's layers.
+  static int64_t slot_floats_per_sample(const Layer& layer, bool keep_output_grads, Recompute mode, Precision p,
+                                        int64_t* kept = nullptr);
 
   int first() const { return first_; }
   int last() const { return last_; }
@@ -142,11 +149,7 @@ class Stage {
                       int64_t n, PollHook poll) const;
   void backward_weight(const Slot& s, const float* params, float* grads, const LayerCtx& ctx, int64_t n, PollHook poll) const;
   bool keeps_output_grads() const { return keep_dout_; }
-  // The stage's precision policy (train.precision): its layers run their products in it
-  // (LayerCtx::precision, set on every layer's context), and under bf16 every activation and
-  // input gradient between layers is rounded to bf16 values (statistics, the loss and
-  // parameter gradients stay fp32).
-  void set_precision(Precision p) { precision_ = p; }
+  // The stage's precision policy (the constructor's).
   Precision precision() const { return precision_; }
   bool activation_bf16() const { return precision_ == Precision::bf16; }
 

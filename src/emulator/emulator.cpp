@@ -79,8 +79,8 @@ SequentialEmulator::~SequentialEmulator() {
 void SequentialEmulator::init_stage(int s) {
   StageState& x = st_[static_cast<size_t>(s)];
   Backend& be = *be_;
-  x.stage = std::make_unique<Stage>(be, *setup_.model, L_.first_layer(s), L_.end_layer(s), mb_, 1);
-  x.stage->set_precision(deck_.train.precision);
+  x.stage = std::make_unique<Stage>(be, *setup_.model, L_.first_layer(s), L_.end_layer(s), mb_, 1, false,
+                                    Recompute::none, deck_.train.precision);
   x.slot_mem = Buffer(be, static_cast<size_t>(x.stage->slot_floats()));
   x.labels = be.alloc_int(static_cast<size_t>(mb_ * data_.train->label_count()));
   x.slot = x.stage->carve(x.slot_mem.data(), x.labels);

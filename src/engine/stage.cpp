@@ -8,7 +8,8 @@
 
 namespace pt {
 
-int64_t Stage::slot_floats_per_sample(const Layer& layer, bool keep_output_grads, Recompute mode, int64_t* kept) {
+int64_t Stage::slot_floats_per_sample(const Layer& layer, bool keep_output_grads, Recompute mode, Precision p,
+                                      int64_t* kept) {
   const Recompute lm = mode == Recompute::full ? Recompute::none : mode;  // the layout's saved extras
   int64_t k = 0;
   if (keep_output_grads) {
@@ -16,10 +17,11 @@ int64_t Stage::slot_floats_per_sample(const Layer& layer, bool keep_output_grads
     if (layer.splits_backward() && !layer.is_loss()) k += layer.out_shape().numel();
   }
   if (kept) *kept = k;
-  return (layer.is_view() ? 0 : layer.out_shape().numel()) + layer.aux_floats(lm) + k;
+  return (layer.is_view() ? 0 : layer.out_shape().numel()) + layer.aux_floats(lm, p) + k;
 }
 
-Stage::SlotGeometry Stage::slot_geometry(const Model& model, int first, int last, bool keep_output_grads, Recompute mode) {
+Stage::SlotGeometry Stage::slot_geometry(const Model& model, int first, int last, bool keep_output_grads, Recompute mode,
+                                         Precision p) {
   PT_CHECK(0 <= first && first < last && last <= model.size(), "bad stage [" << first << ", " << last << ")");
   SlotGeometry g;
   g.input = model.layer(first).in_shape().numel();
@@ -27,7 +29,7 @@ Stage::SlotGeometry Stage::slot_geometry(const Model& model, int first, int last
   g.layout = g.input;
   for (int l = first; l < last; ++l) {
     int64_t k = 0;
-    g.layout += slot_floats_per_sample(model.layer(l), keep_output_grads, mode, &k);
+    g.layout += slot_floats_per_sample(model.layer(l), keep_output_grads, mode, p, &k);
     g.kept += k;
   }
   const bool full = mode == Recompute::full;
@@ -45,8 +47,8 @@ Recompute Stage::layout_mode(Recompute mode) const {
 }
 
 Stage::Geometry Stage::geometry(const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb,
-                                bool keep_output_grads, Recompute mode) {
-  const SlotGeometry sg = slot_geometry(model, first, last, keep_output_grads, mode);
+                                bool keep_output_grads, Recompute mode, Precision p) {
+  const SlotGeometry sg = slot_geometry(model, first, last, keep_output_grads, mode, p);
   Geometry g;
   g.max_numel = model.layer(first).in_shape().numel();
   for (int l = first; l < last; ++l) {
@@ -71,10 +73,10 @@ Stage::Geometry Stage::geometry(const Model& model, int first, int last, int64_t
 }
 
 Stage::Stage(Backend& be, const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb, bool keep_output_grads,
-             Recompute recompute)
+             Recompute recompute, Precision precision)
     : be_(be), model_(model), first_(first), last_(last), first_compute_(last), train_mb_(train_mb), eval_mb_(eval_mb),
-      keep_dout_(keep_output_grads), mode_(recompute) {
-  const Geometry g = geometry(model, first, last, train_mb, eval_mb, keep_output_grads, recompute);
+      keep_dout_(keep_output_grads), mode_(recompute), precision_(precision) {
+  const Geometry g = geometry(model, first, last, train_mb, eval_mb, keep_output_grads, recompute, precision);
   for (int l = first; l < last; ++l) {
     const Layer& layer = model.layer(l);
     offset_.push_back(num_params_);
@@ -131,7 +133,7 @@ Stage::Slot Stage::carve_layout(float* base, int32_t* labels, Recompute mode) co
     float* y = layer.is_view() ? const_cast<float*>(prev) : p;
     if (!layer.is_view()) p += train_mb_ * layer.out_shape().numel();
     s.out.push_back(y);
-    const int64_t aux = layer.aux_floats(lm) + (keep_dout_ ? layer.split_aux_floats(lm) : 0);
+    const int64_t aux = layer.aux_floats(lm, precision_) + (keep_dout_ ? layer.split_aux_floats(lm) : 0);
     s.aux.push_back(aux ? p : nullptr);
     p += train_mb_ * aux;
     const bool keep = keep_dout_ && layer.splits_backward() && !layer.is_loss();
@@ -139,7 +141,7 @@ Stage::Slot Stage::carve_layout(float* base, int32_t* labels, Recompute mode) co
     if (keep) p += train_mb_ * layer.out_shape().numel();
     prev = y;
   }
-  PT_CHECK(p - base == slot_geometry(model_, first_, last_, keep_dout_, mode).layout * train_mb_,
+  PT_CHECK(p - base == slot_geometry(model_, first_, last_, keep_dout_, mode, precision_).layout * train_mb_,
            "slot layout " << (p - base) << " floats, not the geometry's");
   return s;
 }
@@ -164,7 +166,7 @@ bool Stage::can_restore_units(Recompute mode) const {
 
 std::vector<float> Stage::unit_from(const std::vector<float>& contents, Recompute mode) const {
   const Recompute from = layout_mode(mode), to = layout_mode(mode_);
-  const SlotGeometry g = slot_geometry(model_, first_, last_, keep_dout_, from);
+  const SlotGeometry g = slot_geometry(model_, first_, last_, keep_dout_, from, precision_);
   PT_CHECK(static_cast<int64_t>(contents.size()) == g.unit * train_mb_,
            "a unit slot of " << contents.size() << " floats for stage layers " << first_ << ".." << last_ - 1
                              << " under recompute = " << enum_name(mode) << ", whose slot has " << g.unit * train_mb_);

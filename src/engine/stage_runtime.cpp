@@ -33,7 +33,7 @@ StageRuntime::StageRuntime(Backend& be, const Model& model, const Layout& layout
                            bool split_backward, const Deck::Train& train, int64_t total_updates, Recompute recompute)
     : id(s),
       stage(std::make_unique<Stage>(be, model, layout.first_layer(s), layout.end_layer(s), train_mb, eval_mb, split_backward,
-                                    recompute)),
+                                    recompute, train.precision)),
       in(boundary_below(model, layout, s, train.precision == Precision::bf16)),
       out(boundary_above(model, layout, s, train.precision == Precision::bf16)),
       first(s == 0),
@@ -44,7 +44,6 @@ StageRuntime::StageRuntime(Backend& be, const Model& model, const Layout& layout
   opt = std::make_unique<Optimizer>(optim_config(train), be, n, std::max<int64_t>(1, total_updates));
   grads = Buffer(be, n + 1);
   state = Buffer(be, static_cast<size_t>(stage->num_state()));
-  stage->set_precision(train.precision);  // so bf16 messages lose nothing
 }
 
 StageRuntime::~StageRuntime() {

@@ -27,12 +27,14 @@ void AttentionCore::init_params(float* host, uint64_t seed, int layer, int first
 
 // selective: the composed path keeps the probabilities in the workspace instead (the fused
 // kernel needs none: it recomputes them per head)
+// (the composed path under a bf16 policy: 3 T D more for the fp32 head-major q, k, v, and
+// T D more for the merged outputs before they are packed, or for q, k, v unpacked)
 int64_t AttentionCore::forward_work(bool selective) const {
-  const int64_t TT = H_ * T_ * T_;
-  return std::max(3 * T_ * D_, (selective ? TT : 0) + (p_ > 0 ? TT : 0) + T_ * D_);
+  const int64_t TT = H_ * T_ * T_, TD = T_ * D_;
+  return 3 * TD + std::max(3 * TD, (selective ? TT : 0) + (p_ > 0 ? TT : 0) + 2 * TD);
 }
 int64_t AttentionCore::backward_work(bool selective) const {
-  return 5 * T_ * D_ + (p_ > 0 ? 2 : 1) * H_ * T_ * T_ + (selective ? H_ * T_ * T_ : 0);
+  return 8 * T_ * D_ + (p_ > 0 ? 2 : 1) * H_ * T_ * T_ + (selective ? H_ * T_ * T_ : 0);
 }
 
 void AttentionCore::heads_gemm(const LayerCtx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -59,33 +61,48 @@ Backend::AttentionGeom AttentionCore::geom(const LayerCtx& c, int64_t n) const {
   return g;
 }
 
-// The saved q, k, v are token-major [n, T, 3, H, dh] on the fused path (bf16 views under a
-// bf16 policy: products' operands only) and head-major [3, n, H, T, dh] on the composed one;
-// fused() is fixed per backend and layer, so forward and backward agree.
+// The saved q, k, v are token-major [n, T, 3, H, dh] on the fused path and head-major
+// [3, n, H, T, dh] on the composed one (bf16 views in half the floats under a bf16 policy:
+// products' operands only); fused() is fixed per backend and layer, so forward and backward
+// agree.
 void AttentionCore::forward(const LayerCtx& c, const float* w, CView x, float* y, float* saved, int64_t n) const {
   Backend& be = c.be;
   const int64_t TD = T_ * D_;
   const DType op = operand_dtype(c.precision);
   Carve s{saved, n};
-  float* qkv = s.take(3 * TD);
+  float* qkv = s.take(operand_floats(3 * TD, op));
   float* P = c.selective ? nullptr : s.take(H_ * T_ * T_);  // selective: not kept
-  const View O{s.take(TD), op};
+  const View O{s.take(operand_floats(TD, op)), op};
   if (fused(be)) {
     qkv_.forward(c, w, x, View{qkv, op}, n * T_);
     be.attention_forward(geom(c, n), CView{qkv, op}, P, O);
-    return proj_.forward(c, w + qkv_.size(), O, y, n * T_);
+  } else {
+    composed_forward(c, w, x, qkv, P, O, n);
   }
-  qkv_.forward(c, w, x, c.work, n * T_);  // [n, T, 3, H, dh]
-  be.heads_split(n, T_, 3, H_, dh_, c.work, qkv);
-  const float *q = qkv, *k = qkv + n * TD, *v = qkv + 2 * n * TD;
-  Carve wk{c.work, n};  // the projections above are consumed: the workspace is free again
+  proj_.forward(c, w + qkv_.size(), O, y, n * T_);
+}
+
+void AttentionCore::composed_forward(const LayerCtx& c, const float* w, CView x, float* qkv, float* P, View O,
+                                     int64_t n) const {
+  Backend& be = c.be;
+  const int64_t TD = T_ * D_;
+  const bool bf16 = O.bf16();
+  Carve in{c.work, n};
+  float* qkvh = bf16 ? in.take(3 * TD) : qkv;  // head-major fp32 q, k, v
+  float* proj = in.take(3 * TD);
+  qkv_.forward(c, w, x, proj, n * T_);  // [n, T, 3, H, dh]
+  be.heads_split(n, T_, 3, H_, dh_, proj, qkvh);
+  if (bf16) be.pack_bf16(static_cast<size_t>(n * 3 * TD), qkvh, qkv);
+  const float *q = qkvh, *k = qkvh + n * TD, *v = qkvh + 2 * n * TD;
+  Carve wk{bf16 ? proj : c.work, n};  // the projections are consumed: that workspace is free again
   if (!P) P = wk.take(H_ * T_ * T_);
   probabilities(c, q, k, P, n);
   float* pd_buf = p_ > 0 ? wk.take(H_ * T_ * T_) : nullptr;
   float* Oh = wk.take(TD);
   heads_gemm(c, false, false, T_, dh_, T_, 1.0f, dropped(c, P, pd_buf, n), v, Oh, n);
-  be.heads_merge(n, T_, 1, H_, dh_, Oh, O.data);
-  proj_.forward(c, w + qkv_.size(), to_dtype_in_place(be, op, O.data, n * TD), y, n * T_);
+  float* merged = bf16 ? wk.take(TD) : O.data;
+  be.heads_merge(n, T_, 1, H_, dh_, Oh, merged);
+  if (bf16) be.pack_bf16(static_cast<size_t>(n * TD), merged, O.data);
 }
 
 void AttentionCore::input_half(const LayerCtx& c, const float* w, CView dy, float* dx, const float* saved,
@@ -94,19 +111,25 @@ void AttentionCore::input_half(const LayerCtx& c, const float* w, CView dy, floa
   const int64_t TD = T_ * D_, TT = T_ * T_;
   const DType op = operand_dtype(c.precision);
   const float* qkvh = saved;
-  const float *q = qkvh, *k = qkvh + n * TD, *v = qkvh + 2 * n * TD;
   Carve wk{c.work, n};
   float* dO = wk.take(TD);
   float* dOh = wk.take(TD);
   float* dP = wk.take(H_ * TT);
   float* pd_buf = p_ > 0 ? wk.take(H_ * TT) : nullptr;
   float* dqkvh = wk.take(3 * TD);
-  const float* P = c.selective ? nullptr : saved + n * 3 * TD;  // selective: recomputed below (or in the fused kernel)
+  // selective: recomputed below (or in the fused kernel)
+  const float* P = c.selective ? nullptr : saved + n * operand_floats(3 * TD, op);
   proj_.backward_input(c, w + qkv_.size(), dy, dO, n * T_);
   if (fused(be)) {
     be.attention_backward(geom(c, n), CView{qkvh, op}, P, dO, View{keep, op});
     return qkv_.backward_input(c, w, CView{keep, op}, dx, n * T_);
   }
+  if (op == DType::bf16) {  // the composed path reads fp32 head-major q, k, v
+    float* unpacked = wk.take(3 * TD);
+    be.unpack_bf16(static_cast<size_t>(n * 3 * TD), qkvh, unpacked);
+    qkvh = unpacked;
+  }
+  const float *q = qkvh, *k = qkvh + n * TD, *v = qkvh + 2 * n * TD;
   if (!P) {
     float* Pr = wk.take(H_ * TT);
     probabilities(c, q, k, Pr, n);
@@ -126,7 +149,7 @@ void AttentionCore::input_half(const LayerCtx& c, const float* w, CView dy, floa
 void AttentionCore::weight_half(const LayerCtx& c, CView x, CView dy, float* dw, const float* saved, const float* keep,
                                 int64_t n) const {
   const DType op = operand_dtype(c.precision);
-  const float* O = saved + n * (saved_per_sample(c.selective) - T_ * D_);
+  const float* O = saved + n * (saved_per_sample(c.selective, op) - operand_floats(T_ * D_, op));
   proj_.backward_weight(c, CView{O, op}, dy, dw + qkv_.size(), n * T_);
   qkv_.backward_weight(c, x, CView{keep, op}, dw, n * T_);
 }
@@ -159,6 +182,7 @@ class Attention final : public Layer {
   }
   void init_params(float* host, uint64_t seed) const override { core_.init_params(host, seed, index(), 0); }
   int64_t aux_per_sample() const override { return core_.saved_per_sample(); }
+  int64_t kept_floats(bool selective, DType op) const override { return core_.saved_per_sample(selective, op); }
   int64_t split_aux_per_sample() const override { return core_.keep_per_sample(); }
   int64_t workspace_per_sample() const override {
     return std::max(core_.forward_work(), core_.keep_per_sample() + core_.backward_work());
@@ -181,11 +205,11 @@ class Attention final : public Layer {
   bool splits_backward() const override { return true; }
   void backward_input(const LayerCtx& c, const float* w, const float*, const float*, const float* dy, float* dx, float*,
                       float* aux, int64_t n) const override {
-    core_.input_half(c, w, dy, dx, aux, aux + n * core_.saved_per_sample(c.selective), n);
+    core_.input_half(c, w, dy, dx, aux, aux + n * kept_floats(c.selective, operand_dtype(c.precision)), n);
   }
   void backward_weight(const LayerCtx& c, const float*, const float* x, const float*, const float* dy, float* dw,
                        const float* aux, int64_t n) const override {
-    core_.weight_half(c, x, dy, dw, aux, aux + n * core_.saved_per_sample(c.selective), n);
+    core_.weight_half(c, x, dy, dw, aux, aux + n * kept_floats(c.selective, operand_dtype(c.precision)), n);
   }
   double flops_forward() const override { return core_.flops_forward(); }
   double flops_backward() const override { return 2.0 * core_.flops_forward(); }

@@ -48,19 +48,26 @@ class LmHead final : public Layer {
     else init_normal(host + 2 * D_, V_ * D_, 0.02f, seed, index(), 2);
     if (k_.bias) init_constant(host + 2 * D_ + V_ * D_, V_, 0.0f);
   }
-  // norm output, norm stats, probabilities, token losses
-  int64_t aux_per_sample() const override { return T_ * D_ + 2 * T_ + T_ * V_ + T_; }
+  // norm output (read by the linear only: a bf16 view in half the floats under a bf16
+  // policy), norm stats, probabilities, token losses
+  int64_t kept_floats(bool, DType op) const override { return operand_floats(T_ * D_, op) + 2 * T_ + T_ * V_ + T_; }
+  int64_t aux_per_sample() const override { return kept_floats(false, DType::f32); }
   int64_t split_aux_per_sample() const override { return T_ * D_; }
   int64_t workspace_per_sample() const override { return T_ * V_ + T_ * D_; }
 
+  // the workspace: the logits (T V), then the split region of the fused backward (T D), which
+  // under a bf16 policy first holds the norm's fp32 output, packed into the kept z
   void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const override {
+    const DType op = operand_dtype(c.precision);
     Carve s{aux, n};
-    float* z = s.take(T_ * D_);
+    float* z = s.take(operand_floats(T_ * D_, op));
     float* st = s.take(2 * T_);
     float* probs = s.take(T_ * V_);
     float* tok = s.take(T_);
-    norm_.forward(c.be, w, x, z, st, n * T_);
-    lin_.forward(c, w + 2 * D_, z, c.work, n * T_);  // logits
+    float* normed = op == DType::bf16 ? c.work + n * T_ * V_ : z;
+    norm_.forward(c.be, w, x, normed, st, n * T_);
+    if (op == DType::bf16) c.be.pack_bf16(static_cast<size_t>(n * T_ * D_), normed, z);
+    lin_.forward(c, w + 2 * D_, CView{z, op}, c.work, n * T_);  // logits
     c.be.softmax_xent_forward(n * T_, V_, c.work, c.labels, tok, probs);
     c.be.mean_rows(n, T_, tok, y);
   }
@@ -79,11 +86,11 @@ class LmHead final : public Layer {
   bool splits_backward() const override { return true; }
   void backward_input(const LayerCtx& c, const float* w, const float* x, const float*, const float*, float* dx, float*,
                       float* aux, int64_t n) const override {
-    input_half(c, w, x, dx, aux, aux + n * aux_per_sample(), n);
+    input_half(c, w, x, dx, aux, aux + n * aux_floats(Recompute::none, c.precision), n);
   }
   void backward_weight(const LayerCtx& c, const float* w, const float* x, const float*, const float*, float* dw,
                        const float* aux, int64_t n) const override {
-    weight_half(c, w, x, dw, aux, aux + n * aux_per_sample(), n, true);
+    weight_half(c, w, x, dw, aux, aux + n * aux_floats(Recompute::none, c.precision), n, true);
   }
   double flops_forward() const override {
     return 8.0 * T_ * D_ + 2.0 * T_ * D_ * V_ + 4.0 * T_ * V_;
@@ -92,22 +99,24 @@ class LmHead final : public Layer {
   int64_t product_weight_values() const override { return V_ * D_; }
 
  private:
-  const float* probs(const float* aux, int64_t n) const { return aux + n * (T_ * D_ + 2 * T_); }
+  // the kept norm output's floats per sample (z), then the stats and the probabilities
+  int64_t z_floats(const LayerCtx& c) const { return operand_floats(T_ * D_, operand_dtype(c.precision)); }
+  const float* probs(const LayerCtx& c, const float* aux, int64_t n) const { return aux + n * (z_floats(c) + 2 * T_); }
   // dlogits = loss_scale / T * (probs - onehot(labels)) into the workspace
   void logits_grad(const LayerCtx& c, const float* aux, int64_t n) const {
-    c.be.softmax_xent_backward(n * T_, V_, probs(aux, n), c.labels, c.loss_scale / static_cast<float>(T_), c.work);
+    c.be.softmax_xent_backward(n * T_, V_, probs(c, aux, n), c.labels, c.loss_scale / static_cast<float>(T_), c.work);
   }
   void input_half(const LayerCtx& c, const float* w, const float* x, float* dx, const float* aux, float* dz,
                   int64_t n) const {
     logits_grad(c, aux, n);
     lin_.backward_input(c, w + 2 * D_, c.work, dz, n * T_);
-    norm_.backward_input(c.be, w, x, aux + n * T_ * D_, dz, dx, n * T_);
+    norm_.backward_input(c.be, w, x, aux + n * z_floats(c), dz, dx, n * T_);
   }
   void weight_half(const LayerCtx& c, const float* w, const float* x, float* dw, const float* aux, const float* dz,
                    int64_t n, bool recompute) const {
     if (recompute) logits_grad(c, aux, n);
-    lin_.backward_weight(c, aux, c.work, dw + 2 * D_, n * T_);
-    norm_.backward_weight(c.be, w, x, aux + n * T_ * D_, dz, dw, n * T_);
+    lin_.backward_weight(c, CView{aux, operand_dtype(c.precision)}, c.work, dw + 2 * D_, n * T_);
+    norm_.backward_weight(c.be, w, x, aux + n * z_floats(c), dz, dw, n * T_);
   }
 
   LmHeadSettings k_;

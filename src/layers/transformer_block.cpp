@@ -32,8 +32,15 @@ class TransformerBlock final : public Layer {
 
   std::vector<ParamTensor> params() const override;
   void init_params(float* host, uint64_t seed) const override;
-  // ln1 out, ln1 stats, h, ln2 out, ln2 stats, gelu'(fc1 out), gelu out, then the attention's
-  int64_t aux_per_sample() const override { return 3 * T_ * D_ + 4 * T_ + 2 * T_ * F_ + attn_.saved_per_sample(); }
+  // ln1 out, ln1 stats, h, ln2 out, ln2 stats, gelu'(fc1 out), gelu out, then the attention's;
+  // under a bf16 policy ln1 out, ln2 out and the gelu output (read by linears only) and the
+  // attention's q, k, v and merged outputs are bf16 views in half the floats
+  int64_t kept_floats(bool selective, DType op) const override {
+    const int64_t TD = T_ * D_, TF = T_ * F_;
+    return 2 * operand_floats(TD, op) + TD + 4 * T_ + (selective ? 0 : TF + operand_floats(TF, op)) +
+           attn_.saved_per_sample(selective, op);
+  }
+  int64_t aux_per_sample() const override { return kept_floats(false, DType::f32); }
   // output gradients of fc2, fc1, ln2, the attention, its in_proj, ln1
   int64_t split_aux_per_sample() const override { return 4 * T_ * D_ + T_ * F_ + attn_.keep_per_sample(); }
   int64_t workspace_per_sample() const override {
@@ -44,7 +51,7 @@ class TransformerBlock final : public Layer {
   // selective: no gelu'(f), gelu(f) (2 T F) and no probabilities; gelu(f) is recomputed into
   // the split region; the scratch holds f, gelu(f) in the forward and gelu'(f) in the backward
   bool recomputes_selectively() const override { return true; }
-  int64_t selective_aux_per_sample() const override { return 3 * T_ * D_ + 4 * T_ + attn_.saved_per_sample(true); }
+  int64_t selective_aux_per_sample() const override { return kept_floats(true, DType::f32); }
   int64_t selective_split_aux_per_sample() const override { return split_aux_per_sample() + T_ * F_; }
   int64_t selective_workspace_per_sample() const override {
     const int64_t fwd = T_ * D_ + std::max(attn_.forward_work(true), 2 * T_ * F_);
@@ -61,11 +68,11 @@ class TransformerBlock final : public Layer {
   bool splits_backward() const override { return true; }
   void backward_input(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float*,
                       float* aux, int64_t n) const override {
-    input_half(c, w, x, dy, dx, aux, aux + n * aux_floats(mode(c)), n);
+    input_half(c, w, x, dy, dx, aux, aux + n * aux_floats(mode(c), c.precision), n);
   }
   void backward_weight(const LayerCtx& c, const float* w, const float* x, const float*, const float*, float* dw,
                        const float* aux, int64_t n) const override {
-    weight_half(c, w, x, dw, aux, aux + n * aux_floats(mode(c)), n);
+    weight_half(c, w, x, dw, aux, aux + n * aux_floats(mode(c), c.precision), n);
   }
   double flops_forward() const override {
     const double TD = static_cast<double>(T_ * D_);
@@ -90,18 +97,32 @@ class TransformerBlock final : public Layer {
     return o;
   }
   static Recompute mode(const LayerCtx& c) { return c.selective ? Recompute::selective : Recompute::none; }
-  // The saved activations of n samples (selective: f and g are not saved, null).
+  // The saved activations of n samples (selective: f and g are not saved, null); a1, b and g
+  // in op (kept_floats).
   struct Saved {
     float *a1, *st1, *h, *b, *st2, *f, *g, *attn;
   };
-  Saved saved(float* aux, int64_t n, bool selective) const {
+  Saved saved(float* aux, int64_t n, bool selective, DType op) const {
     Carve s{aux, n};
     Saved v;
-    v.a1 = s.take(T_ * D_), v.st1 = s.take(2 * T_), v.h = s.take(T_ * D_), v.b = s.take(T_ * D_), v.st2 = s.take(2 * T_);
+    v.a1 = s.take(operand_floats(T_ * D_, op)), v.st1 = s.take(2 * T_), v.h = s.take(T_ * D_);
+    v.b = s.take(operand_floats(T_ * D_, op)), v.st2 = s.take(2 * T_);
     v.f = selective ? nullptr : s.take(T_ * F_);
-    v.g = selective ? nullptr : s.take(T_ * F_);
-    v.attn = s.take(attn_.saved_per_sample(selective));
+    v.g = selective ? nullptr : s.take(operand_floats(T_ * F_, op));
+    v.attn = s.take(attn_.saved_per_sample(selective, op));
     return v;
+  }
+  // ln(x) of the norm at w_ln kept in `kept` (fp32), or under a bf16 policy computed in the
+  // scratch and kept packed (the same bf16 values the linears round it to)
+  CView normed(const LayerCtx& c, const float* w_ln, const float* x, float* kept, float* st, float* scratch,
+               int64_t rows) const {
+    if (operand_dtype(c.precision) == DType::f32) {
+      ln_.forward(c.be, w_ln, x, kept, st, rows);
+      return kept;
+    }
+    ln_.forward(c.be, w_ln, x, scratch, st, rows);
+    c.be.pack_bf16(static_cast<size_t>(rows * D_), scratch, kept);
+    return as_bf16(kept);
   }
   // The kept output gradients of n samples (selective: and the recomputed gelu(f), g).
   struct Kept {
@@ -179,20 +200,18 @@ void TransformerBlock::forward(const LayerCtx& c, const float* w, const float* x
                                int64_t n) const {
   Backend& be = c.be;
   const Offsets o = off();
-  Saved s = saved(aux, n, c.selective);
+  const DType op = operand_dtype(c.precision);  // of a1, b and g: read by linears only
+  Saved s = saved(aux, n, c.selective, op);
   const int64_t rows = n * T_;
   const size_t nd = static_cast<size_t>(rows * D_);
-  float* m = c.work;  // a branch's output, then its dropped copy
+  float* m = c.work;  // a norm's fp32 output (bf16 policy), a branch's output, then its dropped copy
   LayerCtx lc = c;
   lc.work = c.work + n * T_ * D_;
   if (c.selective) s.f = lc.work, s.g = lc.work + rows * F_;  // after the attention, in its scratch
-  const DType op = operand_dtype(c.precision);  // of a1, b and g: read by linears only
-  ln_.forward(be, w + o.ln1, x, s.a1, s.st1, rows);
-  attn_.forward(lc, w + o.attn, to_dtype_in_place(be, op, s.a1, rows * D_), m, s.attn, n);
+  attn_.forward(lc, w + o.attn, normed(c, w + o.ln1, x, s.a1, s.st1, m, rows), m, s.attn, n);
   dropout_apply(c, index(), 1, p_, T_ * D_, m, m, n);
   be.add(nd, x, m, s.h);
-  ln_.forward(be, w + o.ln2, s.h, s.b, s.st2, rows);
-  mlp_hidden(c, w + o.fc1, to_dtype_in_place(be, op, s.b, rows * D_), s.f, s.g, rows);
+  mlp_hidden(c, w + o.fc1, normed(c, w + o.ln2, s.h, s.b, s.st2, m, rows), s.f, s.g, rows);
   fc2_.forward(c, w + o.fc2, CView{s.g, op}, m, rows);
   dropout_apply(c, index(), 2, p_, T_ * D_, m, m, n);
   be.add(nd, s.h, m, y);
@@ -202,7 +221,8 @@ void TransformerBlock::input_half(const LayerCtx& c, const float* w, const float
                                   const float* aux, float* keep, int64_t n) const {
   Backend& be = c.be;
   const Offsets o = off();
-  Saved s = saved(const_cast<float*>(aux), n, c.selective);
+  const DType op = operand_dtype(c.precision);  // of dm, df, da and the attention's dqkv: read by linears only
+  Saved s = saved(const_cast<float*>(aux), n, c.selective, op);
   const Kept k = kept(keep, n, c.selective);
   const int64_t rows = n * T_;
   const size_t nd = static_cast<size_t>(rows * D_);
@@ -210,7 +230,6 @@ void TransformerBlock::input_half(const LayerCtx& c, const float* w, const float
   float* dg = c.work + n * T_ * D_;      // gradient of the gelu output, then the attention's scratch
   LayerCtx lc = c;
   lc.work = dg;
-  const DType op = operand_dtype(c.precision);  // of dm, df, da and the attention's dqkv: read by linears only
   if (c.selective) {  // gelu'(f) after the attention's scratch, gelu(f) kept for the weight half
     s.f = dg + n * std::max(T_ * F_, attn_.backward_work(true)), s.g = k.g;
     mlp_hidden(c, w + o.fc1, CView{s.b, op}, s.f, s.g, rows);
@@ -230,10 +249,10 @@ void TransformerBlock::weight_half(const LayerCtx& c, const float* w, const floa
                                    const float* keep, int64_t n) const {
   Backend& be = c.be;
   const Offsets o = off();
-  const Saved s = saved(const_cast<float*>(aux), n, c.selective);
+  const DType op = operand_dtype(c.precision);
+  const Saved s = saved(const_cast<float*>(aux), n, c.selective, op);
   const Kept k = kept(const_cast<float*>(keep), n, c.selective);
   const int64_t rows = n * T_;
-  const DType op = operand_dtype(c.precision);
   fc2_.backward_weight(c, CView{c.selective ? k.g : s.g, op}, CView{k.dm, op}, dw + o.fc2, rows);
   fc1_.backward_weight(c, CView{s.b, op}, CView{k.df, op}, dw + o.fc1, rows);
   ln_.backward_weight(be, w + o.ln2, s.h, s.st2, k.db, dw + o.ln2, rows);

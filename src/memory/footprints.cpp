@@ -23,7 +23,8 @@ class ModelFootprints final : public FootprintSource {
     f.first_stage = first == 0, f.last_stage = end == m_.size();
     f.bf16 = in_.bf16;
     f.train_mb = unit, f.eval_mb = in_.eval_mb;
-    f.geo = Stage::geometry(m_, first, end, unit, in_.eval_mb, split, recompute);
+    f.geo = Stage::geometry(m_, first, end, unit, in_.eval_mb, split, recompute,
+                            in_.bf16 ? Precision::bf16 : Precision::fp32);
     f.params = f.geo.num_params, f.state = f.geo.num_state;
     f.optimizer_states = in_.optimizer_states;
     f.optimizer_floats = f.optimizer_states * f.params;

@@ -38,6 +38,7 @@ struct Timings {
 // Per layer: medians of the timings, the library shares, and the bytes it moves and keeps.
 std::vector<LayerProfile> summarise(const Model& model, const Timings& t, int64_t mb, bool bf16) {
   std::vector<LayerProfile> out;
+  const Precision prec = bf16 ? Precision::bf16 : Precision::fp32;
   bool computed = false;  // some layer other than a view ran: its output is bf16 on the wire
   for (int l = 0; l < model.size(); ++l) {
     const size_t i = static_cast<size_t>(l);
@@ -58,10 +59,10 @@ std::vector<LayerProfile> summarise(const Model& model, const Timings& t, int64_
     p.convert_s = t.kc[i].convert_s * scale;
     p.output_bytes = static_cast<double>(mb * layer.out_shape().numel() * (bf16 && computed ? 2 : 4));
     const int64_t out_floats = layer.is_view() ? 0 : layer.out_shape().numel();
-    p.stash_bytes = static_cast<double>(mb * (out_floats + layer.aux_per_sample()) * 4);
+    p.stash_bytes = static_cast<double>(mb * (out_floats + layer.aux_floats(Recompute::none, prec)) * 4);
     p.param_bytes = static_cast<double>(layer.num_params() * 4);
     if (layer.recomputes_selectively()) {
-      p.selective_stash_bytes = static_cast<double>(mb * (out_floats + layer.aux_floats(Recompute::selective)) * 4);
+      p.selective_stash_bytes = static_cast<double>(mb * (out_floats + layer.aux_floats(Recompute::selective, prec)) * 4);
       p.selective_backward_s = median(t.ts[i]);
     }
     out.push_back(p);
@@ -131,8 +132,7 @@ std::vector<std::vector<double>> selective_backward_times(Backend& be, const Mod
   bool any = false;
   for (int l = 0; l < L; ++l) any = any || model.layer(l).recomputes_selectively();
   if (!any) return ts;
-  Stage st(be, model, 0, L, mb, 1, true, Recompute::selective);
-  st.set_precision(none.precision());
+  Stage st(be, model, 0, L, mb, 1, true, Recompute::selective, none.precision());
   Buffer mem(be, static_cast<size_t>(st.slot_floats()));
   Stage::Slot slot = st.carve(mem.data(), const_cast<int32_t*>(ctx.labels));
   be.fill(mem.data(), 0.0f, mem.size());
@@ -153,9 +153,10 @@ std::vector<std::vector<double>> selective_backward_times(Backend& be, const Mod
 std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, Precision p, int64_t mb, int reps,
                                          uint64_t seed, double* optimizer_s_per_byte, const UpdateRule& update) {
   const int L = model.size();
-  Stage st(be, model, 0, L, mb, 1, true);  // with the split backward's regions: W is timed alone too
+  // with the split backward's regions (W is timed alone too); products in p, activations
+  // rounded and operands kept as in training
+  Stage st(be, model, 0, L, mb, 1, true, Recompute::none, p);
   const bool bf16 = p == Precision::bf16;
-  st.set_precision(p);  // products in p, activations rounded as in training
   // the parameters as a run holds them (in bf16 the layers read the compute copy, whose packed
   // twin the store registers, so GEMMs read weights as a run's do)
   WeightStore weights(be, static_cast<size_t>(st.num_params()), bf16);

@@ -2,7 +2,7 @@
 // tools/make_bf16_fixtures.py; docs/PRECISION.md, "Agreement with PyTorch autocast"): every
 // layer with a matrix kernel (linear, conv2d, attention, transformer_block, lm_head,
 // residual_block) run alone on the host backend with LayerCtx::precision = bf16, and the
-// embedding, a small MLP and a small CNN run through a Stage with set_precision(bf16) as
+// embedding, a small MLP and a small CNN run through a Stage with precision bf16 as
 // train.precision = "bf16" runs them. Forward output, input
 // gradient and parameter gradients are compared per element with the first-order error bound
 // the fixture carries (derived from where each side rounds to bf16; see the generator's
@@ -85,8 +85,7 @@ size_t not_bf16(const std::vector<float>& v) {
 // (then every layer output but the loss's, and the input gradient, must hold bf16 values).
 // A stage ending in the loss takes no dy; token inputs get no dx.
 Run run_stage(Backend& be, const Model& model, int last, const Fixture& fx, int64_t n, bool bf16_activations) {
-  Stage st(be, model, 0, last, n, n);
-  st.set_precision(bf16_activations ? Precision::bf16 : Precision::fp32);
+  Stage st(be, model, 0, last, n, n, false, Recompute::none, bf16_activations ? Precision::bf16 : Precision::fp32);
   const size_t np = static_cast<size_t>(st.num_params());
   Buffer slot(be, static_cast<size_t>(st.slot_floats())), params = on_backend(be, fx.floats("params")), grads(be, np);
   std::unique_ptr<Labels> labels;

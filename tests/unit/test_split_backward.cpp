@@ -62,8 +62,7 @@ Run run_slice(const Model& m, int first, int last, bool split, uint64_t seed, Re
               bool bf16 = false) {
   auto be = make_host_backend();
   const int64_t n = 3;
-  Stage st(*be, m, first, last, n, n, split, mode);
-  st.set_precision(bf16 ? Precision::bf16 : Precision::fp32);
+  Stage st(*be, m, first, last, n, n, split, mode, bf16 ? Precision::bf16 : Precision::fp32);
   Buffer mem(*be, static_cast<size_t>(st.slot_floats())), again(*be, static_cast<size_t>(st.slot_floats()));
   const int64_t nl = n * m.layer(m.size() - 1).labels_per_sample();
   int32_t* labels = be->alloc_int(static_cast<size_t>(nl));

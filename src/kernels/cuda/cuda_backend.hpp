@@ -91,8 +91,13 @@ class CudaBackend final : public Backend {
   void relu_backward(size_t n, const float* y, const float* dy, float* dx) override;
   void gelu_forward(size_t n, const float* x, float* y) override;
   void gelu_backward(size_t n, const float* x, const float* dy, float* dx) override;
-  void gelu_forward_deriv(size_t n, float* x, View y) override;  // a bf16 y: written, then packed in place
+  // a bf16 y: each value's bf16 written directly (y needs only its ceil(n / 2) floats)
+  void gelu_forward_deriv(size_t n, float* x, View y) override;
   void mul(size_t n, const float* a, const float* b, View y) override;
+  // a bf16 y: the fp32 result in device scratch, then packed into y (its ceil(rows out / 2)
+  // floats); an f32 y: Backend's composition
+  void linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b, View y,
+                      Precision p) override;
   void layernorm_forward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
                          const float* beta, float* y, float* stats) override;
   void layernorm_backward(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* stats,
@@ -158,6 +163,7 @@ class CudaBackend final : public Backend {
   // floats in a slot, widening, the bf16 GEMM (cuda_bf16.cu) and convolutions (cuda_dnn.cu).
   void* bf16_scratch(int slot, size_t bytes);
   const uint16_t* to_bf16(int slot, const float* x, size_t n);
+  void zero_odd_tail(size_t n, View y);  // a bf16 y of odd n: the last word's upper half 0
   void from_bf16(const uint16_t* x, size_t n, float* y, bool accumulate);  // y = or += widened x
   void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta, float* C, int64_t ldc,

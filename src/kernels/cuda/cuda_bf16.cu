@@ -17,11 +17,6 @@
 namespace pt::cuda {
 namespace {
 
-__device__ __forceinline__ uint16_t dev_bf16_bits(float x) {
-  const uint32_t u = __float_as_uint(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 __device__ __forceinline__ float dev_widen(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
 
 __global__ void k_to_bf16(size_t n, const float* x, uint16_t* y) { GRID_STRIDE(i, n) y[i] = dev_bf16_bits(x[i]); }
@@ -93,6 +88,16 @@ void CudaBackend::bias_grad_rows_bf16(const float* dy, float* db, int64_t rows, 
   k_bias_grad_rows_bf16<<<blocks_for(static_cast<size_t>(cols)), kThreads, 0, compute_>>>(
       reinterpret_cast<const uint16_t*>(dy), db, rows, cols);
   PT_CU_LAUNCHED();
+}
+
+void CudaBackend::linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b,
+                                 View y, Precision p) {
+  if (!y.bf16()) return Backend::linear_forward(rows, in, out, x, w, b, y, p);
+  const size_t n = static_cast<size_t>(rows * out);
+  if (n == 0) return;
+  auto* acc = static_cast<float*>(bf16_scratch(2, n * sizeof(float)));  // gemm rounds into slots 0 and 1
+  Backend::linear_forward(rows, in, out, x, w, b, acc, p);
+  pack_bf16(n, acc, y.data);
 }
 
 void* CudaBackend::bf16_scratch(int slot, size_t bytes) {

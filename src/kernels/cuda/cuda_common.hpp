@@ -18,6 +18,15 @@ const char* cublas_status_name(cublasStatus_t s);
 
 constexpr int kThreads = 256;
 
+#ifdef __CUDACC__
+// x rounded to bf16 (ties to even, NaN -> 0x7FC0): bf16_bits (backend.hpp) on the device.
+__device__ __forceinline__ uint16_t dev_bf16_bits(float x) {
+  const uint32_t u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+#endif
+
 // Blocks for a grid-stride loop over n elements (at least 1, capped: the loop covers the rest).
 inline unsigned blocks_for(size_t n, int threads = kThreads) {
   const size_t b = (n + static_cast<size_t>(threads) - 1) / static_cast<size_t>(threads);

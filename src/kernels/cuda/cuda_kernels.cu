@@ -61,15 +61,21 @@ __device__ __forceinline__ float dev_gelu_deriv(float v) {
   return cdf + v * pdf;
 }
 __global__ void k_gelu_forward(size_t n, const float* x, float* y) { GRID_STRIDE(i, n) y[i] = dev_gelu(x[i]); }
-__global__ void k_gelu_forward_deriv(size_t n, float* x, float* y) {
+// Y = float (an f32 view) or uint16_t (a bf16 view: the bf16 of each value, written directly,
+// so a bf16 y needs only its ceil(n / 2) floats)
+__device__ __forceinline__ void dev_store(float* y, size_t i, float v) { y[i] = v; }
+__device__ __forceinline__ void dev_store(uint16_t* y, size_t i, float v) { y[i] = dev_bf16_bits(v); }
+template <class Y>
+__global__ void k_gelu_forward_deriv(size_t n, float* x, Y* y) {
   GRID_STRIDE(i, n) {
     const float v = x[i];
-    y[i] = dev_gelu(v);
+    dev_store(y, i, dev_gelu(v));
     x[i] = 1.0f * dev_gelu_deriv(v);  // as gelu_backward with dy = 1
   }
 }
-__global__ void k_mul(size_t n, const float* a, const float* b, float* y) {
-  GRID_STRIDE(i, n) { y[i] = a[i] * b[i]; }
+template <class Y>
+__global__ void k_mul(size_t n, const float* a, const float* b, Y* y) {
+  GRID_STRIDE(i, n) { dev_store(y, i, a[i] * b[i]); }
 }
 
 __global__ void k_gelu_backward(size_t n, const float* x, const float* dy, float* dx) {
@@ -355,17 +361,23 @@ void CudaBackend::gelu_forward(size_t n, const float* x, float* y) {
   k_gelu_forward<<<blocks_for(n), kThreads, 0, compute_>>>(n, x, y);
   PT_CU_LAUNCHED();
 }
+// A bf16 y's odd last word: its upper half 0, as pack_bf16 leaves it.
+void CudaBackend::zero_odd_tail(size_t n, View y) {
+  if (y.bf16() && n % 2) PT_CU_CHECK(cudaMemsetAsync(reinterpret_cast<uint16_t*>(y.data) + n, 0, 2, compute_));
+}
 void CudaBackend::mul(size_t n, const float* a, const float* b, View y) {
   if (n == 0) return;
-  k_mul<<<blocks_for(n), kThreads, 0, compute_>>>(n, a, b, y.data);
+  if (y.bf16()) k_mul<<<blocks_for(n), kThreads, 0, compute_>>>(n, a, b, reinterpret_cast<uint16_t*>(y.data));
+  else k_mul<<<blocks_for(n), kThreads, 0, compute_>>>(n, a, b, y.data);
   PT_CU_LAUNCHED();
-  if (y.bf16()) pack_bf16(n, y.data, y.data);
+  zero_odd_tail(n, y);
 }
 void CudaBackend::gelu_forward_deriv(size_t n, float* x, View y) {
   if (n == 0) return;
-  k_gelu_forward_deriv<<<blocks_for(n), kThreads, 0, compute_>>>(n, x, y.data);
+  if (y.bf16()) k_gelu_forward_deriv<<<blocks_for(n), kThreads, 0, compute_>>>(n, x, reinterpret_cast<uint16_t*>(y.data));
+  else k_gelu_forward_deriv<<<blocks_for(n), kThreads, 0, compute_>>>(n, x, y.data);
   PT_CU_LAUNCHED();
-  if (y.bf16()) pack_bf16(n, y.data, y.data);
+  zero_odd_tail(n, y);
 }
 void CudaBackend::gelu_backward(size_t n, const float* x, const float* dy, float* dx) {
   if (n == 0) return;
