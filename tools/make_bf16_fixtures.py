@@ -260,7 +260,8 @@ def e_attention(e, a, Win, bin_, Wout, bout, H, name, out_ac, out_pt, out_inner_
     -> bf16 head outputs; out_proj linear -> bf16. Every bf16 tensor's gradient is bf16 too;
     the softmax backward reads the bf16 P and rounds its row sum sum(P dP) to bf16.
     Pipetrain: q, k, v rounded for the score and P.V products (their gradient for the in_proj
-    GEMMs); the scores and the softmax in fp32; P rounded for P.V and dV; the score gradient
+    GEMMs); the scores and the softmax in fp32; P rounded once after the softmax and read so by
+    P.V, dV and the softmax backward (which sums in fp32); the score gradient
     rounded for dQ, dK; the head outputs rounded for out_proj, their gradient for dP, dV."""
     n, T, D = a.shape
     dh = D // H
@@ -272,7 +273,7 @@ def e_attention(e, a, Win, bin_, Wout, bout, H, name, out_ac, out_pt, out_inner_
     q, k, v = [t.reshape(n, T, H, dh).permute(0, 2, 1, 3) for t in qkv.split(D, dim=-1)]
     s = (q / math.sqrt(dh)) @ k.transpose(-2, -1)
     s = e.site(s, name + ".scores", ac="fb", pt="b")
-    P = e.softmax(s.masked_fill(causal_mask(T), float("-inf")), name + ".softmax_backward", ac="fs")
+    P = e.softmax(s.masked_fill(causal_mask(T), float("-inf")), name + ".softmax_backward", ac="fs", pt="f")
     P = e.site(P, name + ".probs", ac="fb", pt="f")
     O = (P @ v).permute(0, 2, 1, 3).reshape(n, T, D)
     O = e.site(O, name + ".heads", ac="fb", pt="fb")

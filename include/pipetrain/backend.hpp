@@ -207,8 +207,10 @@ class Backend {
   // and read them: qkv [n, T, 3, H, dh] (q, k, v of each token), o and do [n, T, H, dh],
   // P [n, H, T, T] the probabilities (0 above the diagonal), dqkv like qkv. In bf16
   // (precision) the operands of the four products (q, k, v, P; do, v, P, dS, k, q) are rounded
-  // to bf16 as gemm rounds them; softmax and every sum stay fp32. qkv may be a bf16 view, and
-  // o and dqkv bf16 views (written as the bf16 of their values), in bf16 only. No dropout: a layer with dropout of
+  // to bf16 as gemm rounds them; softmax and every sum stay fp32, and the softmax backward
+  // reads P as the products do (its bf16 values in bf16, as autocast's softmax backward reads
+  // its bf16 output). qkv and P may be bf16 views, and o and dqkv bf16 views (written as the
+  // bf16 of their values), in bf16 only. No dropout: a layer with dropout of
   // the probabilities composes. Forward: P = causal_softmax(scale q k^T), o = P v.
   // Backward: dP = do v^T, dS = causal_softmax_backward(P, dP), dq = scale dS k,
   // dk = scale dS^T q, dv = P^T do. P may be null in both (selective recomputation): the
@@ -220,8 +222,8 @@ class Backend {
     Precision precision = Precision::fp32;
   };
   virtual bool fused_attention() const { return false; }
-  virtual void attention_forward(const AttentionGeom& g, CView qkv, float* P, View o);
-  virtual void attention_backward(const AttentionGeom& g, CView qkv, const float* P, const float* dout, View dqkv);
+  virtual void attention_forward(const AttentionGeom& g, CView qkv, View P, View o);
+  virtual void attention_backward(const AttentionGeom& g, CView qkv, CView P, const float* dout, View dqkv);
   // y[s, t, :] = wte[tokens[s, t], :] + wpe[t, :] (tokens are exact floats in [0, V)).
   virtual void embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* wte,
                                  const float* wpe, float* y) = 0;

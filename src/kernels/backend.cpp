@@ -26,10 +26,10 @@ void Backend::add(size_t n, const float* a, const float* b, float* y) {
 
 // A backend without the fused kernel: the layer asks fused_attention() first and composes,
 // so reaching these is a bug in the caller.
-void Backend::attention_forward(const AttentionGeom&, CView, float*, View) {
+void Backend::attention_forward(const AttentionGeom&, CView, View, View) {
   PT_CHECK(false, "attention_forward: the " << describe() << " backend has no fused attention kernel");
 }
-void Backend::attention_backward(const AttentionGeom&, CView, const float*, const float*, View) {
+void Backend::attention_backward(const AttentionGeom&, CView, CView, const float*, View) {
   PT_CHECK(false, "attention_backward: the " << describe() << " backend has no fused attention kernel");
 }
 

@@ -27,15 +27,14 @@ void AttentionCore::init_params(float* host, uint64_t seed, int layer, int first
 
 // selective: the composed path keeps the probabilities in the workspace instead (the fused
 // kernel needs none: it recomputes them per head)
-// (the composed path under a bf16 policy: 3 T D more for the fp32 head-major q, k, v, and
-// T D more for the merged outputs before they are packed, or for q, k, v unpacked)
-int64_t AttentionCore::forward_work(bool selective) const {
+// (the composed path under a bf16 policy: 3 T D more for the fp32 head-major q, k, v, H T T
+// for the fp32 probabilities and T D for the merged outputs before they are packed, or for
+// q, k, v and P unpacked; selective recomputes the probabilities there too)
+int64_t AttentionCore::forward_work(bool) const {
   const int64_t TT = H_ * T_ * T_, TD = T_ * D_;
-  return 3 * TD + std::max(3 * TD, (selective ? TT : 0) + (p_ > 0 ? TT : 0) + 2 * TD);
+  return 3 * TD + std::max(3 * TD, TT + (p_ > 0 ? TT : 0) + 2 * TD);
 }
-int64_t AttentionCore::backward_work(bool selective) const {
-  return 8 * T_ * D_ + (p_ > 0 ? 2 : 1) * H_ * T_ * T_ + (selective ? H_ * T_ * T_ : 0);
-}
+int64_t AttentionCore::backward_work(bool) const { return 8 * T_ * D_ + (p_ > 0 ? 3 : 2) * H_ * T_ * T_; }
 
 void AttentionCore::heads_gemm(const LayerCtx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                                const float* A, const float* B, float* C, int64_t n) const {
@@ -53,6 +52,7 @@ const float* AttentionCore::dropped(const LayerCtx& c, const float* P, float* bu
 void AttentionCore::probabilities(const LayerCtx& c, const float* q, const float* k, float* P, int64_t n) const {
   heads_gemm(c, false, true, T_, T_, dh_, scale_, q, k, P, n);  // scores
   c.be.causal_softmax_forward(n * H_, T_, P, P);
+  if (c.precision == Precision::bf16) c.be.round_bf16(static_cast<size_t>(n * H_ * T_ * T_), P, P);
 }
 
 Backend::AttentionGeom AttentionCore::geom(const LayerCtx& c, int64_t n) const {
@@ -71,7 +71,7 @@ void AttentionCore::forward(const LayerCtx& c, const float* w, CView x, float* y
   const DType op = operand_dtype(c.precision);
   Carve s{saved, n};
   float* qkv = s.take(operand_floats(3 * TD, op));
-  float* P = c.selective ? nullptr : s.take(H_ * T_ * T_);  // selective: not kept
+  const View P{c.selective ? nullptr : s.take(operand_floats(H_ * T_ * T_, op)), op};  // selective: not kept
   const View O{s.take(operand_floats(TD, op)), op};
   if (fused(be)) {
     qkv_.forward(c, w, x, View{qkv, op}, n * T_);
@@ -82,7 +82,7 @@ void AttentionCore::forward(const LayerCtx& c, const float* w, CView x, float* y
   proj_.forward(c, w + qkv_.size(), O, y, n * T_);
 }
 
-void AttentionCore::composed_forward(const LayerCtx& c, const float* w, CView x, float* qkv, float* P, View O,
+void AttentionCore::composed_forward(const LayerCtx& c, const float* w, CView x, float* qkv, View P, View O,
                                      int64_t n) const {
   Backend& be = c.be;
   const int64_t TD = T_ * D_;
@@ -95,11 +95,12 @@ void AttentionCore::composed_forward(const LayerCtx& c, const float* w, CView x,
   if (bf16) be.pack_bf16(static_cast<size_t>(n * 3 * TD), qkvh, qkv);
   const float *q = qkvh, *k = qkvh + n * TD, *v = qkvh + 2 * n * TD;
   Carve wk{bf16 ? proj : c.work, n};  // the projections are consumed: that workspace is free again
-  if (!P) P = wk.take(H_ * T_ * T_);
-  probabilities(c, q, k, P, n);
+  float* Pf = P.data && !bf16 ? P.data : wk.take(H_ * T_ * T_);  // the probabilities in fp32 slots
+  probabilities(c, q, k, Pf, n);
+  if (bf16 && P.data) be.pack_bf16(static_cast<size_t>(n * H_ * T_ * T_), Pf, P.data);
   float* pd_buf = p_ > 0 ? wk.take(H_ * T_ * T_) : nullptr;
   float* Oh = wk.take(TD);
-  heads_gemm(c, false, false, T_, dh_, T_, 1.0f, dropped(c, P, pd_buf, n), v, Oh, n);
+  heads_gemm(c, false, false, T_, dh_, T_, 1.0f, dropped(c, Pf, pd_buf, n), v, Oh, n);
   float* merged = bf16 ? wk.take(TD) : O.data;
   be.heads_merge(n, T_, 1, H_, dh_, Oh, merged);
   if (bf16) be.pack_bf16(static_cast<size_t>(n * TD), merged, O.data);
@@ -118,10 +119,10 @@ void AttentionCore::input_half(const LayerCtx& c, const float* w, CView dy, floa
   float* pd_buf = p_ > 0 ? wk.take(H_ * TT) : nullptr;
   float* dqkvh = wk.take(3 * TD);
   // selective: recomputed below (or in the fused kernel)
-  const float* P = c.selective ? nullptr : saved + n * operand_floats(3 * TD, op);
+  const CView Pk{c.selective ? nullptr : saved + n * operand_floats(3 * TD, op), op};
   proj_.backward_input(c, w + qkv_.size(), dy, dO, n * T_);
   if (fused(be)) {
-    be.attention_backward(geom(c, n), CView{qkvh, op}, P, dO, View{keep, op});
+    be.attention_backward(geom(c, n), CView{qkvh, op}, Pk, dO, View{keep, op});
     return qkv_.backward_input(c, w, CView{keep, op}, dx, n * T_);
   }
   if (op == DType::bf16) {  // the composed path reads fp32 head-major q, k, v
@@ -130,9 +131,11 @@ void AttentionCore::input_half(const LayerCtx& c, const float* w, CView dy, floa
     qkvh = unpacked;
   }
   const float *q = qkvh, *k = qkvh + n * TD, *v = qkvh + 2 * n * TD;
-  if (!P) {
+  const float* P = Pk.data;
+  if (!P || Pk.bf16()) {  // fp32 probabilities: unpacked, or recomputed (selective)
     float* Pr = wk.take(H_ * TT);
-    probabilities(c, q, k, Pr, n);
+    if (P) be.unpack_bf16(static_cast<size_t>(n * H_ * TT), P, Pr);
+    else probabilities(c, q, k, Pr, n);
     P = Pr;
   }
   be.heads_split(n, T_, 1, H_, dh_, dO, dOh);

@@ -3,11 +3,13 @@
 // layout): in_proj weight [3D, D] and bias [3D] (q, k, v stacked), out_proj weight [D, D]
 // and bias [D]. Per sample it saves q, k, v (3 T D; token-major on the backend's fused
 // path, head-major on the composed one), the attention probabilities before dropout (H T T)
-// and the merged head outputs (T D). Under a bf16 policy q, k, v and the merged outputs (read
-// by products only) are kept as bf16 views in half the floats (saved_per_sample(., bf16)):
-// the fused path writes them so; the composed one splits and merges in fp32 in its workspace
-// and packs into the kept slots, and unpacks q, k, v into its workspace in the backward (the
-// same bf16 values its products round to, so the results are unchanged). The input half of
+// and the merged head outputs (T D). Under a bf16 policy all three are kept as bf16 views in
+// half the floats (saved_per_sample(., bf16)): q, k, v and the merged outputs are read by
+// products only (which round them to those values anyway), and the probabilities are rounded
+// once after the softmax, as autocast's softmax of bf16 scores returns them, and read so by
+// the P.V and dV products and by the softmax backward. The fused path writes them so; the
+// composed one computes in fp32 in its workspace and packs into the kept slots, and unpacks
+// q, k, v and P into its workspace in the backward. The input half of
 // backward leaves the in_proj output gradient (3 T D) in `keep` for the weight half.
 // Probability dropout is keyed by (seed, layer, stream slot 3, sample, head/query/key
 // position) and recomputed in backward. Selective recomputation (LayerCtx::selective) saves
@@ -31,9 +33,11 @@ class AttentionCore {
   void init_params(float* host, uint64_t seed, int layer, int first_tensor) const;  // N(0, 0.02), zero biases
   double model_flops() const { return 12.0 * static_cast<double>(T_) * static_cast<double>(T_) * static_cast<double>(D_); }
   // selective: without the probabilities (H T T), which the backward recomputes; op: the
-  // dtype q, k, v and the merged head outputs are kept in (operand_dtype(c.precision))
+  // dtype q, k, v, the probabilities and the merged head outputs are kept in
+  // (operand_dtype(c.precision))
   int64_t saved_per_sample(bool selective = false, DType op = DType::f32) const {
-    return operand_floats(3 * T_ * D_, op) + (selective ? 0 : H_ * T_ * T_) + operand_floats(T_ * D_, op);
+    return operand_floats(3 * T_ * D_, op) + (selective ? 0 : operand_floats(H_ * T_ * T_, op)) +
+           operand_floats(T_ * D_, op);
   }
   int64_t keep_per_sample() const { return 3 * T_ * D_; }
   // per sample, enough for either dtype of the kept operands
@@ -57,10 +61,12 @@ class AttentionCore {
   void heads_gemm(const LayerCtx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   const float* B, float* C, int64_t n) const;
   const float* dropped(const LayerCtx& c, const float* P, float* buf, int64_t n) const;
-  // the composed path's probabilities from head-major q and k: scores, then causal softmax
+  // the composed path's probabilities from head-major q and k: scores, then causal softmax,
+  // rounded to bf16 values under a bf16 policy
   void probabilities(const LayerCtx& c, const float* q, const float* k, float* P, int64_t n) const;
-  // the composed forward: head-major q, k, v kept in `qkv`, outputs merged into O
-  void composed_forward(const LayerCtx& c, const float* w, CView x, float* qkv, float* P, View O, int64_t n) const;
+  // the composed forward: head-major q, k, v kept in `qkv`, the probabilities in P (null:
+  // selective), outputs merged into O
+  void composed_forward(const LayerCtx& c, const float* w, CView x, float* qkv, View P, View O, int64_t n) const;
   // the backend's fused kernel (Backend::attention_forward) where it has one and the
   // probabilities have no dropout; else the composition of batched GEMMs and softmax
   bool fused(const Backend& be) const { return be.fused_attention() && p_ == 0.0f; }

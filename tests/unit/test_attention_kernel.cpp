@@ -5,14 +5,15 @@
 //  - fp32: P, o, dq, dk, dv within 2e-6 of the largest reference magnitude (fp32 sums of at
 //    most T exact products; only the order differs);
 //  - bf16: the reference rounds the same operands (q, k, v, P; do, v, P, dS, k, q) with
-//    bf16_round and sums in double. P, o and dv agree within 2e-6 (the operands are the
+//    bf16_round and sums in double; its softmax backward reads the rounded P too. P, o and dv agree within 2e-6 (the operands are the
 //    kernel's own rounded values, so only fp32 accumulation differs); dq and dk within 2e-3,
 //    because dS is rounded from the kernel's fp32 value, which can sit on the other side of
 //    a bf16 rounding boundary from the double one for a few elements (one bf16 ulp, 2^-8).
 //    A kernel that skipped a rounding misses the 2e-6 bars by orders of magnitude, which the
 //    test asserts too.
 // Plus: both precisions are deterministic (bitwise equal on a repeat), bf16 output views
-// are exactly the rounded fp32 ones, a bf16 qkv view gives the same bits as an f32 one, and
+// are exactly the rounded fp32 ones, a bf16 qkv view gives the same bits as an f32 one, a bf16
+// P view holds the rounded probabilities and gives the same bits as an f32 one, and
 // the composed path
 // (heads_split, batched oneDNN/OpenBLAS GEMMs, causal softmax, heads_merge) agrees with the
 // fused one within the same bars.
@@ -48,16 +49,17 @@ Backend::AttentionGeom geom(const Case& c) {
 }
 
 Grads run_fused(Backend& be, const Case& c, Precision p, const std::vector<float>& qkv, const std::vector<float>& dout,
-                bool packed_out = false, bool packed_in = false) {
+                bool packed_out = false, bool packed_in = false, bool packed_P = false) {
   Backend::AttentionGeom g = geom(c);
   g.precision = p;
   const pt::DType in = packed_in ? pt::DType::bf16 : pt::DType::f32, out = packed_out ? pt::DType::bf16 : pt::DType::f32;
+  const pt::DType pd = packed_P ? pt::DType::bf16 : pt::DType::f32;
   Grads r;
   r.P.assign(c.n * c.H * c.T * c.T, -1.0f);
   r.o.assign(c.n * c.T * c.H * c.dh, -1.0f);
   r.dqkv.assign(c.n * c.T * 3 * c.H * c.dh, -1.0f);
-  be.attention_forward(g, pt::CView{qkv.data(), in}, r.P.data(), pt::View{r.o.data(), out});
-  be.attention_backward(g, pt::CView{qkv.data(), in}, r.P.data(), dout.data(), pt::View{r.dqkv.data(), out});
+  be.attention_forward(g, pt::CView{qkv.data(), in}, pt::View{r.P.data(), pd}, pt::View{r.o.data(), out});
+  be.attention_backward(g, pt::CView{qkv.data(), in}, pt::CView{r.P.data(), pd}, dout.data(), pt::View{r.dqkv.data(), out});
   return r;
 }
 
@@ -74,13 +76,15 @@ Grads run_composed(Backend& be, const Case& c, Precision p, const std::vector<fl
   be.heads_split(n, T, 3, H, dh, qkv.data(), h.data());
   be.gemm_strided_batched(false, true, T, T, dh, scale, q, dh, T * dh, k, dh, T * dh, 0.0f, r.P.data(), T, T * T, B, p);
   be.causal_softmax_forward(B, T, r.P.data(), r.P.data());
-  be.gemm_strided_batched(false, false, T, dh, T, 1.0f, r.P.data(), T, T * T, v, dh, T * dh, 0.0f, Oh.data(), dh, T * dh, B, p);
+  std::vector<float> Pu = r.P;  // in bf16 the layer rounds P once (what the products and the softmax backward read)
+  if (p == Precision::bf16) be.round_bf16(Pu.size(), Pu.data(), Pu.data());
+  be.gemm_strided_batched(false, false, T, dh, T, 1.0f, Pu.data(), T, T * T, v, dh, T * dh, 0.0f, Oh.data(), dh, T * dh, B, p);
   be.heads_merge(n, T, 1, H, dh, Oh.data(), r.o.data());
   be.heads_split(n, T, 1, H, dh, dout.data(), dOh.data());
   be.gemm_strided_batched(false, true, T, T, dh, 1.0f, dOh.data(), dh, T * dh, v, dh, T * dh, 0.0f, dP.data(), T, T * T, B, p);
-  be.gemm_strided_batched(true, false, T, dh, T, 1.0f, r.P.data(), T, T * T, dOh.data(), dh, T * dh, 0.0f,
+  be.gemm_strided_batched(true, false, T, dh, T, 1.0f, Pu.data(), T, T * T, dOh.data(), dh, T * dh, 0.0f,
                           dh3.data() + 2 * n * TD, dh, T * dh, B, p);
-  be.causal_softmax_backward(B, T, r.P.data(), dP.data(), dP.data());
+  be.causal_softmax_backward(B, T, Pu.data(), dP.data(), dP.data());
   be.gemm_strided_batched(false, false, T, dh, T, scale, dP.data(), T, T * T, k, dh, T * dh, 0.0f, dh3.data(), dh, T * dh, B, p);
   be.gemm_strided_batched(true, false, T, dh, T, scale, dP.data(), T, T * T, q, dh, T * dh, 0.0f, dh3.data() + n * TD, dh,
                           T * dh, B, p);
@@ -126,9 +130,9 @@ Grads reference(const Case& c, const std::vector<float>& qkv, const std::vector<
           double acc = 0;
           for (int64_t e = 0; e < dh; ++e) acc += dO(i, e) * X(2, j, e);
           dP[j] = acc;
-          dot += static_cast<double>(Pk[i * T + j]) * acc;
+          dot += rd(Pk[i * T + j]) * acc;  // the softmax backward reads P as the products do
         }
-        for (int64_t j = 0; j <= i; ++j) dS[i * T + j] = rd(static_cast<float>(Pk[i * T + j] * (dP[j] - dot)));
+        for (int64_t j = 0; j <= i; ++j) dS[i * T + j] = rd(static_cast<float>(rd(Pk[i * T + j]) * (dP[j] - dot)));
       }
       for (int64_t t = 0; t < T; ++t)
         for (int64_t e = 0; e < dh; ++e) {
@@ -198,6 +202,14 @@ void check(Precision prec) {
       EXPECT_EQ(from_packed.P, k.P);
       EXPECT_EQ(from_packed.o, k.o);
       EXPECT_EQ(from_packed.dqkv, k.dqkv);
+      // P kept as a bf16 view (what the layer keeps): pack_bf16 of the fp32 P, and the same
+      // bits out, since the products and the softmax backward read the rounded P either way
+      const Grads kept = run_fused(*be, c, prec, qkv, dout, false, false, true);
+      std::vector<float> P(k.P.size());
+      be->unpack_bf16(P.size(), kept.P.data(), P.data());
+      for (size_t i = 0; i < P.size(); ++i) ASSERT_EQ(P[i], bf16_round(k.P[i])) << "P " << i;
+      EXPECT_EQ(kept.o, k.o);
+      EXPECT_EQ(kept.dqkv, k.dqkv);
     }
     const Grads comp = run_composed(*be, c, prec, qkv, dout);
     EXPECT_LT(rel_err(k.o, comp.o), bf16 ? 2e-3 : 2e-6);

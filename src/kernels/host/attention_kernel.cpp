@@ -11,6 +11,9 @@
 // (ascending key or query index, one fused multiply-add each), so a run is bitwise
 // reproducible; against the composed path only the summation order differs (fp32 rounding,
 // tested in tests/unit/test_attention_kernel.cpp against a double reference).
+// The probabilities P are kept as the products read them: fp32 in fp32, and in bf16 a bf16
+// view (rounded once, as autocast's softmax of bf16 scores returns them), which the dv
+// product and the softmax backward both read, as autocast's do.
 // Selective recomputation passes no P: the forward then keeps no probabilities, and the
 // backward recomputes each head's from its q and k tiles with the forward's own scores and
 // softmax rows before using them, so they are bitwise what the forward would have stored.
@@ -205,12 +208,20 @@ void product(const Tiles& t, const float* w, const float* x, float scale, float*
   if (c0 < t.dp) Transposed ? cols_block<1>(t, w, x, c0, scale, out, ld) : rows_block<1>(t, w, x, c0, scale, out, ld);
 }
 
-// the [T, T] matrix m into the triangle tile (rounded in bf16)
-PT_NO_MEMCPY_CALLS void load_triangle(const Tiles& t, const float* m, float* tile) {
+// the [T, T] matrix at element `off` of m (an f32 view, or a bf16 one: exact) into the
+// triangle tile (rounded in bf16)
+PT_NO_MEMCPY_CALLS void load_triangle(const Tiles& t, CView m, int64_t off, float* tile) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(m.data) + 2 * off;
   for (int64_t i = 0; i < t.T; ++i) {
-    const float* x = m + i * t.T;
     float* y = tile + i * t.Tp;
     int64_t j = 0;  // zeros past the diagonal come along (rounding keeps them)
+    if (m.bf16()) {
+      const unsigned char* x = bytes + 2 * i * t.T;
+      for (; j + kW <= t.T; j += kW) store(y + j, load_bf16(x + 2 * j));
+      for (; j < t.T; ++j) y[j] = load_bf16_one(x + 2 * j);
+      continue;
+    }
+    const float* x = m.data + off + i * t.T;
     for (; j + kW <= t.T; j += kW) store(y + j, t.rd(load(x + j)));
     for (; j < t.T; ++j) y[j] = t.rd(x[j]);
   }
@@ -221,27 +232,29 @@ void round_row(float* r, int64_t len) {
   for (int64_t j = 0; j < len; j += kW) store(r + j, round_bf16(load(r + j)));
 }
 
-// a probability row of T floats out to P (none: nothing kept, selective recomputation), and
-// into the triangle tile as products read it
-PT_NO_MEMCPY_CALLS void copy_row(const Tiles& t, const float* r, float* P, float* tile) {
+// a probability row of T floats out to element `off` of P (none: nothing kept, selective
+// recomputation; a bf16 view: packed), and into the triangle tile as products read it
+PT_NO_MEMCPY_CALLS void copy_row(const Tiles& t, const float* r, View P, int64_t off, float* tile) {
   int64_t j = 0;
-  if (!P) {
+  if (!P.data || P.bf16()) {
     for (; j + kW <= t.T; j += kW) store(tile + j, t.rd(load(r + j)));
     for (; j < t.T; ++j) tile[j] = t.rd(r[j]);
+    if (P.data) pack_bf16_span(static_cast<size_t>(t.T), r, reinterpret_cast<unsigned char*>(P.data) + 2 * off);
     return;
   }
-  const bool stream = (reinterpret_cast<uintptr_t>(P) & 63) == 0;
+  float* Pr = P.data + off;
+  const bool stream = (reinterpret_cast<uintptr_t>(P.data + off) & 63) == 0;
   for (; j + kW <= t.T; j += kW) {
     const vec16 v = load(r + j);
 #ifdef __AVX512F__
-    if (stream) _mm512_stream_ps(P + j, reinterpret_cast<__m512>(v));
-    else store(P + j, v);
+    if (stream) _mm512_stream_ps(Pr + j, reinterpret_cast<__m512>(v));
+    else store(Pr + j, v);
 #else
-    store(P + j, v);
+    store(Pr + j, v);
 #endif
     store(tile + j, t.rd(v));
   }
-  for (; j < t.T; ++j) P[j] = r[j], tile[j] = t.rd(r[j]);
+  for (; j < t.T; ++j) Pr[j] = r[j], tile[j] = t.rd(r[j]);
 }
 
 // One head's probabilities again from its q (tile a) and k (transposed in kt), as the forward
@@ -251,15 +264,16 @@ void recompute_probabilities(Tiles& t, float scale) {
   for (int64_t i = 0; i < t.T; ++i) {
     float* r = t.pf + i * t.Tp;
     causal_softmax_row(r, r, i + 1, t.T);
-    copy_row(t, r, nullptr, t.p + i * t.Tp);
+    copy_row(t, r, View{nullptr}, 0, t.p + i * t.Tp);
   }
 }
 
 }  // namespace
 
-void HostBackend::attention_forward(const AttentionGeom& g, CView qkv, float* P, View o_view) {
+void HostBackend::attention_forward(const AttentionGeom& g, CView qkv, View P, View o_view) {
   const int64_t T = g.T, D = g.H * g.dh, TT = T * T;
-  PT_CHECK(g.precision == Precision::bf16 || (!qkv.bf16() && !o_view.bf16()), "attention_forward: bf16 views in fp32");
+  PT_CHECK(g.precision == Precision::bf16 || (!qkv.bf16() && !o_view.bf16() && !P.bf16()),
+           "attention_forward: bf16 views in fp32");
   Tiles t(T, g.dh, g.precision == Precision::bf16);
   float* o = o_view.data;
   t.out_packed = o_view.bf16(), t.out_base = o;
@@ -267,7 +281,7 @@ void HostBackend::attention_forward(const AttentionGeom& g, CView qkv, float* P,
     for (int64_t h = 0; h < g.H; ++h) {
       const Src x{qkv.data, qkv.bf16()};
       const int64_t q = head_offset(g, s, h, 3 * D), next = head_offset(g, s, h + 1, 3 * D);  // k at +D, v at +2D
-      float* Ph = P ? P + (s * g.H + h) * TT : nullptr;
+      const int64_t ph = (s * g.H + h) * TT;  // the head's probabilities in P
       t.gather(x, q, 3 * D, t.a);
       t.gather_transposed(x, q + D, 3 * D, t.b, t.kt);
       t.gather(x, q + 2 * D, 3 * D, t.c);
@@ -277,17 +291,19 @@ void HostBackend::attention_forward(const AttentionGeom& g, CView qkv, float* P,
       for (int64_t i = 0; i < T; ++i) {  // softmax in the tile (cache), then out to P
         float* r = t.s + i * t.Tp;
         causal_softmax_row(r, r, i + 1, T);
-        copy_row(t, r, Ph ? Ph + i * T : nullptr, t.p + i * t.Tp);
+        copy_row(t, r, P, ph + i * T, t.p + i * t.Tp);
       }
       product<false>(t, t.p, t.c, 1.0f, o + head_offset(g, s, h, D), D);
     }
 }
 
-void HostBackend::attention_backward(const AttentionGeom& g, CView qkv, const float* P, const float* dout,
+void HostBackend::attention_backward(const AttentionGeom& g, CView qkv, CView P, const float* dout,
                                      View dqkv_view) {
   const int64_t T = g.T, D = g.H * g.dh, TT = T * T;
-  PT_CHECK(g.precision == Precision::bf16 || (!qkv.bf16() && !dqkv_view.bf16()), "attention_backward: bf16 views in fp32");
-  Tiles t(T, g.dh, g.precision == Precision::bf16, !P);
+  PT_CHECK(g.precision == Precision::bf16 || (!qkv.bf16() && !dqkv_view.bf16() && !P.bf16()),
+           "attention_backward: bf16 views in fp32");
+  const bool kept = P.data != nullptr;
+  Tiles t(T, g.dh, g.precision == Precision::bf16, !kept);
   float* dqkv = dqkv_view.data;
   t.out_packed = dqkv_view.bf16(), t.out_base = dqkv;
   for (int64_t s = 0; s < g.n; ++s)
@@ -295,9 +311,8 @@ void HostBackend::attention_backward(const AttentionGeom& g, CView qkv, const fl
       const Src x{qkv.data, qkv.bf16()}, dy{dout, false};
       const int64_t q = head_offset(g, s, h, 3 * D), next = head_offset(g, s, h + 1, 3 * D);
       float* dx = dqkv + q;
-      const float* Ph = P ? P + (s * g.H + h) * TT : nullptr;
       t.gather(x, q, 3 * D, t.a);  // q
-      if (Ph) {
+      if (kept) {
         t.gather(x, q + D, 3 * D, t.b);  // k
       } else {
         t.gather_transposed(x, q + D, 3 * D, t.b, t.kt);  // k, and k^T for the scores
@@ -310,11 +325,13 @@ void HostBackend::attention_backward(const AttentionGeom& g, CView qkv, const fl
         t.prefetch(dy, head_offset(g, s, h + 1, D), D);
       }
       scores(t, t.d, 1.0f, t.s);                     // dP = do v^T (the triangle)
-      if (Ph) load_triangle(t, Ph, t.p);
+      if (kept) load_triangle(t, P, (s * g.H + h) * TT, t.p);
       product<true>(t, t.p, t.d, 1.0f, dx + 2 * D, 3 * D);  // dv = P^T do
       for (int64_t i = 0; i < T; ++i) {
         float* r = t.s + i * t.Tp;
-        causal_softmax_grad_row(Ph ? Ph + i * T : t.pf + i * t.Tp, r, r, i + 1, T);  // dS, zeros after the diagonal
+        // dS from P as the products read it (its fp32 values in fp32, its bf16 ones in bf16),
+        // zeros after the diagonal
+        causal_softmax_grad_row(t.p + i * t.Tp, r, r, i + 1, T);
         if (t.bf16) round_row(r, i + 1);  // reads up to pad16(i + 1) <= Tp: zeros past T
       }
       product<false>(t, t.s, t.b, g.scale, dx, 3 * D);     // dq = scale dS k

@@ -81,8 +81,8 @@ class HostBackend final : public Backend {
   void causal_softmax_forward(int64_t batches, int64_t T, const float* s, float* p) override;
   void causal_softmax_backward(int64_t batches, int64_t T, const float* p, const float* dp, float* ds) override;
   bool fused_attention() const override { return true; }
-  void attention_forward(const AttentionGeom& g, CView qkv, float* P, View o) override;  // attention_kernel.cpp
-  void attention_backward(const AttentionGeom& g, CView qkv, const float* P, const float* dout, View dqkv) override;
+  void attention_forward(const AttentionGeom& g, CView qkv, View P, View o) override;  // attention_kernel.cpp
+  void attention_backward(const AttentionGeom& g, CView qkv, CView P, const float* dout, View dqkv) override;
   void embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* wte, const float* wpe,
                          float* y) override;
   void embedding_backward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* dy, float* dwte,
