@@ -591,7 +591,9 @@ def block_case(seed):
                         out_db_rounded=True)
         h = e.site(xs + m, "h")
         b2 = e.site(F.layer_norm(h, (D,), q[6], q[7], 1e-5), "ln2", ac="fb", pt="f")
-        f = e_linear(e, b2, q[8], q[9], "fc1", out_ac="fb", out_pt="", inner_pt="b", db_rounded=True)
+        # both keep fc1's output as bf16 (the GELU's input; its gradient pipetrain rounds for
+        # fc1's GEMMs and bias gradient) and compute the GELU and its derivative from it
+        f = e_linear(e, b2, q[8], q[9], "fc1", out_ac="fb", out_pt="f", inner_pt="b", db_rounded=True)
         g = e.site(F.gelu(f), "gelu", ac="fb", pt="f")  # autocast: gelu of bf16 is bf16
         mo = e_linear(e, g, q[10], q[11], "fc2", out_ac="fb", out_pt="", inner_pt="b", db_rounded=True)
         return h + mo

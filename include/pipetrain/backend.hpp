@@ -152,8 +152,11 @@ class Backend {
   // Elementwise activations over n values.
   virtual void relu_forward(size_t n, const float* x, float* y) = 0;
   virtual void relu_backward(size_t n, const float* y, const float* dy, float* dx) = 0;
-  virtual void gelu_forward(size_t n, const float* x, float* y) = 0;  // exact (erf) GELU
-  virtual void gelu_backward(size_t n, const float* x, const float* dy, float* dx) = 0;
+  // Exact (erf) GELU, y = x Phi(x), and its backward dx = dy (Phi(x) + x phi(x)), of x's
+  // values (an f32 or bf16 view: a bf16 policy keeps the GELU's input as bf16, as autocast
+  // does); a bf16 y or dx is written as the bf16 of each fp32 value.
+  virtual void gelu_forward(size_t n, CView x, View y) = 0;
+  virtual void gelu_backward(size_t n, CView x, const float* dy, View dx) = 0;
   // GELU forward that keeps what its backward needs: y = gelu(x), and x replaced by
   // gelu'(x) = Phi(x) + x phi(x) (the factor gelu_backward applies), so the backward is
   // mul(dy, x): one multiply instead of the normal CDF again. Bitwise what gelu_forward and

@@ -32,12 +32,12 @@ class TransformerBlock final : public Layer {
 
   std::vector<ParamTensor> params() const override;
   void init_params(float* host, uint64_t seed) const override;
-  // ln1 out, ln1 stats, h, ln2 out, ln2 stats, gelu'(fc1 out), gelu out, then the attention's;
-  // under a bf16 policy ln1 out, ln2 out and the gelu output (read by linears only) and the
-  // attention's q, k, v and merged outputs are bf16 views in half the floats
+  // ln1 out, ln1 stats, h, ln2 out, ln2 stats, gelu'(fc1 out) (bf16: fc1 out), gelu out, then
+  // the attention's; under a bf16 policy all but h and the statistics are bf16 views in half
+  // the floats (mlp_hidden, attention_core.hpp)
   int64_t kept_floats(bool selective, DType op) const override {
     const int64_t TD = T_ * D_, TF = T_ * F_;
-    return 2 * operand_floats(TD, op) + TD + 4 * T_ + (selective ? 0 : TF + operand_floats(TF, op)) +
+    return 2 * operand_floats(TD, op) + TD + 4 * T_ + (selective ? 0 : 2 * operand_floats(TF, op)) +
            attn_.saved_per_sample(selective, op);
   }
   int64_t aux_per_sample() const override { return kept_floats(false, DType::f32); }
@@ -107,7 +107,7 @@ class TransformerBlock final : public Layer {
     Saved v;
     v.a1 = s.take(operand_floats(T_ * D_, op)), v.st1 = s.take(2 * T_), v.h = s.take(T_ * D_);
     v.b = s.take(operand_floats(T_ * D_, op)), v.st2 = s.take(2 * T_);
-    v.f = selective ? nullptr : s.take(T_ * F_);
+    v.f = selective ? nullptr : s.take(operand_floats(T_ * F_, op));
     v.g = selective ? nullptr : s.take(operand_floats(T_ * F_, op));
     v.attn = s.take(attn_.saved_per_sample(selective, op));
     return v;
@@ -136,11 +136,26 @@ class TransformerBlock final : public Layer {
     v.g = selective ? k.take(T_ * F_) : nullptr;
     return v;
   }
-  // f and g = gelu(f) from the kept ln2 output b as the forward computes them, f then
-  // holding gelu'(f) (Backend::gelu_forward_deriv; g a bf16 view under a bf16 policy)
+  // f = fc1(b) and g = gelu(f) from the kept ln2 output b as the forward computes them. fp32:
+  // f then holds gelu'(f) (Backend::gelu_forward_deriv), so the backward is one multiply.
+  // bf16: f is kept as the bf16 of fc1's output (as autocast keeps the GELU's bf16 input, in
+  // half the floats) and g is gelu of those values, a bf16 view; the backward computes gelu'
+  // from them again (gelu_grad).
   void mlp_hidden(const LayerCtx& c, const float* w_fc1, CView b, float* f, float* g, int64_t rows) const {
-    fc1_.forward(c, w_fc1, b, f, rows);
-    c.be.gelu_forward_deriv(static_cast<size_t>(rows * F_), f, View{g, operand_dtype(c.precision)});  // f becomes gelu'(f)
+    const size_t n = static_cast<size_t>(rows * F_);
+    if (c.precision == Precision::fp32) {
+      fc1_.forward(c, w_fc1, b, f, rows);
+      return c.be.gelu_forward_deriv(n, f, g);  // f becomes gelu'(f)
+    }
+    fc1_.forward(c, w_fc1, b, as_bf16(f), rows);
+    c.be.gelu_forward(n, as_bf16(f), as_bf16(g));
+  }
+  // df = dg gelu'(f) into the kept buffer (a bf16 view under a bf16 policy), from what
+  // mlp_hidden left in f
+  void gelu_grad(const LayerCtx& c, const float* dg, const float* f, float* df, int64_t rows) const {
+    const size_t n = static_cast<size_t>(rows * F_);
+    if (c.precision == Precision::fp32) return c.be.mul(n, dg, f, df);
+    c.be.gelu_backward(n, as_bf16(f), dg, as_bf16(df));
   }
   // a residual branch's output gradient through its dropout into a kept buffer, a bf16 view
   // under a bf16 policy (one pass without dropout)
@@ -235,7 +250,7 @@ void TransformerBlock::input_half(const LayerCtx& c, const float* w, const float
     mlp_hidden(c, w + o.fc1, CView{s.b, op}, s.f, s.g, rows);
   }
   fc2_.backward_input(c, w + o.fc2, branch_grad(c, 2, dy, k.dm, n), dg, rows);
-  be.mul(static_cast<size_t>(rows * F_), dg, s.f, View{k.df, op});  // gelu_backward: dg gelu'(f)
+  gelu_grad(c, dg, s.f, k.df, rows);
   fc1_.backward_input(c, w + o.fc1, CView{k.df, op}, k.db, rows);
   ln_.backward_input(be, w + o.ln2, s.h, s.st2, k.db, dh, rows);
   be.axpy(nd, 1.0f, dy, dh);

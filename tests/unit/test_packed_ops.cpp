@@ -11,7 +11,8 @@
 //    default composition gives the same;
 //  - bias_grad_rows of a bf16 view = bias_grad_rows of the rounded f32 values;
 //  - gelu_forward_deriv (+ mul) = gelu_forward and gelu_backward; into bf16 views = those
-//    results rounded; add = copy then axpy;
+//    results rounded; gelu_forward/backward of a bf16 x = of its f32 values, into bf16 views
+//    rounded, in ceil(n / 2) floats; add = copy then axpy;
 //  - round_pack_bf16 = round_bf16 and pack_bf16 (the backend's and the default), odd counts,
 //    NaN, infinities;
 //  - all_finite finds a NaN or an infinity at any position, and passes the largest float.
@@ -199,6 +200,30 @@ TEST_P(BackendContract, GeluDerivativeKeptForBackwardIsBitwiseGeluBackward) {
     EXPECT_TRUE(same_bits(bf16 ? unpacked(y, n) : get(y), bf16 ? rounded(get(y_want)) : get(y_want))) << "bf16 " << bf16;
     EXPECT_TRUE(same_bits(bf16 ? unpacked(dx, n) : get(dx), bf16 ? rounded(get(dx_want)) : get(dx_want))) << "bf16 " << bf16;
   }
+}
+
+// A bf16 policy keeps the GELU's input as bf16: gelu_forward and gelu_backward of a bf16 x
+// view give the bits of the f32 view of its values, and into bf16 views those results rounded,
+// written in ceil(n / 2) floats (the float after them untouched; odd n).
+TEST_P(BackendContract, GeluOfBf16ViewsIsGeluOfTheirValues) {
+  const size_t n = 1001, words = (n + 1) / 2;
+  const Buffer xr = put(rounded(values(n, 43, 12.0f))), dy = put(values(n, 44, 2.0f));
+  const Buffer xp = packed(xr, n);
+  Buffer y_want = zeros(n), dx_want = zeros(n), y = zeros(n), dx = zeros(n);
+  be().gelu_forward(n, xr.data(), y_want.data());
+  be().gelu_backward(n, xr.data(), dy.data(), dx_want.data());
+  be().gelu_forward(n, pt::as_bf16(xp.data()), y.data());
+  be().gelu_backward(n, pt::as_bf16(xp.data()), dy.data(), dx.data());
+  EXPECT_TRUE(same_bits(get(y), get(y_want)));
+  EXPECT_TRUE(same_bits(get(dx), get(dx_want)));
+  const float sentinel = 12345.0f;
+  Buffer yp = put(std::vector<float>(words + 1, sentinel)), dxp = put(std::vector<float>(words + 1, sentinel));
+  be().gelu_forward(n, pt::as_bf16(xp.data()), pt::as_bf16(yp.data()));
+  be().gelu_backward(n, pt::as_bf16(xp.data()), dy.data(), pt::as_bf16(dxp.data()));
+  EXPECT_TRUE(same_bits(unpacked(yp, n), rounded(get(y_want))));
+  EXPECT_TRUE(same_bits(unpacked(dxp, n), rounded(get(dx_want))));
+  EXPECT_EQ(get(yp.data() + words, 1)[0], sentinel);
+  EXPECT_EQ(get(dxp.data() + words, 1)[0], sentinel);
 }
 
 TEST_P(BackendContract, RoundPackIsRoundThenPack) {

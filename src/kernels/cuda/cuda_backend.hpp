@@ -89,8 +89,8 @@ class CudaBackend final : public Backend {
 
   void relu_forward(size_t n, const float* x, float* y) override;
   void relu_backward(size_t n, const float* y, const float* dy, float* dx) override;
-  void gelu_forward(size_t n, const float* x, float* y) override;
-  void gelu_backward(size_t n, const float* x, const float* dy, float* dx) override;
+  void gelu_forward(size_t n, CView x, View y) override;
+  void gelu_backward(size_t n, CView x, const float* dy, View dx) override;
   // a bf16 y: each value's bf16 written directly (y needs only its ceil(n / 2) floats)
   void gelu_forward_deriv(size_t n, float* x, View y) override;
   void mul(size_t n, const float* a, const float* b, View y) override;

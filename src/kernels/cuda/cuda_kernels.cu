@@ -60,11 +60,18 @@ __device__ __forceinline__ float dev_gelu_deriv(float v) {
   const float pdf = 0.39894228040143268f * expf(-0.5f * v * v);
   return cdf + v * pdf;
 }
-__global__ void k_gelu_forward(size_t n, const float* x, float* y) { GRID_STRIDE(i, n) y[i] = dev_gelu(x[i]); }
-// Y = float (an f32 view) or uint16_t (a bf16 view: the bf16 of each value, written directly,
-// so a bf16 y needs only its ceil(n / 2) floats)
+// X, Y = float (an f32 view) or uint16_t (a bf16 view: the bf16 of each value, written
+// directly, so a bf16 y needs only its ceil(n / 2) floats; read widened)
 __device__ __forceinline__ void dev_store(float* y, size_t i, float v) { y[i] = v; }
 __device__ __forceinline__ void dev_store(uint16_t* y, size_t i, float v) { y[i] = dev_bf16_bits(v); }
+__device__ __forceinline__ float dev_load(const float* x, size_t i) { return x[i]; }
+__device__ __forceinline__ float dev_load(const uint16_t* x, size_t i) { return __uint_as_float(static_cast<uint32_t>(x[i]) << 16); }
+template <class X, class Y>
+__global__ void k_gelu_forward(size_t n, const X* x, Y* y) { GRID_STRIDE(i, n) dev_store(y, i, dev_gelu(dev_load(x, i))); }
+template <class X, class Y>
+__global__ void k_gelu_backward(size_t n, const X* x, const float* dy, Y* dx) {
+  GRID_STRIDE(i, n) dev_store(dx, i, dy[i] * dev_gelu_deriv(dev_load(x, i)));
+}
 template <class Y>
 __global__ void k_gelu_forward_deriv(size_t n, float* x, Y* y) {
   GRID_STRIDE(i, n) {
@@ -78,9 +85,6 @@ __global__ void k_mul(size_t n, const float* a, const float* b, Y* y) {
   GRID_STRIDE(i, n) { dev_store(y, i, a[i] * b[i]); }
 }
 
-__global__ void k_gelu_backward(size_t n, const float* x, const float* dy, float* dx) {
-  GRID_STRIDE(i, n) dx[i] = dy[i] * dev_gelu_deriv(x[i]);
-}
 
 // one block per row; mean and variance in double as on the host
 __global__ void k_layernorm_forward(int64_t cols, float eps, const float* x, const float* gamma, const float* beta,
@@ -356,10 +360,22 @@ void CudaBackend::relu_backward(size_t n, const float* y, const float* dy, float
   k_relu_backward<<<blocks_for(n), kThreads, 0, compute_>>>(n, y, dy, dx);
   PT_CU_LAUNCHED();
 }
-void CudaBackend::gelu_forward(size_t n, const float* x, float* y) {
+// k<<<...>>>(n, x, args..., y) with x and y as their views' element types
+#define PT_LAUNCH_VIEWS(k, n, x, y, ...)                                                                  \
+  do {                                                                                                 \
+    const auto* xf = (x).data;                                                                         \
+    const auto* xb = reinterpret_cast<const uint16_t*>((x).data);                                      \
+    auto* yb = reinterpret_cast<uint16_t*>((y).data);                                                  \
+    if ((x).bf16() && (y).bf16()) k<<<blocks_for(n), kThreads, 0, compute_>>>(n, xb, __VA_ARGS__ yb);   \
+    else if ((x).bf16()) k<<<blocks_for(n), kThreads, 0, compute_>>>(n, xb, __VA_ARGS__(y).data);      \
+    else if ((y).bf16()) k<<<blocks_for(n), kThreads, 0, compute_>>>(n, xf, __VA_ARGS__ yb);           \
+    else k<<<blocks_for(n), kThreads, 0, compute_>>>(n, xf, __VA_ARGS__(y).data);                      \
+    PT_CU_LAUNCHED();                                                                                  \
+  } while (0)
+void CudaBackend::gelu_forward(size_t n, CView x, View y) {
   if (n == 0) return;
-  k_gelu_forward<<<blocks_for(n), kThreads, 0, compute_>>>(n, x, y);
-  PT_CU_LAUNCHED();
+  PT_LAUNCH_VIEWS(k_gelu_forward, n, x, y, );
+  zero_odd_tail(n, y);
 }
 // A bf16 y's odd last word: its upper half 0, as pack_bf16 leaves it.
 void CudaBackend::zero_odd_tail(size_t n, View y) {
@@ -379,10 +395,10 @@ void CudaBackend::gelu_forward_deriv(size_t n, float* x, View y) {
   PT_CU_LAUNCHED();
   zero_odd_tail(n, y);
 }
-void CudaBackend::gelu_backward(size_t n, const float* x, const float* dy, float* dx) {
+void CudaBackend::gelu_backward(size_t n, CView x, const float* dy, View dx) {
   if (n == 0) return;
-  k_gelu_backward<<<blocks_for(n), kThreads, 0, compute_>>>(n, x, dy, dx);
-  PT_CU_LAUNCHED();
+  PT_LAUNCH_VIEWS(k_gelu_backward, n, x, dx, dy, );
+  zero_odd_tail(n, dx);
 }
 
 void CudaBackend::layernorm_forward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,

@@ -57,17 +57,6 @@ void HostBackend::relu_forward(size_t n, const float* x, float* y) {
 void HostBackend::relu_backward(size_t n, const float* y, const float* dy, float* dx) {
   Kokkos::parallel_for("pt::relu_backward", Range(0, n), [=](size_t i) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; });
 }
-void HostBackend::gelu_forward(size_t n, const float* x, float* y) {
-  Kokkos::parallel_for("pt::gelu_forward", Range(0, n), [=](size_t i) { y[i] = x[i] * normal_cdf_pdf(x[i]).cdf; });
-}
-void HostBackend::gelu_backward(size_t n, const float* x, const float* dy, float* dx) {
-  Kokkos::parallel_for("pt::gelu_backward", Range(0, n), [=](size_t i) {
-    const float v = x[i];
-    const NormalCdfPdf g = normal_cdf_pdf(v);
-    dx[i] = dy[i] * (g.cdf + v * g.pdf);
-  });
-}
-
 namespace {
 // f(i) for i in [0, n), written packed (pack_bf16) to out: blocks of 256 values computed into
 // a stack buffer by a plain loop (which GCC vectorises as it does the unpacked op), then
@@ -84,7 +73,32 @@ void packed_map(size_t n, float* out, F f) {
   });
   if (n % 2) std::memset(o + 2 * n, 0, 2);
 }
+
+// y[i] = f(x[i]) over an f32 or bf16 x into an f32 or bf16 y (each loop plain, so GCC
+// vectorises it; the bf16 x widened as read)
+template <class F>
+void map_views(const char* name, size_t n, CView x, View y, F f) {
+  const float* xf = x.data;
+  const uint16_t* xb = reinterpret_cast<const uint16_t*>(x.data);
+  if (y.bf16()) {
+    if (x.bf16()) return packed_map(n, y.data, [=](size_t i) { return f(i, bf16_to_float(xb[i])); });
+    return packed_map(n, y.data, [=](size_t i) { return f(i, xf[i]); });
+  }
+  float* yd = y.data;
+  if (x.bf16()) return Kokkos::parallel_for(name, Range(0, n), [=](size_t i) { yd[i] = f(i, bf16_to_float(xb[i])); });
+  Kokkos::parallel_for(name, Range(0, n), [=](size_t i) { yd[i] = f(i, xf[i]); });
+}
 }  // namespace
+
+void HostBackend::gelu_forward(size_t n, CView x, View y) {
+  map_views("pt::gelu_forward", n, x, y, [](size_t, float v) { return v * normal_cdf_pdf(v).cdf; });
+}
+void HostBackend::gelu_backward(size_t n, CView x, const float* dy, View dx) {
+  map_views("pt::gelu_backward", n, x, dx, [=](size_t i, float v) {
+    const NormalCdfPdf g = normal_cdf_pdf(v);
+    return dy[i] * (g.cdf + v * g.pdf);
+  });
+}
 
 // gelu and gelu' from one normal_cdf_pdf, the expressions of gelu_forward and gelu_backward
 void HostBackend::gelu_forward_deriv(size_t n, float* x, View y) {

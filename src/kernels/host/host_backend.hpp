@@ -58,8 +58,8 @@ class HostBackend final : public Backend {
 
   void relu_forward(size_t n, const float* x, float* y) override;
   void relu_backward(size_t n, const float* y, const float* dy, float* dx) override;
-  void gelu_forward(size_t n, const float* x, float* y) override;
-  void gelu_backward(size_t n, const float* x, const float* dy, float* dx) override;
+  void gelu_forward(size_t n, CView x, View y) override;
+  void gelu_backward(size_t n, CView x, const float* dy, View dx) override;
   void layernorm_forward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
                          const float* beta, float* y, float* stats) override;
   void layernorm_backward(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* stats,
