@@ -30,6 +30,11 @@ run() {  # name, timeout seconds, command...
 
 if [ "$what" = unit ] || [ "$what" = all ]; then
   run "unit tests (np 1)" 900 $MPIRUN $MPIRUN_FLAGS -np 1 $BUILD/pt_tests --gtest_brief=1
+  # the composed attention (what the CUDA backend runs) on the host: against the autocast
+  # fixtures and PyTorch, and every recompute/split equality, in fp32 and bf16
+  run "layer tests with the composed attention (PT_FUSED_ATTENTION=0)" 300 env PT_FUSED_ATTENTION=0 \
+    $MPIRUN $MPIRUN_FLAGS -x PT_FUSED_ATTENTION -np 1 $BUILD/pt_tests --gtest_brief=1 \
+    --gtest_filter='Bf16VsAutocast*:SplitBackward*:Recompute*:GradCheck*:LayerVsTorch*:ModelVsTorch*:TiedHead*:SequenceLayers*:Executor*'
 fi
 if [ "$what" = unit ] || [ "$what" = all ]; then
   run "functions in src/ stay under 80 lines" 60 python3 tools/long_functions.py src

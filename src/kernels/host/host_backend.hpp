@@ -80,7 +80,9 @@ class HostBackend final : public Backend {
   void heads_merge(int64_t n, int64_t T, int64_t parts, int64_t H, int64_t dh, const float* y, float* x) override;
   void causal_softmax_forward(int64_t batches, int64_t T, const float* s, float* p) override;
   void causal_softmax_backward(int64_t batches, int64_t T, const float* p, const float* dp, float* ds) override;
-  bool fused_attention() const override { return true; }
+  // the fused kernel unless PT_FUSED_ATTENTION=0 (then the layers compose: heads_split,
+  // batched oneDNN GEMMs, softmax, heads_merge; docs/JOBS.md)
+  bool fused_attention() const override { return fused_attention_; }
   void attention_forward(const AttentionGeom& g, CView qkv, View P, View o) override;  // attention_kernel.cpp
   void attention_backward(const AttentionGeom& g, CView qkv, CView P, const float* dout, View dqkv) override;
   void embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* wte, const float* wpe,
@@ -140,6 +142,7 @@ class HostBackend final : public Backend {
 
   static constexpr size_t kHugePage = size_t{2} << 20;
   bool huge_pages_ = true;            // large buffers on 2 MiB pages (PT_HUGE_PAGES=0: off)
+  bool fused_attention_ = true;       // PT_FUSED_ATTENTION=0: off
   std::unordered_set<float*> huge_;  // buffers from alloc on 2 MiB pages (posix_memalign)
   std::vector<float> ws_;
   std::unique_ptr<OneDnn> dnn_;

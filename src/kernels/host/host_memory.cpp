@@ -60,6 +60,8 @@ namespace host {
 HostBackend::HostBackend() {
   PT_CHECK(Kokkos::is_initialized(), "Kokkos must be initialised before the host backend");
   huge_pages_ = huge_pages_asked();
+  const char* fused = std::getenv("PT_FUSED_ATTENTION");
+  fused_attention_ = !(fused && std::string(fused) == "0");
   onednn_threads_default();
 }
 
