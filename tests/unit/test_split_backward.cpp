@@ -6,7 +6,8 @@
 // composites' split regions. Recomputation on the same slices: selective (transformer
 // blocks and attention recompute their probabilities and MLP activations in the backward)
 // and full (the forward again into a fresh layout, running statistics untouched) give
-// bitwise the gradients and running state of none, fused and split, in fp32 and bf16.
+// bitwise the gradients and running state of none, fused and split, in fp32 and bf16. Every
+// run checks that no layer writes past the slot its declared sizes give (a guard after it).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -63,7 +64,13 @@ Run run_slice(const Model& m, int first, int last, bool split, uint64_t seed, Re
   auto be = make_host_backend();
   const int64_t n = 3;
   Stage st(*be, m, first, last, n, n, split, mode, bf16 ? Precision::bf16 : Precision::fp32);
-  Buffer mem(*be, static_cast<size_t>(st.slot_floats())), again(*be, static_cast<size_t>(st.slot_floats()));
+  // a guard after each layout: every layer ends some slice, so a layer writing past what it
+  // declared it keeps (Layer::kept_floats under the slice's precision and mode) shows there
+  const size_t guard = 4096;
+  const float sentinel = -12345.5f;
+  Buffer mem(*be, static_cast<size_t>(st.slot_floats()) + guard), again(*be, static_cast<size_t>(st.slot_floats()) + guard);
+  be->fill(mem.data() + st.slot_floats(), sentinel, guard);
+  be->fill(again.data() + st.slot_floats(), sentinel, guard);
   const int64_t nl = n * m.layer(m.size() - 1).labels_per_sample();
   int32_t* labels = be->alloc_int(static_cast<size_t>(nl));
   std::vector<float> state(static_cast<size_t>(st.num_state()));
@@ -91,7 +98,7 @@ Run run_slice(const Model& m, int first, int last, bool split, uint64_t seed, Re
     Stage::Slot b = slot;
     if (mode == Recompute::full) {  // the backward reads a layout recomputed from the input alone
       b = st.carve(again.data(), labels);
-      be->fill(again.data(), 0.0f, again.size());
+      be->fill(again.data(), 0.0f, static_cast<size_t>(st.slot_floats()));
       std::memcpy(b.input, x.data(), in * sizeof(float));
       st.recompute_forward(b, w.data(), ctx, n, PollHook{});
     }
@@ -105,6 +112,14 @@ Run run_slice(const Model& m, int first, int last, bool split, uint64_t seed, Re
     }
   }
   be->release_int(labels);
+  for (const Buffer* buf : {&mem, &again}) {
+    std::vector<float> tail(guard);
+    be->to_host(tail.data(), buf->data() + st.slot_floats(), guard);
+    size_t bad = 0;
+    for (float v : tail) bad += v != sentinel;
+    EXPECT_EQ(bad, 0u) << "layers " << first << ".." << last - 1 << (bf16 ? " (bf16)" : " (fp32)")
+                       << " wrote past their slot";
+  }
   out.state = state;
   return out;
 }
