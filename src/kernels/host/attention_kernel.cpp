@@ -1,9 +1,8 @@
 // The host's fused causal attention core (Backend::attention_forward / attention_backward,
-// backend.hpp). Per (sample, head), one at a time (the host backend runs one thread per
-// rank): q, k, v (and the output gradient) are gathered from the token-major projection
-// buffers into zero-padded tiles of T x dh (rows and features padded to 16 floats), rounded
-// to bf16 in bf16 precision, and the products run on the tiles in 16-float vector registers
-// over the causal triangle only (keys j <= query i): about half the multiply-adds of the
+// backend.hpp), per (sample, head), one at a time (the host backend runs one thread per rank).
+// fp32: q, k, v (and the output gradient) are gathered from the token-major projection
+// buffers into zero-padded tiles of T x dh (rows and features padded to 16 floats), and the
+// products run on the tiles in 16-float vector registers over the causal triangle only (keys j <= query i): about half the multiply-adds of the
 // full [T, T] products that the composed path (heads_split, batched GEMMs, softmax,
 // heads_merge) spends, and none of its permutation passes. The softmax rows are
 // vec_math.hpp's, the ones causal_softmax_forward/backward use.
@@ -11,9 +10,9 @@
 // (ascending key or query index, one fused multiply-add each), so a run is bitwise
 // reproducible; against the composed path only the summation order differs (fp32 rounding,
 // tested in tests/unit/test_attention_kernel.cpp against a double reference).
-// The probabilities P are kept as the products read them: fp32 in fp32, and in bf16 a bf16
-// view (rounded once, as autocast's softmax of bf16 scores returns them), which the dv
-// product and the softmax backward both read, as autocast's do.
+// bf16: the products on oneDNN's matmul straight from the token-major buffers (below); the
+// probabilities are kept as a bf16 view (rounded once, as autocast's softmax of bf16 scores
+// returns them), which the dv product and the softmax backward both read, as autocast's do.
 // Selective recomputation passes no P: the forward then keeps no probabilities, and the
 // backward recomputes each head's from its q and k tiles with the forward's own scores and
 // softmax rows before using them, so they are bitwise what the forward would have stored.
@@ -24,6 +23,7 @@
 #include <immintrin.h>
 
 #include "host_backend.hpp"
+#include "onednn.hpp"
 #include "pipetrain/error.hpp"
 #include "vec_math.hpp"
 
@@ -34,64 +34,39 @@ namespace {
 // floats, which measured slower than the copies themselves (20% of the kernel's time).
 #define PT_NO_MEMCPY_CALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
 
-// A token-major input: an f32 view, or a bf16 one (pack_bf16's layout; the qkv view's dtype)
-struct Src {
-  const float* base;
-  bool packed;
-};
-
 // Zero-padded tiles of one (sample, head): rows [Tp, dp] (a row per position) and [Tp, Tp]
 // triangles; padding is zeroed once per call and never written.
 struct Tiles {
   int64_t T, Tp, dh, dp;
-  bool bf16;
-  bool out_packed = false;    // products write pack_bf16 of their values (a bf16 output view)
-  float* out_base = nullptr;  // the packed output's first element
   std::vector<float> mem;
   float *a, *b, *c, *d;  // [Tp, dp] row tiles
   float *kt;             // [dp, Tp]: a row tile transposed (keys along the vector)
   float *s, *p;          // [Tp, Tp]: scores / dP / dS, and probabilities as products read them
   float* pf = nullptr;   // [Tp, Tp]: recomputed fp32 probabilities (a backward without P)
-  Tiles(int64_t T_, int64_t dh_, bool bf16_, bool recompute = false)
-      : T(T_), Tp(pad16(T_)), dh(dh_), dp(pad16(dh_)), bf16(bf16_) {
+  Tiles(int64_t T_, int64_t dh_, bool recompute = false) : T(T_), Tp(pad16(T_)), dh(dh_), dp(pad16(dh_)) {
     const int64_t row = Tp * dp, tri = Tp * Tp;
     mem.assign(static_cast<size_t>(5 * row + (recompute ? 3 : 2) * tri), 0.0f);
     a = mem.data(), b = a + row, c = b + row, d = c + row, kt = d + row, s = kt + row, p = s + tri;
     if (recompute) pf = p + tri;
   }
-  float rd(float x) const { return bf16 ? bf16_round(x) : x; }
-  vec16 rd(vec16 x) const { return bf16 ? round_bf16(x) : x; }
   // rows t < T of the [T, dh] slice at element `off` of src (row stride ld) -> tile [Tp, dp]
-  PT_NO_MEMCPY_CALLS void gather(Src src, int64_t off, int64_t ld, float* tile) const {
-    if (src.packed) return gather_packed(reinterpret_cast<const unsigned char*>(src.base) + 2 * off, ld, tile);
+  PT_NO_MEMCPY_CALLS void gather(const float* src, int64_t off, int64_t ld, float* tile) const {
     for (int64_t t = 0; t < T; ++t) {
-      const float* x = src.base + off + t * ld;
+      const float* x = src + off + t * ld;
       float* y = tile + t * dp;
       int64_t e = 0;
-      for (; e + kW <= dh; e += kW) store(y + e, rd(load(x + e)));
-      for (; e < dh; ++e) y[e] = rd(x[e]);
-    }
-  }
-  // the same from bf16 values (exact: nothing to round)
-  PT_NO_MEMCPY_CALLS void gather_packed(const unsigned char* src, int64_t ld, float* tile) const {
-    for (int64_t t = 0; t < T; ++t) {
-      const unsigned char* x = src + 2 * t * ld;
-      float* y = tile + t * dp;
-      int64_t e = 0;
-      for (; e + kW <= dh; e += kW) store(y + e, load_bf16(x + 2 * e));
-      for (; e < dh; ++e) y[e] = load_bf16_one(x + 2 * e);
+      for (; e + kW <= dh; e += kW) store(y + e, load(x + e));
+      for (; e < dh; ++e) y[e] = x[e];
     }
   }
   // start loading the rows gather(src, off, ld) will read (the next head's, while this one
   // computes: each row is a separate cache line of a large token-major buffer)
-  void prefetch(Src src, int64_t off, int64_t ld) const {
-    const int64_t bytes = src.packed ? 2 : 4;
-    const auto* base = reinterpret_cast<const char*>(src.base) + bytes * off;
+  void prefetch(const float* src, int64_t off, int64_t ld) const {
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t e = 0; e < dh * bytes; e += 64) __builtin_prefetch(base + bytes * t * ld + e);
+      for (int64_t e = 0; e < dh; e += 16) __builtin_prefetch(src + off + t * ld + e);
   }
   // the same, transposed into kt [dp, Tp], through the row tile `rows` (contiguous reads)
-  void gather_transposed(Src src, int64_t off, int64_t ld, float* rows, float* tile) const {
+  void gather_transposed(const float* src, int64_t off, int64_t ld, float* rows, float* tile) const {
     gather(src, off, ld, rows);
     for (int64_t e = 0; e < dh; ++e)  // contiguous writes; the strided reads hit L1
       for (int64_t t = 0; t < T; ++t) tile[e * Tp + t] = rows[t * dp + e];
@@ -143,12 +118,6 @@ void scores(const Tiles& t, const float* a, float scale, float* s) {
 template <int NV>
 PT_NO_MEMCPY_CALLS inline void store_row(const Tiles& t, const vec16 (&acc)[NV], float scale, int64_t c0, float* out) {
   const int64_t m = std::min<int64_t>(NV * kW, t.dh - c0);
-  if (t.out_packed) {  // the element at out is number out - out_base of the packed array
-    float row[NV * kW];
-    for (int v = 0; v < NV; ++v) store(row + v * kW, acc[v] * scale);
-    pack_bf16_span(static_cast<size_t>(m), row, reinterpret_cast<unsigned char*>(t.out_base) + 2 * (out + c0 - t.out_base));
-    return;
-  }
   if (m == NV * kW) {
     for (int v = 0; v < NV; ++v) store(out + c0 + v * kW, acc[v] * scale);
     return;
@@ -208,42 +177,27 @@ void product(const Tiles& t, const float* w, const float* x, float scale, float*
   if (c0 < t.dp) Transposed ? cols_block<1>(t, w, x, c0, scale, out, ld) : rows_block<1>(t, w, x, c0, scale, out, ld);
 }
 
-// the [T, T] matrix at element `off` of m (an f32 view, or a bf16 one: exact) into the
-// triangle tile (rounded in bf16)
-PT_NO_MEMCPY_CALLS void load_triangle(const Tiles& t, CView m, int64_t off, float* tile) {
-  const auto* bytes = reinterpret_cast<const unsigned char*>(m.data) + 2 * off;
+// the [T, T] matrix m into the triangle tile (zeros past the diagonal come along)
+PT_NO_MEMCPY_CALLS void load_triangle(const Tiles& t, const float* m, float* tile) {
   for (int64_t i = 0; i < t.T; ++i) {
+    const float* x = m + i * t.T;
     float* y = tile + i * t.Tp;
-    int64_t j = 0;  // zeros past the diagonal come along (rounding keeps them)
-    if (m.bf16()) {
-      const unsigned char* x = bytes + 2 * i * t.T;
-      for (; j + kW <= t.T; j += kW) store(y + j, load_bf16(x + 2 * j));
-      for (; j < t.T; ++j) y[j] = load_bf16_one(x + 2 * j);
-      continue;
-    }
-    const float* x = m.data + off + i * t.T;
-    for (; j + kW <= t.T; j += kW) store(y + j, t.rd(load(x + j)));
-    for (; j < t.T; ++j) y[j] = t.rd(x[j]);
+    int64_t j = 0;
+    for (; j + kW <= t.T; j += kW) store(y + j, load(x + j));
+    for (; j < t.T; ++j) y[j] = x[j];
   }
 }
 
-// a row of the triangle tile rounded to bf16 in place, whole vectors up to the diagonal
-void round_row(float* r, int64_t len) {
-  for (int64_t j = 0; j < len; j += kW) store(r + j, round_bf16(load(r + j)));
-}
-
-// a probability row of T floats out to element `off` of P (none: nothing kept, selective
-// recomputation; a bf16 view: packed), and into the triangle tile as products read it
-PT_NO_MEMCPY_CALLS void copy_row(const Tiles& t, const float* r, View P, int64_t off, float* tile) {
+// a probability row of T floats out to Pr (null: nothing kept, selective recomputation), and
+// into the triangle tile
+PT_NO_MEMCPY_CALLS void copy_row(const Tiles& t, const float* r, float* Pr, float* tile) {
   int64_t j = 0;
-  if (!P.data || P.bf16()) {
-    for (; j + kW <= t.T; j += kW) store(tile + j, t.rd(load(r + j)));
-    for (; j < t.T; ++j) tile[j] = t.rd(r[j]);
-    if (P.data) pack_bf16_span(static_cast<size_t>(t.T), r, reinterpret_cast<unsigned char*>(P.data) + 2 * off);
+  if (!Pr) {
+    for (; j + kW <= t.T; j += kW) store(tile + j, load(r + j));
+    for (; j < t.T; ++j) tile[j] = r[j];
     return;
   }
-  float* Pr = P.data + off;
-  const bool stream = (reinterpret_cast<uintptr_t>(P.data + off) & 63) == 0;
+  const bool stream = (reinterpret_cast<uintptr_t>(Pr) & 63) == 0;
   for (; j + kW <= t.T; j += kW) {
     const vec16 v = load(r + j);
 #ifdef __AVX512F__
@@ -252,9 +206,9 @@ PT_NO_MEMCPY_CALLS void copy_row(const Tiles& t, const float* r, View P, int64_t
 #else
     store(Pr + j, v);
 #endif
-    store(tile + j, t.rd(v));
+    store(tile + j, v);
   }
-  for (; j < t.T; ++j) Pr[j] = r[j], tile[j] = t.rd(r[j]);
+  for (; j < t.T; ++j) Pr[j] = r[j], tile[j] = r[j];
 }
 
 // One head's probabilities again from its q (tile a) and k (transposed in kt), as the forward
@@ -264,7 +218,7 @@ void recompute_probabilities(Tiles& t, float scale) {
   for (int64_t i = 0; i < t.T; ++i) {
     float* r = t.pf + i * t.Tp;
     causal_softmax_row(r, r, i + 1, t.T);
-    copy_row(t, r, View{nullptr}, 0, t.p + i * t.Tp);
+    copy_row(t, r, nullptr, t.p + i * t.Tp);
   }
 }
 
@@ -272,14 +226,13 @@ void recompute_probabilities(Tiles& t, float scale) {
 
 void HostBackend::attention_forward(const AttentionGeom& g, CView qkv, View P, View o_view) {
   const int64_t T = g.T, D = g.H * g.dh, TT = T * T;
-  PT_CHECK(g.precision == Precision::bf16 || (!qkv.bf16() && !o_view.bf16() && !P.bf16()),
-           "attention_forward: bf16 views in fp32");
-  Tiles t(T, g.dh, g.precision == Precision::bf16);
+  if (g.precision == Precision::bf16) return attention_forward_bf16(g, qkv, P, o_view);
+  PT_CHECK(!qkv.bf16() && !o_view.bf16() && !P.bf16(), "attention_forward: bf16 views in fp32");
+  Tiles t(T, g.dh);
   float* o = o_view.data;
-  t.out_packed = o_view.bf16(), t.out_base = o;
   for (int64_t s = 0; s < g.n; ++s)
     for (int64_t h = 0; h < g.H; ++h) {
-      const Src x{qkv.data, qkv.bf16()};
+      const float* x = qkv.data;
       const int64_t q = head_offset(g, s, h, 3 * D), next = head_offset(g, s, h + 1, 3 * D);  // k at +D, v at +2D
       const int64_t ph = (s * g.H + h) * TT;  // the head's probabilities in P
       t.gather(x, q, 3 * D, t.a);
@@ -291,7 +244,7 @@ void HostBackend::attention_forward(const AttentionGeom& g, CView qkv, View P, V
       for (int64_t i = 0; i < T; ++i) {  // softmax in the tile (cache), then out to P
         float* r = t.s + i * t.Tp;
         causal_softmax_row(r, r, i + 1, T);
-        copy_row(t, r, P, ph + i * T, t.p + i * t.Tp);
+        copy_row(t, r, P.data ? P.data + ph + i * T : nullptr, t.p + i * t.Tp);
       }
       product<false>(t, t.p, t.c, 1.0f, o + head_offset(g, s, h, D), D);
     }
@@ -300,15 +253,14 @@ void HostBackend::attention_forward(const AttentionGeom& g, CView qkv, View P, V
 void HostBackend::attention_backward(const AttentionGeom& g, CView qkv, CView P, const float* dout,
                                      View dqkv_view) {
   const int64_t T = g.T, D = g.H * g.dh, TT = T * T;
-  PT_CHECK(g.precision == Precision::bf16 || (!qkv.bf16() && !dqkv_view.bf16() && !P.bf16()),
-           "attention_backward: bf16 views in fp32");
+  if (g.precision == Precision::bf16) return attention_backward_bf16(g, qkv, P, dout, dqkv_view);
+  PT_CHECK(!qkv.bf16() && !dqkv_view.bf16() && !P.bf16(), "attention_backward: bf16 views in fp32");
   const bool kept = P.data != nullptr;
-  Tiles t(T, g.dh, g.precision == Precision::bf16, !kept);
+  Tiles t(T, g.dh, !kept);
   float* dqkv = dqkv_view.data;
-  t.out_packed = dqkv_view.bf16(), t.out_base = dqkv;
   for (int64_t s = 0; s < g.n; ++s)
     for (int64_t h = 0; h < g.H; ++h) {
-      const Src x{qkv.data, qkv.bf16()}, dy{dout, false};
+      const float *x = qkv.data, *dy = dout;
       const int64_t q = head_offset(g, s, h, 3 * D), next = head_offset(g, s, h + 1, 3 * D);
       float* dx = dqkv + q;
       t.gather(x, q, 3 * D, t.a);  // q
@@ -325,17 +277,128 @@ void HostBackend::attention_backward(const AttentionGeom& g, CView qkv, CView P,
         t.prefetch(dy, head_offset(g, s, h + 1, D), D);
       }
       scores(t, t.d, 1.0f, t.s);                     // dP = do v^T (the triangle)
-      if (kept) load_triangle(t, P, (s * g.H + h) * TT, t.p);
+      if (kept) load_triangle(t, P.data + (s * g.H + h) * TT, t.p);
       product<true>(t, t.p, t.d, 1.0f, dx + 2 * D, 3 * D);  // dv = P^T do
       for (int64_t i = 0; i < T; ++i) {
         float* r = t.s + i * t.Tp;
-        // dS from P as the products read it (its fp32 values in fp32, its bf16 ones in bf16),
-        // zeros after the diagonal
-        causal_softmax_grad_row(t.p + i * t.Tp, r, r, i + 1, T);
-        if (t.bf16) round_row(r, i + 1);  // reads up to pad16(i + 1) <= Tp: zeros past T
+        causal_softmax_grad_row(t.p + i * t.Tp, r, r, i + 1, T);  // dS, zeros after the diagonal
       }
       product<false>(t, t.s, t.b, g.scale, dx, 3 * D);     // dq = scale dS k
       product<true>(t, t.s, t.a, g.scale, dx + D, 3 * D);  // dk = scale dS^T q
+    }
+}
+
+// ---- bf16: the products on oneDNN's matmul -----------------------------------------------
+// In bf16 every product reads bf16 operands, so oneDNN's matmul (AMX tiles or AVX512-BF16
+// dot products, fp32 accumulation) runs them straight from the token-major buffers: q, k, v
+// of a head are [T, dh] slices with row stride 3D, o and do slices with row stride D (no
+// gathers, no permutations). Per (sample, head): S = scale q k^T, the causal softmax rows
+// here (fp32, the rows of vec_math.hpp), P rounded once to bf16 (kept in P, or a scratch
+// under selective recomputation, recomputed in the backward by the same two steps), o = P v;
+// backward dP = do v^T, dv = P^T do, dS = P (dP - rowsum(P dP)) from the bf16 P, rounded,
+// dq = scale dS k, dk = scale dS^T q. The products cover the whole [T, T] square (the
+// zeros above the diagonal of P and dS add nothing): twice the multiply-adds of the
+// triangle, at the matrix units' rate. The scale is applied to the fp32 results here, not as
+// oneDNN's output scale (which made its matmul 4-7x slower on these shapes): the same fp32
+// product scale * acc either way. An f32 qkv view (tests) is rounded into a bf16 copy first,
+// so it takes the same products; outputs are written as their views say.
+namespace {
+
+const float* elem(const float* bf16_base, int64_t e) {  // element e of a bf16 array, as GemmArgs takes it
+  return reinterpret_cast<const float*>(reinterpret_cast<const uint16_t*>(bf16_base) + e);
+}
+float* elem(float* bf16_base, int64_t e) { return reinterpret_cast<float*>(reinterpret_cast<uint16_t*>(bf16_base) + e); }
+
+// C = op(A) op(B), A and B bf16 with their row strides, C an f32 or bf16 view (ldc)
+void product(OneDnn& d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+             int64_t ldb, View C, int64_t c_off, int64_t ldc) {
+  GemmArgs a;
+  a.ta = ta, a.tb = tb, a.M = M, a.N = N, a.K = K;
+  a.A = A, a.lda = lda, a.B = B, a.ldb = ldb, a.a_bf16 = a.b_bf16 = true;
+  a.C = C.bf16() ? elem(C.data, c_off) : C.data + c_off, a.ldc = ldc, a.c_bf16 = C.bf16();
+  d.gemm(Precision::bf16, a);
+}
+
+// x as a bf16 array: itself, or its n values rounded into `copy`
+const float* as_bf16_array(CView x, size_t n, std::vector<uint16_t>& copy) {
+  if (x.bf16()) return x.data;
+  copy.resize(n);
+  to_bf16(n, x.data, copy.data());
+  return reinterpret_cast<const float*>(copy.data());
+}
+
+// P of one head (bf16, [T, T]) from q and k at element q0 of the bf16 qkv x: S = scale q k^T
+// into s, then each causal softmax row, rounded into pb (and, for an f32 P view, its fp32
+// values into pf)
+void probabilities(OneDnn& d, const Backend::AttentionGeom& g, const float* x, int64_t q0, float* s, uint16_t* pb,
+                   float* pf) {
+  const int64_t T = g.T, D3 = 3 * g.H * g.dh;
+  product(d, false, true, T, T, g.dh, elem(x, q0), D3, elem(x, q0 + D3 / 3), D3, View{s}, 0, T);
+  for (int64_t i = 0; i < T; ++i) {
+    float* r = s + i * T;
+    for (int64_t j = 0; j <= i; ++j) r[j] *= g.scale;
+    causal_softmax_row(r, r, i + 1, T);
+    pack_bf16_span(static_cast<size_t>(T), r, pb + i * T);
+    if (pf) std::copy(r, r + T, pf + i * T);
+  }
+}
+
+// rows [T, dh] of the fp32 product c times scale into the view at c_off (row stride ldc)
+void scaled_rows(const float* c, int64_t T, int64_t dh, float scale, View out, int64_t c_off, int64_t ldc, float* row) {
+  for (int64_t i = 0; i < T; ++i) {
+    for (int64_t e = 0; e < dh; ++e) row[e] = c[i * dh + e] * scale;
+    if (out.bf16()) pack_bf16_span(static_cast<size_t>(dh), row, reinterpret_cast<uint16_t*>(out.data) + c_off + i * ldc);
+    else std::copy(row, row + dh, out.data + c_off + i * ldc);
+  }
+}
+
+}  // namespace
+
+void HostBackend::attention_forward_bf16(const AttentionGeom& g, CView qkv, View P, View o) {
+  const int64_t T = g.T, D = g.H * g.dh, TT = T * T;
+  const bool keep_bf16 = P.data && P.bf16();  // P kept as a bf16 view: the products read it there
+  std::vector<uint16_t> xcopy, pscratch(keep_bf16 ? 0 : static_cast<size_t>(TT));
+  const float* x = as_bf16_array(qkv, static_cast<size_t>(g.n * T * 3 * D), xcopy);
+  std::vector<float> s(static_cast<size_t>(TT));
+  OneDnn& d = onednn();
+  for (int64_t sm = 0; sm < g.n; ++sm)
+    for (int64_t h = 0; h < g.H; ++h) {
+      const int64_t q = head_offset(g, sm, h, 3 * D), ph = (sm * g.H + h) * TT;
+      uint16_t* pb = keep_bf16 ? reinterpret_cast<uint16_t*>(P.data) + ph : pscratch.data();
+      probabilities(d, g, x, q, s.data(), pb, P.data && !P.bf16() ? P.data + ph : nullptr);
+      product(d, false, false, T, g.dh, T, reinterpret_cast<const float*>(pb), T, elem(x, q + 2 * D), 3 * D, o,
+              head_offset(g, sm, h, D), D);
+    }
+}
+
+void HostBackend::attention_backward_bf16(const AttentionGeom& g, CView qkv, CView P, const float* dout, View dqkv) {
+  const int64_t T = g.T, D = g.H * g.dh, TT = T * T;
+  std::vector<uint16_t> xcopy, docopy, pscratch(static_cast<size_t>(TT)), ds(static_cast<size_t>(TT));
+  const float* x = as_bf16_array(qkv, static_cast<size_t>(g.n * T * 3 * D), xcopy);
+  const float* dob = as_bf16_array(dout, static_cast<size_t>(g.n * T * D), docopy);
+  std::vector<float> s(static_cast<size_t>(TT)), prow(static_cast<size_t>(std::max(T, g.dh))), c(static_cast<size_t>(T * g.dh));
+  OneDnn& d = onednn();
+  for (int64_t sm = 0; sm < g.n; ++sm)
+    for (int64_t h = 0; h < g.H; ++h) {
+      const int64_t q = head_offset(g, sm, h, 3 * D), ph = (sm * g.H + h) * TT, od = head_offset(g, sm, h, D);
+      const uint16_t* pb = pscratch.data();
+      if (!P.data) probabilities(d, g, x, q, s.data(), pscratch.data(), nullptr);  // selective: as the forward
+      else if (P.bf16()) pb = reinterpret_cast<const uint16_t*>(P.data) + ph;
+      else to_bf16(static_cast<size_t>(TT), P.data + ph, pscratch.data());
+      const auto* pbf = reinterpret_cast<const float*>(pb);
+      product(d, false, true, T, T, g.dh, elem(dob, od), D, elem(x, q + 2 * D), 3 * D, View{s.data()}, 0, T);  // dP
+      product(d, true, false, T, g.dh, T, pbf, T, elem(dob, od), D, dqkv, q + 2 * D, 3 * D);              // dv
+      for (int64_t i = 0; i < T; ++i) {  // dS from the bf16 P, rounded for the products
+        for (int64_t j = 0; j < T; ++j) prow[static_cast<size_t>(j)] = bf16_to_float(pb[i * T + j]);
+        float* r = s.data() + i * T;
+        causal_softmax_grad_row(prow.data(), r, r, i + 1, T);
+        pack_bf16_span(static_cast<size_t>(T), r, ds.data() + i * T);
+      }
+      const auto* dsb = reinterpret_cast<const float*>(ds.data());
+      product(d, false, false, T, g.dh, T, dsb, T, elem(x, q + D), 3 * D, View{c.data()}, 0, g.dh);  // dq / scale
+      scaled_rows(c.data(), T, g.dh, g.scale, dqkv, q, 3 * D, prow.data());
+      product(d, true, false, T, g.dh, T, dsb, T, elem(x, q), 3 * D, View{c.data()}, 0, g.dh);  // dk / scale
+      scaled_rows(c.data(), T, g.dh, g.scale, dqkv, q + D, 3 * D, prow.data());
     }
 }
 

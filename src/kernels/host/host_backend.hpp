@@ -85,6 +85,9 @@ class HostBackend final : public Backend {
   bool fused_attention() const override { return fused_attention_; }
   void attention_forward(const AttentionGeom& g, CView qkv, View P, View o) override;  // attention_kernel.cpp
   void attention_backward(const AttentionGeom& g, CView qkv, CView P, const float* dout, View dqkv) override;
+  // bf16: the products on oneDNN's matmul (attention_kernel.cpp)
+  void attention_forward_bf16(const AttentionGeom& g, CView qkv, View P, View o);
+  void attention_backward_bf16(const AttentionGeom& g, CView qkv, CView P, const float* dout, View dqkv);
   void embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* wte, const float* wpe,
                          float* y) override;
   void embedding_backward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* dy, float* dwte,

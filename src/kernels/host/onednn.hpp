@@ -40,11 +40,11 @@ struct GemmArgs {
   int64_t ldc = 0, stride_c = 0;
   int64_t batch = 1;
   const float* bias = nullptr;  // [N] added to every row of C (fp32; batch 1 only)
-  // bf16 only: the operand is already a dense bf16 array (Backend::pack_bf16 of it as
-  // stored, lda/ldb dense, batch 1), read as is instead of being converted
+  // bf16 only: the operand is already a bf16 array (Backend::pack_bf16's layout; its element
+  // (r, c) at r * lda + c, or ldb; batch 1), read as is instead of being converted
   bool a_bf16 = false, b_bf16 = false;
-  // bf16 only: C is written as a dense bf16 array (oneDNN rounds the fp32 result, bias
-  // included, to nearest even; beta = 0)
+  // bf16 only: C is written as a bf16 array with row stride ldc (oneDNN rounds the fp32
+  // result, bias included, to nearest even; beta = 0)
   bool c_bf16 = false;
   // A dense bf16 B (b_bf16, batch 1) that is a weight: its values change only with its version
   // (non-zero, a new one for every change; the backend's twin registrations). oneDNN then
