@@ -4,7 +4,8 @@
 // which one runs them.
 //
 // Primitives (= 0) are what every backend implements on its own memory. The few virtuals
-// with a body are compositions of primitives (linear + bias, round + pack, add); none of them
+// with a body are compositions of primitives (round + pack, add); fused kernels (linear + bias,
+// the attention core) are apart, in fused.hpp, handed out by fused(). None of the defaults
 // allocates or copies through the host, so a backend that runs a model on its device never
 // falls back to the host on a hot path. A backend that lacks a bf16 primitive does not
 // compile (the CUDA backend implements every one, cuda_bf16.cu).
@@ -24,6 +25,7 @@
 
 #include "pipetrain/device.hpp"
 #include "pipetrain/dtype.hpp"
+#include "pipetrain/fused.hpp"
 
 namespace pt {
 
@@ -112,15 +114,6 @@ class Backend {
   virtual void round_pack_bf16(size_t n, const float* x, float* y, float* packed);
   virtual void scale(size_t n, float a, float* x) = 0;
 
-  // A linear layer's forward in precision p: y[rows, out] = x[rows, in] W[out, in]^T + b (b
-  // may be null). x may be a bf16 view (p = bf16); a bf16 y is written as the bf16 of the
-  // fp32 result (rounded to nearest even). Default: gemm, bias_add_rows, then pack_bf16 in
-  // place for a bf16 y (which then needs room for rows out floats); the host runs oneDNN's
-  // matmul with the bias fused (one pass over y instead of two, the same fp32 sum acc + b) and
-  // writes a bf16 y directly (subnormal results to 0), the CUDA backend packs from scratch, so
-  // on both a bf16 y needs only its ceil(rows out / 2) floats (layers keep it so).
-  virtual void linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b, View y,
-                              Precision p);
   // Linear helpers: y[r, :] += b; db += column sums of dy (an f32 or bf16 view; the sums in
   // fp32, in the same order either way).
   virtual void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) = 0;
@@ -205,28 +198,6 @@ class Backend {
   virtual void causal_softmax_forward(int64_t batches, int64_t T, const float* s, float* p) = 0;
   // ds = p * (dp - sum_j p * dp) row by row (0 above the diagonal); ds may alias dp.
   virtual void causal_softmax_backward(int64_t batches, int64_t T, const float* p, const float* dp, float* ds) = 0;
-  // Fused causal attention core, for backends that offer it (fused_attention(); the host
-  // does, CUDA composes the ops above). Operands stay token-major, as the projections write
-  // and read them: qkv [n, T, 3, H, dh] (q, k, v of each token), o and do [n, T, H, dh],
-  // P [n, H, T, T] the probabilities (0 above the diagonal), dqkv like qkv. In bf16
-  // (precision) the operands of the four products (q, k, v, P; do, v, P, dS, k, q) are rounded
-  // to bf16 as gemm rounds them; softmax and every sum stay fp32, and the softmax backward
-  // reads P as the products do (its bf16 values in bf16, as autocast's softmax backward reads
-  // its bf16 output). qkv and P may be bf16 views, and o and dqkv bf16 views (written as the
-  // bf16 of their values), in bf16 only. No dropout: a layer with dropout of
-  // the probabilities composes. Forward: P = causal_softmax(scale q k^T), o = P v.
-  // Backward: dP = do v^T, dS = causal_softmax_backward(P, dP), dq = scale dS k,
-  // dk = scale dS^T q, dv = P^T do. P may be null in both (selective recomputation): the
-  // forward then stores no probabilities and the backward recomputes them from q and k as
-  // the forward computes them, bitwise the same values.
-  struct AttentionGeom {
-    int64_t n = 0, T = 0, H = 0, dh = 0;
-    float scale = 1.0f;
-    Precision precision = Precision::fp32;
-  };
-  virtual bool fused_attention() const { return false; }
-  virtual void attention_forward(const AttentionGeom& g, CView qkv, View P, View o);
-  virtual void attention_backward(const AttentionGeom& g, CView qkv, CView P, const float* dout, View dqkv);
   // y[s, t, :] = wte[tokens[s, t], :] + wpe[t, :] (tokens are exact floats in [0, V)).
   virtual void embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* wte,
                                  const float* wpe, float* y) = 0;
@@ -296,8 +267,13 @@ class Backend {
   virtual void release_int(int32_t* p) = 0;
   virtual void labels_from_host(int32_t* dst, const int32_t* host, size_t n) = 0;
 
+  // The fused kernels this backend offers (fused.hpp): its own where it fuses, else the
+  // default compositions of the primitives above.
+  virtual FusedKernels& fused() { return default_fused_; }
+
  private:
   std::chrono::steady_clock::time_point timer_t0_{};
+  FusedKernels default_fused_{*this};
 };
 
 // The host backend (Kokkos Serial + OpenBLAS through KokkosBlas).

@@ -1,16 +1,16 @@
-// The Backend interface's default compositions (backend.hpp): operations a backend may
-// override with a fused kernel, written here in terms of its primitive operations. None of
-// them allocates or copies through the host.
+// The default compositions of the Backend interface (backend.hpp) and of its fused kernels
+// (fused.hpp): operations a backend may override with a fused kernel, written here in terms of
+// its primitive operations. None of them allocates or copies through the host.
 #include "pipetrain/backend.hpp"
 #include "pipetrain/error.hpp"
 
 namespace pt {
 
-void Backend::linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b, View y,
-                             Precision p) {
-  gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y.data, out, p);
-  if (b) bias_add_rows(y.data, b, rows, out);
-  if (y.bf16()) pack_bf16(static_cast<size_t>(rows * out), y.data, y.data);
+void FusedKernels::linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b,
+                                  View y, Precision p) {
+  be_.gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y.data, out, p);
+  if (b) be_.bias_add_rows(y.data, b, rows, out);
+  if (y.bf16()) be_.pack_bf16(static_cast<size_t>(rows * out), y.data, y.data);
 }
 
 void Backend::round_pack_bf16(size_t n, const float* x, float* y, float* packed) {
@@ -24,13 +24,13 @@ void Backend::add(size_t n, const float* a, const float* b, float* y) {
   axpy(n, 1.0f, b, y);
 }
 
-// A backend without the fused kernel: the layer asks fused_attention() first and composes,
-// so reaching these is a bug in the caller.
-void Backend::attention_forward(const AttentionGeom&, CView, View, View) {
-  PT_CHECK(false, "attention_forward: the " << describe() << " backend has no fused attention kernel");
+// A backend without the fused kernel: the layer asks attention() first and composes, so
+// reaching these is a bug in the caller.
+void FusedKernels::attention_forward(const AttentionGeom&, CView, View, View) {
+  PT_CHECK(false, "attention_forward: the " << be_.describe() << " backend has no fused attention kernel");
 }
-void Backend::attention_backward(const AttentionGeom&, CView, CView, const float*, View) {
-  PT_CHECK(false, "attention_backward: the " << describe() << " backend has no fused attention kernel");
+void FusedKernels::attention_backward(const AttentionGeom&, CView, CView, const float*, View) {
+  PT_CHECK(false, "attention_backward: the " << be_.describe() << " backend has no fused attention kernel");
 }
 
 }  // namespace pt

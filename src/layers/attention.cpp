@@ -55,8 +55,8 @@ void AttentionCore::probabilities(const LayerCtx& c, const float* q, const float
   if (c.precision == Precision::bf16) c.be.round_bf16(static_cast<size_t>(n * H_ * T_ * T_), P, P);
 }
 
-Backend::AttentionGeom AttentionCore::geom(const LayerCtx& c, int64_t n) const {
-  Backend::AttentionGeom g;
+AttentionGeom AttentionCore::geom(const LayerCtx& c, int64_t n) const {
+  AttentionGeom g;
   g.n = n, g.T = T_, g.H = H_, g.dh = dh_, g.scale = scale_, g.precision = c.precision;
   return g;
 }
@@ -75,7 +75,7 @@ void AttentionCore::forward(const LayerCtx& c, const float* w, CView x, float* y
   const View O{s.take(operand_floats(TD, op)), op};
   if (fused(be)) {
     qkv_.forward(c, w, x, View{qkv, op}, n * T_);
-    be.attention_forward(geom(c, n), CView{qkv, op}, P, O);
+    be.fused().attention_forward(geom(c, n), CView{qkv, op}, P, O);
   } else {
     composed_forward(c, w, x, qkv, P, O, n);
   }
@@ -122,7 +122,7 @@ void AttentionCore::input_half(const LayerCtx& c, const float* w, CView dy, floa
   const CView Pk{c.selective ? nullptr : saved + n * operand_floats(3 * TD, op), op};
   proj_.backward_input(c, w + qkv_.size(), dy, dO, n * T_);
   if (fused(be)) {
-    be.attention_backward(geom(c, n), CView{qkvh, op}, Pk, dO, View{keep, op});
+    be.fused().attention_backward(geom(c, n), CView{qkvh, op}, Pk, dO, View{keep, op});
     return qkv_.backward_input(c, w, CView{keep, op}, dx, n * T_);
   }
   if (op == DType::bf16) {  // the composed path reads fp32 head-major q, k, v

@@ -67,11 +67,11 @@ class AttentionCore {
   // the composed forward: head-major q, k, v kept in `qkv`, the probabilities in P (null:
   // selective), outputs merged into O
   void composed_forward(const LayerCtx& c, const float* w, CView x, float* qkv, View P, View O, int64_t n) const;
-  // the backend's fused kernel (Backend::attention_forward) where it has one and the
+  // the backend's fused kernel (FusedKernels::attention_forward) where it has one and the
   // probabilities have no dropout; else the composition of batched GEMMs and softmax
-  bool fused(const Backend& be) const { return be.fused_attention() && p_ == 0.0f; }
+  bool fused(Backend& be) const { return be.fused().attention() && p_ == 0.0f; }
   // the fused kernel's geometry, in c's precision
-  Backend::AttentionGeom geom(const LayerCtx& c, int64_t n) const;
+  AttentionGeom geom(const LayerCtx& c, int64_t n) const;
   int64_t T_, D_, H_, dh_;
   float p_, scale_;
   int layer_;

@@ -93,7 +93,7 @@ void key_error(const LayerSpec& s, const char* key, const std::string& msg) {
 }
 
 void RowLinear::forward(const LayerCtx& c, const float* w, CView x, View y, int64_t rows) const {
-  c.be.linear_forward(rows, in, out, x, w, bias ? w + out * in : nullptr, y, c.precision);
+  c.be.fused().linear_forward(rows, in, out, x, w, bias ? w + out * in : nullptr, y, c.precision);
 }
 void RowLinear::backward_input(const LayerCtx& c, const float* w, CView dy, float* dx, int64_t rows) const {
   if (dx) c.be.gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in, c.precision);

@@ -1,4 +1,4 @@
-// The host's fused causal attention kernel (Backend::attention_forward/backward,
+// The host's fused causal attention kernel (FusedKernels::attention_forward/backward,
 // src/kernels/host/attention_kernel.cpp) against a reference in double written here from the
 // definition, on shapes that exercise every tail (T and dh not multiples of 4 or 16, one
 // head, several samples), in both precisions:
@@ -43,15 +43,15 @@ struct Grads {
 
 using pt::test::lcg_uniform;
 
-Backend::AttentionGeom geom(const Case& c) {
-  Backend::AttentionGeom g;
+pt::AttentionGeom geom(const Case& c) {
+  pt::AttentionGeom g;
   g.n = c.n, g.T = c.T, g.H = c.H, g.dh = c.dh, g.scale = 1.0f / std::sqrt(static_cast<float>(c.dh));
   return g;
 }
 
 Grads run_fused(Backend& be, const Case& c, Precision p, const std::vector<float>& qkv, const std::vector<float>& dout,
                 bool packed_out = false, bool packed_in = false, bool packed_P = false) {
-  Backend::AttentionGeom g = geom(c);
+  pt::AttentionGeom g = geom(c);
   g.precision = p;
   const pt::DType in = packed_in ? pt::DType::bf16 : pt::DType::f32, out = packed_out ? pt::DType::bf16 : pt::DType::f32;
   const pt::DType pd = packed_P ? pt::DType::bf16 : pt::DType::f32;
@@ -59,8 +59,8 @@ Grads run_fused(Backend& be, const Case& c, Precision p, const std::vector<float
   r.P.assign(c.n * c.H * c.T * c.T, -1.0f);
   r.o.assign(c.n * c.T * c.H * c.dh, -1.0f);
   r.dqkv.assign(c.n * c.T * 3 * c.H * c.dh, -1.0f);
-  be.attention_forward(g, pt::CView{qkv.data(), in}, pt::View{r.P.data(), pd}, pt::View{r.o.data(), out});
-  be.attention_backward(g, pt::CView{qkv.data(), in}, pt::CView{r.P.data(), pd}, dout.data(), pt::View{r.dqkv.data(), out});
+  be.fused().attention_forward(g, pt::CView{qkv.data(), in}, pt::View{r.P.data(), pd}, pt::View{r.o.data(), out});
+  be.fused().attention_backward(g, pt::CView{qkv.data(), in}, pt::CView{r.P.data(), pd}, dout.data(), pt::View{r.dqkv.data(), out});
   return r;
 }
 
@@ -166,7 +166,7 @@ const Case kCases[] = {{2, 7, 3, 5}, {1, 37, 2, 24}, {2, 33, 2, 32}, {1, 20, 1, 
 
 void check(Precision prec) {
   auto be = pt::make_host_backend();
-  if (!std::getenv("PT_FUSED_ATTENTION")) ASSERT_TRUE(be->fused_attention());  // the kernel itself runs regardless
+  if (!std::getenv("PT_FUSED_ATTENTION")) ASSERT_TRUE(be->fused().attention());  // the kernel itself runs regardless
   const bool bf16 = prec == Precision::bf16;
   for (const Case& c : kCases) {
     SCOPED_TRACE("n " + std::to_string(c.n) + " T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " dh " +

@@ -287,8 +287,8 @@ TEST(OneDnnGemm, FusedBiasIsBitwiseGemmThenBiasPass) {
         for (float& v : b) v = v < 0 ? v - 0.25f : v + 0.25f;
         const float* bp = with_bias ? b.data() : nullptr;
         std::vector<float> got(static_cast<size_t>(sh.rows * sh.out), 7.0f), want(got.size(), -7.0f);
-        fused.be->linear_forward(sh.rows, sh.in, sh.out, x.data(), w.data(), bp, got.data(), p);
-        fused.be->Backend::linear_forward(sh.rows, sh.in, sh.out, x.data(), w.data(), bp, want.data(), p);
+        fused.be->fused().linear_forward(sh.rows, sh.in, sh.out, x.data(), w.data(), bp, got.data(), p);
+        pt::FusedKernels(*fused.be).linear_forward(sh.rows, sh.in, sh.out, x.data(), w.data(), bp, want.data(), p);
         EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
             << precision_name(p) << " rows " << sh.rows << " in " << sh.in << " out " << sh.out << " bias " << with_bias;
         fused.be->gemm(false, true, sh.rows, sh.out, sh.in, 1.0f, x.data(), sh.in, w.data(), sh.in, 0.0f, want.data(),

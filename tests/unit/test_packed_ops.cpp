@@ -150,15 +150,15 @@ TEST_P(BackendContract, LinearForwardWithBf16InputAndOutput) {
   const int64_t rows = 40, in = 48, out = 32;
   const Buffer x = put(values(rows * in, 21, 2.0f)), w = put(values(out * in, 22, 0.5f)), b = put(values(out, 23, 1.0f));
   Buffer want = zeros(rows * out);
-  be().linear_forward(rows, in, out, x.data(), w.data(), b.data(), want.data(), kBf16);
+  be().fused().linear_forward(rows, in, out, x.data(), w.data(), b.data(), want.data(), kBf16);
   const auto want_h = get(want);
   const Buffer xp = packed(x, rows * in);
   Buffer y1 = zeros(rows * out), y2 = zeros(rows * out), y3 = zeros(rows * out);
-  be().linear_forward(rows, in, out, as_bf16(xp.data()), w.data(), b.data(), y1.data(), kBf16);
+  be().fused().linear_forward(rows, in, out, as_bf16(xp.data()), w.data(), b.data(), y1.data(), kBf16);
   EXPECT_TRUE(same_bits(get(y1), want_h));
-  be().linear_forward(rows, in, out, as_bf16(xp.data()), w.data(), b.data(), as_bf16(y2.data()), kBf16);
+  be().fused().linear_forward(rows, in, out, as_bf16(xp.data()), w.data(), b.data(), as_bf16(y2.data()), kBf16);
   EXPECT_TRUE(same_bits(unpacked(y2, rows * out), rounded(want_h)));
-  be().pt::Backend::linear_forward(rows, in, out, as_bf16(xp.data()), w.data(), b.data(), as_bf16(y3.data()), kBf16);
+  pt::FusedKernels(be()).linear_forward(rows, in, out, as_bf16(xp.data()), w.data(), b.data(), as_bf16(y3.data()), kBf16);
   EXPECT_TRUE(same_bits(unpacked(y3, rows * out), rounded(want_h))) << "the default composition";
 }
 
@@ -319,12 +319,12 @@ TEST(HostTwins, GemmReadsRegisteredTwins) {
   EXPECT_TRUE(same_bits(product(be, x, w.data() + K, K), want));
   std::vector<float> y(5 * 3), y_twin(5 * 3);
   be.set_bf16_twin(w.data(), n, nullptr);
-  be.linear_forward(5, K, 3, x.data(), w.data(), nullptr, y.data(), kBf16);
+  be.fused().linear_forward(5, K, 3, x.data(), w.data(), nullptr, y.data(), kBf16);
   be.set_bf16_twin(w.data(), n, other_p.data());
-  be.linear_forward(5, K, 3, x.data(), w.data(), nullptr, y_twin.data(), kBf16);
+  be.fused().linear_forward(5, K, 3, x.data(), w.data(), nullptr, y_twin.data(), kBf16);
   std::vector<float> y_other(5 * 3);
   be.set_bf16_twin(w.data(), n, nullptr);
-  be.linear_forward(5, K, 3, x.data(), other.data(), nullptr, y_other.data(), kBf16);
+  be.fused().linear_forward(5, K, 3, x.data(), other.data(), nullptr, y_other.data(), kBf16);
   EXPECT_TRUE(same_bits(y_twin, y_other)) << "linear_forward reads the twin too";
   EXPECT_FALSE(same_bits(y, y_other));
 }

@@ -44,6 +44,22 @@ struct ConvPlan;  // cuda_dnn.cu
 struct PoolPlan;  // cuda_dnn.cu
 struct BnPlan;    // cuda_dnn.cu
 
+class CudaBackend;
+
+// The CUDA backend's fused kernels (fused.hpp): linear + bias packing a bf16 output from
+// device scratch (cuda_bf16.cu); no attention kernel (the layers compose it).
+class CudaFused final : public FusedKernels {
+ public:
+  explicit CudaFused(CudaBackend& cb);
+  // a bf16 y: the fp32 result in device scratch, then packed into y (its ceil(rows out / 2)
+  // floats); an f32 y: the default composition
+  void linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b, View y,
+                      Precision p) override;
+
+ private:
+  CudaBackend& cb_;
+};
+
 class CudaBackend final : public Backend {
  public:
   // device: the CUDA device ordinal this process uses; local_rank/local_size: its place
@@ -94,10 +110,6 @@ class CudaBackend final : public Backend {
   // a bf16 y: each value's bf16 written directly (y needs only its ceil(n / 2) floats)
   void gelu_forward_deriv(size_t n, float* x, View y) override;
   void mul(size_t n, const float* a, const float* b, View y) override;
-  // a bf16 y: the fp32 result in device scratch, then packed into y (its ceil(rows out / 2)
-  // floats); an f32 y: Backend's composition
-  void linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b, View y,
-                      Precision p) override;
   void layernorm_forward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
                          const float* beta, float* y, float* stats) override;
   void layernorm_backward(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* stats,
@@ -217,8 +229,11 @@ class CudaBackend final : public Backend {
     size_t bytes = 0;
   };
   std::array<Scratch, 4> bf16_scratch_{};  // 0: A / x, 1: B / w, 2: dy, 3: outputs
+  friend class CudaFused;  // its linear packs from this backend's scratch
+  CudaFused fused_{*this};
 
  public:
+  FusedKernels& fused() override { return fused_; }
   static constexpr int kRedBlocks = 1024;
   static constexpr size_t kMaxStagedUpload = size_t{32} << 20;  // larger uploads copy synchronously
 };

@@ -90,14 +90,16 @@ void CudaBackend::bias_grad_rows_bf16(const float* dy, float* db, int64_t rows, 
   PT_CU_LAUNCHED();
 }
 
-void CudaBackend::linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b,
-                                 View y, Precision p) {
-  if (!y.bf16()) return Backend::linear_forward(rows, in, out, x, w, b, y, p);
+CudaFused::CudaFused(CudaBackend& cb) : FusedKernels(cb), cb_(cb) {}
+
+void CudaFused::linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b, View y,
+                               Precision p) {
+  if (!y.bf16()) return FusedKernels::linear_forward(rows, in, out, x, w, b, y, p);
   const size_t n = static_cast<size_t>(rows * out);
   if (n == 0) return;
-  auto* acc = static_cast<float*>(bf16_scratch(2, n * sizeof(float)));  // gemm rounds into slots 0 and 1
-  Backend::linear_forward(rows, in, out, x, w, b, acc, p);
-  pack_bf16(n, acc, y.data);
+  auto* acc = static_cast<float*>(cb_.bf16_scratch(2, n * sizeof(float)));  // gemm rounds into slots 0 and 1
+  FusedKernels::linear_forward(rows, in, out, x, w, b, acc, p);
+  cb_.pack_bf16(n, acc, y.data);
 }
 
 void* CudaBackend::bf16_scratch(int slot, size_t bytes) {

@@ -77,7 +77,7 @@ constexpr int kRows = 8;  // rows per block of the products below (Tp is a multi
 
 // The element offset of (sample s, head h)'s first value in a token-major buffer with rows of
 // `width` floats; head_offset(g, s, h + 1, width) is the next head's, -1 after the last.
-int64_t head_offset(const Backend::AttentionGeom& g, int64_t s, int64_t h, int64_t width) {
+int64_t head_offset(const AttentionGeom& g, int64_t s, int64_t h, int64_t width) {
   if (h == g.H) ++s, h = 0;
   return s < g.n ? s * g.T * width + h * g.dh : -1;
 }
@@ -224,7 +224,7 @@ void recompute_probabilities(Tiles& t, float scale) {
 
 }  // namespace
 
-void HostBackend::attention_forward(const AttentionGeom& g, CView qkv, View P, View o_view) {
+void HostFused::attention_forward(const AttentionGeom& g, CView qkv, View P, View o_view) {
   const int64_t T = g.T, D = g.H * g.dh, TT = T * T;
   if (g.precision == Precision::bf16) return attention_forward_bf16(g, qkv, P, o_view);
   PT_CHECK(!qkv.bf16() && !o_view.bf16() && !P.bf16(), "attention_forward: bf16 views in fp32");
@@ -250,7 +250,7 @@ void HostBackend::attention_forward(const AttentionGeom& g, CView qkv, View P, V
     }
 }
 
-void HostBackend::attention_backward(const AttentionGeom& g, CView qkv, CView P, const float* dout,
+void HostFused::attention_backward(const AttentionGeom& g, CView qkv, CView P, const float* dout,
                                      View dqkv_view) {
   const int64_t T = g.T, D = g.H * g.dh, TT = T * T;
   if (g.precision == Precision::bf16) return attention_backward_bf16(g, qkv, P, dout, dqkv_view);
@@ -330,7 +330,7 @@ const float* as_bf16_array(CView x, size_t n, std::vector<uint16_t>& copy) {
 // P of one head (bf16, [T, T]) from q and k at element q0 of the bf16 qkv x: S = scale q k^T
 // into s, then each causal softmax row, rounded into pb (and, for an f32 P view, its fp32
 // values into pf)
-void probabilities(OneDnn& d, const Backend::AttentionGeom& g, const float* x, int64_t q0, float* s, uint16_t* pb,
+void probabilities(OneDnn& d, const AttentionGeom& g, const float* x, int64_t q0, float* s, uint16_t* pb,
                    float* pf) {
   const int64_t T = g.T, D3 = 3 * g.H * g.dh;
   product(d, false, true, T, T, g.dh, elem(x, q0), D3, elem(x, q0 + D3 / 3), D3, View{s}, 0, T);
@@ -354,13 +354,13 @@ void scaled_rows(const float* c, int64_t T, int64_t dh, float scale, View out, i
 
 }  // namespace
 
-void HostBackend::attention_forward_bf16(const AttentionGeom& g, CView qkv, View P, View o) {
+void HostFused::attention_forward_bf16(const AttentionGeom& g, CView qkv, View P, View o) {
   const int64_t T = g.T, D = g.H * g.dh, TT = T * T;
   const bool keep_bf16 = P.data && P.bf16();  // P kept as a bf16 view: the products read it there
   std::vector<uint16_t> xcopy, pscratch(keep_bf16 ? 0 : static_cast<size_t>(TT));
   const float* x = as_bf16_array(qkv, static_cast<size_t>(g.n * T * 3 * D), xcopy);
   std::vector<float> s(static_cast<size_t>(TT));
-  OneDnn& d = onednn();
+  OneDnn& d = hb_.onednn();
   for (int64_t sm = 0; sm < g.n; ++sm)
     for (int64_t h = 0; h < g.H; ++h) {
       const int64_t q = head_offset(g, sm, h, 3 * D), ph = (sm * g.H + h) * TT;
@@ -371,13 +371,13 @@ void HostBackend::attention_forward_bf16(const AttentionGeom& g, CView qkv, View
     }
 }
 
-void HostBackend::attention_backward_bf16(const AttentionGeom& g, CView qkv, CView P, const float* dout, View dqkv) {
+void HostFused::attention_backward_bf16(const AttentionGeom& g, CView qkv, CView P, const float* dout, View dqkv) {
   const int64_t T = g.T, D = g.H * g.dh, TT = T * T;
   std::vector<uint16_t> xcopy, docopy, pscratch(static_cast<size_t>(TT)), ds(static_cast<size_t>(TT));
   const float* x = as_bf16_array(qkv, static_cast<size_t>(g.n * T * 3 * D), xcopy);
   const float* dob = as_bf16_array(dout, static_cast<size_t>(g.n * T * D), docopy);
   std::vector<float> s(static_cast<size_t>(TT)), prow(static_cast<size_t>(std::max(T, g.dh))), c(static_cast<size_t>(T * g.dh));
-  OneDnn& d = onednn();
+  OneDnn& d = hb_.onednn();
   for (int64_t sm = 0; sm < g.n; ++sm)
     for (int64_t h = 0; h < g.H; ++h) {
       const int64_t q = head_offset(g, sm, h, 3 * D), ph = (sm * g.H + h) * TT, od = head_offset(g, sm, h, D);

@@ -14,6 +14,29 @@ namespace pt::host {
 // bench/kernels.sh compare them). bf16 always runs on oneDNN.
 enum class Fp32Kernels { rule, openblas, onednn };
 
+class HostBackend;
+
+// The host's fused kernels (fused.hpp): linear + bias on oneDNN's matmul (host_gemm.cpp) and
+// the causal attention core (attention_kernel.cpp).
+class HostFused final : public FusedKernels {
+ public:
+  explicit HostFused(HostBackend& hb);
+  void linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b, View y,
+                      Precision p) override;
+  // the kernel unless PT_FUSED_ATTENTION=0 (then the layers compose: heads_split, batched
+  // oneDNN GEMMs, softmax, heads_merge; docs/JOBS.md)
+  bool attention() const override { return attention_; }
+  void attention_forward(const AttentionGeom& g, CView qkv, View P, View o) override;
+  void attention_backward(const AttentionGeom& g, CView qkv, CView P, const float* dout, View dqkv) override;
+
+ private:
+  // bf16: the products on oneDNN's matmul
+  void attention_forward_bf16(const AttentionGeom& g, CView qkv, View P, View o);
+  void attention_backward_bf16(const AttentionGeom& g, CView qkv, CView P, const float* dout, View dqkv);
+  HostBackend& hb_;
+  bool attention_ = true;
+};
+
 class HostBackend final : public Backend {
  public:
   HostBackend();
@@ -38,8 +61,6 @@ class HostBackend final : public Backend {
   void unpack_bf16(size_t n, const float* packed, float* x) override;
   void round_pack_bf16(size_t n, const float* x, float* y, float* packed) override;
   void set_bf16_twin(const float* values, size_t n, const float* packed) override;
-  void linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b, View y,
-                      Precision p) override;
   void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) override;
   void bias_grad_rows(CView dy, float* db, int64_t rows, int64_t cols) override;
   void gelu_forward_deriv(size_t n, float* x, View y) override;
@@ -80,14 +101,6 @@ class HostBackend final : public Backend {
   void heads_merge(int64_t n, int64_t T, int64_t parts, int64_t H, int64_t dh, const float* y, float* x) override;
   void causal_softmax_forward(int64_t batches, int64_t T, const float* s, float* p) override;
   void causal_softmax_backward(int64_t batches, int64_t T, const float* p, const float* dp, float* ds) override;
-  // the fused kernel unless PT_FUSED_ATTENTION=0 (then the layers compose: heads_split,
-  // batched oneDNN GEMMs, softmax, heads_merge; docs/JOBS.md)
-  bool fused_attention() const override { return fused_attention_; }
-  void attention_forward(const AttentionGeom& g, CView qkv, View P, View o) override;  // attention_kernel.cpp
-  void attention_backward(const AttentionGeom& g, CView qkv, CView P, const float* dout, View dqkv) override;
-  // bf16: the products on oneDNN's matmul (attention_kernel.cpp)
-  void attention_forward_bf16(const AttentionGeom& g, CView qkv, View P, View o);
-  void attention_backward_bf16(const AttentionGeom& g, CView qkv, CView P, const float* dout, View dqkv);
   void embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* wte, const float* wpe,
                          float* y) override;
   void embedding_backward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* dy, float* dwte,
@@ -145,12 +158,16 @@ class HostBackend final : public Backend {
 
   static constexpr size_t kHugePage = size_t{2} << 20;
   bool huge_pages_ = true;            // large buffers on 2 MiB pages (PT_HUGE_PAGES=0: off)
-  bool fused_attention_ = true;       // PT_FUSED_ATTENTION=0: off
   std::unordered_set<float*> huge_;  // buffers from alloc on 2 MiB pages (posix_memalign)
   std::vector<float> ws_;
   std::unique_ptr<OneDnn> dnn_;
   double blas_s_ = 0;  // seconds in blas_gemm
   Fp32Kernels fp32_kernels_ = Fp32Kernels::rule;
+  friend class HostFused;  // its kernels run on this backend's oneDNN, twins and GEMM rule
+  HostFused fused_{*this};
+
+ public:
+  FusedKernels& fused() override { return fused_; }
 };
 
 }  // namespace pt::host

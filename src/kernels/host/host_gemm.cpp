@@ -85,17 +85,18 @@ void HostBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
 
 // One oneDNN matmul with the bias where the rule gives the product to oneDNN; else the
 // default composition (OpenBLAS GEMM, then the bias pass).
-void HostBackend::linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b,
-                                 View y, Precision p) {
+void HostFused::linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b, View y,
+                               Precision p) {
   if (rows == 0 || out == 0) return;
-  if (in == 0 || !onednn_gemm(false, true, rows, out, in, 1, p)) return Backend::linear_forward(rows, in, out, x, w, b, y, p);
+  if (in == 0 || !hb_.onednn_gemm(false, true, rows, out, in, 1, p))
+    return FusedKernels::linear_forward(rows, in, out, x, w, b, y, p);
   PT_CHECK(p == Precision::bf16 || (!x.bf16() && !y.bf16()), "linear_forward: a bf16 operand in an fp32 product");
   GemmArgs a;
   a.tb = true, a.M = rows, a.N = out, a.K = in;
   a.A = x.data, a.lda = in, a.B = w, a.ldb = in, a.C = y.data, a.ldc = out, a.bias = b, a.a_bf16 = x.bf16();
   a.c_bf16 = y.bf16();
-  use_twins(a, p);
-  onednn().gemm(p, a);
+  hb_.use_twins(a, p);
+  hb_.onednn().gemm(p, a);
 }
 
 // Forgetting a twin (packed = null: its buffers may be freed) drops the weights' kept layouts.

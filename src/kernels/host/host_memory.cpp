@@ -60,9 +60,12 @@ namespace host {
 HostBackend::HostBackend() {
   PT_CHECK(Kokkos::is_initialized(), "Kokkos must be initialised before the host backend");
   huge_pages_ = huge_pages_asked();
-  const char* fused = std::getenv("PT_FUSED_ATTENTION");
-  fused_attention_ = !(fused && std::string(fused) == "0");
   onednn_threads_default();
+}
+
+HostFused::HostFused(HostBackend& hb) : FusedKernels(hb), hb_(hb) {
+  const char* env = std::getenv("PT_FUSED_ATTENTION");
+  attention_ = !(env && std::string(env) == "0");
 }
 
 std::string HostBackend::describe() const {
