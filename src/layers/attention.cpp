@@ -25,16 +25,15 @@ void AttentionCore::init_params(float* host, uint64_t seed, int layer, int first
   init_constant(w + D_ * D_, D_, 0.0f);
 }
 
-// selective: the composed path keeps the probabilities in the workspace instead (the fused
-// kernel needs none: it recomputes them per head)
-// (the composed path under a bf16 policy: 3 T D more for the fp32 head-major q, k, v, H T T
-// for the fp32 probabilities and T D for the merged outputs before they are packed, or for
-// q, k, v and P unpacked; selective recomputes the probabilities there too)
-int64_t AttentionCore::forward_work(bool) const {
+// The composed path's workspace, one size for every case: fp32 probabilities there (under a
+// bf16 policy before they are packed, or unpacked; under selective recomputed there), and
+// under a bf16 policy 3 T D more for the fp32 head-major q, k, v and T D for the merged
+// outputs before they are packed (the fused kernel needs none of it).
+int64_t AttentionCore::forward_work() const {
   const int64_t TT = H_ * T_ * T_, TD = T_ * D_;
   return 3 * TD + std::max(3 * TD, TT + (p_ > 0 ? TT : 0) + 2 * TD);
 }
-int64_t AttentionCore::backward_work(bool) const { return 8 * T_ * D_ + (p_ > 0 ? 3 : 2) * H_ * T_ * T_; }
+int64_t AttentionCore::backward_work() const { return 8 * T_ * D_ + (p_ > 0 ? 3 : 2) * H_ * T_ * T_; }
 
 void AttentionCore::heads_gemm(const LayerCtx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                                const float* A, const float* B, float* C, int64_t n) const {
@@ -190,12 +189,9 @@ class Attention final : public Layer {
   int64_t workspace_per_sample() const override {
     return std::max(core_.forward_work(), core_.keep_per_sample() + core_.backward_work());
   }
-  // selective: the probabilities are recomputed (AttentionCore)
+  // selective: the probabilities are recomputed (AttentionCore), in the same workspace
   bool recomputes_selectively() const override { return true; }
   int64_t selective_aux_per_sample() const override { return core_.saved_per_sample(true); }
-  int64_t selective_workspace_per_sample() const override {
-    return std::max(core_.forward_work(true), core_.keep_per_sample() + core_.backward_work(true));
-  }
   void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const override {
     core_.forward(c, w, x, y, aux, n);
   }

@@ -40,9 +40,9 @@ class AttentionCore {
            operand_floats(T_ * D_, op);
   }
   int64_t keep_per_sample() const { return 3 * T_ * D_; }
-  // per sample, enough for either dtype of the kept operands
-  int64_t forward_work(bool selective = false) const;
-  int64_t backward_work(bool selective = false) const;  // input half
+  // per sample, enough for either dtype of the kept operands and for selective recomputation
+  int64_t forward_work() const;
+  int64_t backward_work() const;  // input half
 
   // x: the input, an f32 view or (bf16 policy) a bf16 one; under a bf16 policy the merged
   // head outputs are saved as a bf16 view too

@@ -54,8 +54,8 @@ class TransformerBlock final : public Layer {
   int64_t selective_aux_per_sample() const override { return kept_floats(true, DType::f32); }
   int64_t selective_split_aux_per_sample() const override { return split_aux_per_sample() + T_ * F_; }
   int64_t selective_workspace_per_sample() const override {
-    const int64_t fwd = T_ * D_ + std::max(attn_.forward_work(true), 2 * T_ * F_);
-    const int64_t bwd = selective_split_aux_per_sample() + T_ * D_ + std::max(T_ * F_, attn_.backward_work(true)) + T_ * F_;
+    const int64_t fwd = T_ * D_ + std::max(attn_.forward_work(), 2 * T_ * F_);
+    const int64_t bwd = selective_split_aux_per_sample() + T_ * D_ + std::max(T_ * F_, attn_.backward_work()) + T_ * F_;
     return std::max(fwd, bwd);
   }
   void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const override;
@@ -246,7 +246,7 @@ void TransformerBlock::input_half(const LayerCtx& c, const float* w, const float
   LayerCtx lc = c;
   lc.work = dg;
   if (c.selective) {  // gelu'(f) after the attention's scratch, gelu(f) kept for the weight half
-    s.f = dg + n * std::max(T_ * F_, attn_.backward_work(true)), s.g = k.g;
+    s.f = dg + n * std::max(T_ * F_, attn_.backward_work()), s.g = k.g;
     mlp_hidden(c, w + o.fc1, CView{s.b, op}, s.f, s.g, rows);
   }
   fc2_.backward_input(c, w + o.fc2, branch_grad(c, 2, dy, k.dm, n), dg, rows);
