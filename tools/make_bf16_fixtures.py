@@ -635,7 +635,7 @@ def lm_head_case(seed):
     def emulate(e, x64, q):
         xs = e.site(x64, "x")
         z = e.site(F.layer_norm(xs, (D,), q[0], q[1], 1e-5), "norm", ac="fb", pt="f")
-        logits = e_linear(e, z, q[2], q[3], "head", out_ac="fb", out_pt="", inner_pt="b")
+        logits = e_linear(e, z, q[2], q[3], "head", out_ac="fb", out_pt="f", inner_pt="b")
         tok = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1), reduction="none").reshape(n, T)
         return tok.mean(1, keepdim=True)
 

@@ -109,8 +109,8 @@ class Backend {
   // y[i] = bf16_round(x[i]) (fp32 storage, bf16 values: compute copies of weights, bf16
   // messages); y may alias x.
   virtual void round_bf16(size_t n, const float* x, float* y) = 0;
-  // Both of round_bf16(x -> y) and pack_bf16(x -> packed) (a weight copy and its packed twin:
-  // set_bf16_twin), in one pass where the backend can. Default: the two calls.
+  // Both of round_bf16(x -> y) and pack_bf16(x -> packed) (a weight version's fp32 compute
+  // copy and its bf16 array: WeightStore), in one pass where the backend can. Default: the two calls.
   virtual void round_pack_bf16(size_t n, const float* x, float* y, float* packed);
   virtual void scale(size_t n, float a, float* x) = 0;
 
@@ -172,10 +172,11 @@ class Backend {
   virtual void dropout_backward(int64_t n, int64_t features, float p, uint64_t key, int64_t sample0,
                                 const float* dy, float* dx) = 0;
 
-  // Softmax cross entropy: loss[i] = -log softmax(logits[i])[label[i]]; probs kept for backward.
+  // Softmax cross entropy: loss[i] = -log softmax(logits[i])[label[i]]; probs kept for backward
+  // (probs may alias logits: the probabilities overwrite them).
   virtual void softmax_xent_forward(int64_t n, int64_t classes, const float* logits, const int32_t* labels,
                                     float* loss, float* probs) = 0;
-  // dlogits = scale * (probs - onehot(labels))
+  // dlogits = scale * (probs - onehot(labels)); dlogits may alias probs.
   virtual void softmax_xent_backward(int64_t n, int64_t classes, const float* probs, const int32_t* labels,
                                      float scale, float* dlogits) = 0;
   // Number of rows whose argmax equals the label (ties: lowest index).
@@ -254,14 +255,6 @@ class Backend {
   // exactly, in place or not.
   virtual void pack_bf16(size_t n, const float* x, float* packed) = 0;
   virtual void unpack_bf16(size_t n, const float* packed, float* x) = 0;
-  // bf16 twins of read-mostly operands (a weight version's bf16 copy: WeightStore): packed
-  // holds pack_bf16 of the n floats at values, and the caller re-registers (or forgets, with
-  // packed = nullptr) after it changes either buffer and before a product reads them again (and
-  // forgets before it frees them). A backend may then read a GEMM operand
-  // lying inside values from its twin instead of converting it: the same bf16 values, so the
-  // same result bit for bit. Default: ignored (every operand is converted where it is used).
-  virtual void set_bf16_twin(const float* values, size_t n, const float* packed) {}
-
   // Integer label buffers live in the backend too (copied from the data loader).
   virtual int32_t* alloc_int(size_t n) = 0;
   virtual void release_int(int32_t* p) = 0;
@@ -285,7 +278,7 @@ std::unique_ptr<Backend> make_host_backend();
 // huge_pages = false: an allocation that never asks for them (labels, std::vector).
 int64_t host_resident_bytes(int64_t bytes, bool huge_pages = true);
 // Whether the host backend keeps each bf16 weight matrix that an input-gradient product reads
-// (dx = dy W; the weight inside a registered twin, set_bf16_twin) also in the layout oneDNN's
+// (dx = dy W; a weight version's bf16 array, CView::version) also in the layout oneDNN's
 // matmul prefers for that product, reordered once per weight version: off unless
 // PT_KEPT_LAYOUTS=1 in the environment (docs/JOBS.md: it gained 0-4% of a gpt2_small step on
 // an AMX Xeon for 2 bytes per weight value). The memory model counts those copies

@@ -9,7 +9,13 @@
 // a bf16 view is made explicitly (as_bf16, or View{p, dtype}), so nothing becomes bf16 by
 // accident. The compute precision of a product is the caller's (Precision, device.hpp), never
 // state of the backend: a bf16 operand is only legal in a bf16 product.
+// ParamView: a layer's parameters as the layers read them, the fp32 values and (where the
+// stage holds the weight version in bf16) the same values as a bf16 array, with the
+// version's id; a product takes operand(dtype). No pointer registry maps one to the other.
 #pragma once
+
+#include <cstdint>
+#include <type_traits>
 
 #include "pipetrain/device.hpp"
 
@@ -28,11 +34,15 @@ inline DType operand_dtype(Precision p) { return p == Precision::bf16 ? DType::b
 inline int64_t operand_floats(int64_t count, DType t) { return t == DType::bf16 ? (count + 1) / 2 : count; }
 
 // A read-only view of values in a backend's memory.
+// version: nonzero for a weight version's compute copy (ParamView::operand), whose values stay
+// as they are while (data, version) does: a backend may keep what it derives from them (a
+// copy in its GEMM's own layout) keyed by both. 0: any other operand.
 struct CView {
   const float* data = nullptr;
   DType dtype = DType::f32;
+  uint64_t version = 0;
   CView(const float* p) : data(p) {}  // NOLINT: a float pointer is an f32 view
-  CView(const float* p, DType t) : data(p), dtype(t) {}
+  CView(const float* p, DType t, uint64_t v = 0) : data(p), dtype(t), version(v) {}
   bool bf16() const { return dtype == DType::bf16; }
 };
 
@@ -48,5 +58,37 @@ struct View {
 
 inline CView as_bf16(const float* p) { return {p, DType::bf16}; }
 inline View as_bf16(float* p) { return {p, DType::bf16}; }
+
+// A layer's parameters (or a slice of them) as the layers read them: the fp32 values, which a
+// float pointer converts to and from implicitly (norms, biases, embeddings, convolutions read
+// them so), and, where the stage holds the weight version in bf16 (WeightStore::read), the
+// same values as a dense bf16 array and that version's id. An offset (w + k) moves both. A
+// product reads operand(dtype): the bf16 array under a bf16 operand policy where there is one,
+// else the fp32 values (which a bf16 product rounds to the same bf16 values: the same result
+// bit for bit, for a conversion the array saves).
+class ParamView {
+ public:
+  ParamView(const float* f32 = nullptr) : f32_(f32) {}  // NOLINT: fp32 values only
+  ParamView(const float* f32, const float* bf16, uint64_t version)
+      : f32_(f32), bf16_(reinterpret_cast<const unsigned char*>(bf16)), version_(version) {}
+  operator const float*() const { return f32_; }  // NOLINT: the fp32 values
+  template <class I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
+  ParamView operator+(I k) const {
+    ParamView v = *this;
+    v.f32_ += k;
+    if (bf16_) v.bf16_ += 2 * static_cast<int64_t>(k);
+    return v;
+  }
+  CView operand(DType t) const {
+    if (t == DType::bf16 && bf16_) return {reinterpret_cast<const float*>(bf16_), DType::bf16, version_};
+    return {f32_};
+  }
+  bool has_bf16() const { return bf16_ != nullptr; }
+
+ private:
+  const float* f32_ = nullptr;
+  const unsigned char* bf16_ = nullptr;  // element k at byte 2 k (any k: a view may start mid-word)
+  uint64_t version_ = 0;
+};
 
 }  // namespace pt

@@ -35,23 +35,23 @@ namespace pt {
 // per-stage compute buffer holding the bf16 copy of the version asked for: made from the
 // master once per update (on the first read after it) or unpacked from a stash, and kept
 // while consecutive reads ask for the same version. A stash is packed from that copy
-// when an update must keep the old latest for its readers. The compute buffer's packed twin
-// (the stash it came from, or a packed copy made with the master's rounding) is registered
-// with the backend (Backend::set_bf16_twin), so GEMMs read the weights without converting
-// them. In fp32 nothing of this exists.
+// when an update must keep the old latest for its readers. read() hands out both: a
+// ParamView (dtype.hpp) of the compute buffer's fp32 values and of the same values as a bf16
+// array (the stash the version came from, or one packed beside the master's rounding) with a
+// new array version, so products read the weights without converting them. In fp32 nothing
+// of this exists.
 class WeightStore {
  public:
   WeightStore(Backend& be, size_t n, bool bf16 = false);
   // The buffers a store of n parameters allocates once it holds `versions` versions, floats:
   // the latest (fp32; the master in bf16), each other version (an fp32 copy, or in bf16 a
-  // packed stash of (n + 1) / 2 words), and in bf16 the compute buffer and its packed twin.
+  // packed stash of (n + 1) / 2 words), and in bf16 the compute buffer and its bf16 array.
   // The constructor and prepare allocate by it; the memory model counts it.
   struct Sizes {
     int64_t latest = 0, per_other = 0, others = 0, compute = 0, compute_packed = 0;
     int64_t bytes() const { return (latest + per_other * others + compute + compute_packed) * 4; }
   };
   static Sizes sizes(size_t n, bool bf16, int versions);
-  ~WeightStore();
   WeightStore(const WeightStore&) = delete;
   WeightStore& operator=(const WeightStore&) = delete;
   // Prepare for an IR whose relative version 0 is the current latest version.
@@ -59,10 +59,10 @@ class WeightStore {
   // Replace the held versions (resume): absolute ids, the latest, and the IR's base id.
   // bf16: the latest becomes the fp32 master, the others are stored packed.
   void restore(const std::vector<std::pair<int64_t, std::vector<float>>>& versions, int64_t latest, int64_t base);
-  // The parameters a compute action reads (bf16: the compute buffer, valid until the next
-  // read, read_latest or begin_update of this store).
-  const float* read(int32_t rel_version);
-  const float* read_latest();  // the same for the latest version (evaluation)
+  // The parameters a compute action reads (bf16: the compute buffer and its bf16 array, valid
+  // until the next read, read_latest or begin_update of this store).
+  ParamView read(int32_t rel_version);
+  ParamView read_latest();  // the same for the latest version (evaluation)
   // The latest's values were changed in place outside begin_update (the profiler's timed
   // updates): the next read rebuilds the bf16 compute copy.
   void latest_changed() { compute_id_ = -1; }
@@ -79,7 +79,7 @@ class WeightStore {
   int max_held() const { return max_held_; }
   size_t size() const { return n_; }
   bool bf16() const { return bf16_; }
-  // Device bytes of the store: fp32 pool, and in bf16 the compute buffer, its packed twin and
+  // Device bytes of the store: fp32 pool, and in bf16 the compute buffer, its bf16 array and
   // the packed stashes.
   int64_t bytes() const;
   // Live versions (absolute id, fp32 host values; a packed stash unpacked exactly), for
@@ -89,7 +89,7 @@ class WeightStore {
  private:
   int slot_of(int32_t rel) const;
   int packed_slot_of(int64_t abs) const;
-  const float* compute_copy(int64_t abs);  // bf16: the compute buffer holding version abs
+  ParamView compute_copy(int64_t abs);  // bf16: the compute buffer holding version abs
   void stash_latest();                     // bf16: pack the latest's bf16 copy into a free stash
   Backend& be_;
   size_t n_;
@@ -106,6 +106,8 @@ class WeightStore {
   Buffer compute_;
   Buffer compute_packed_;  // pack_bf16 of the compute buffer when it holds the latest
   int64_t compute_id_ = -1;
+  const float* compute_bf16_ = nullptr;  // the bf16 array of the version in compute_
+  uint64_t compute_version_ = 0;         // its array version (CView::version)
 };
 
 struct TimelineEvent {

@@ -43,7 +43,7 @@ class FusedKernels {
   // matmul with the bias fused (one pass over y instead of two, the same fp32 sum acc + b) and
   // writes a bf16 y directly (subnormal results to 0), the CUDA backend packs from scratch, so
   // on both a bf16 y needs only its ceil(rows out / 2) floats (layers keep it so).
-  virtual void linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b, View y,
+  virtual void linear_forward(int64_t rows, int64_t in, int64_t out, CView x, CView w, const float* b, View y,
                               Precision p);
 
   // The causal attention core, where the backend has it (attention(); else the layers

@@ -142,10 +142,10 @@ class Layer {
   virtual bool is_view() const { return false; }
   virtual bool is_loss() const { return false; }
 
-  virtual void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const = 0;
+  virtual void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* aux, int64_t n) const = 0;
   // The fused backward: dw accumulates (+=); dx is overwritten; it is null for the first
   // layer of the model.
-  virtual void backward(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy,
+  virtual void backward(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy,
                         float* dx, float* dw, const float* aux, int64_t n) const = 0;
 
   // Split backward. A layer whose weight gradient can run apart from its input gradient
@@ -154,18 +154,18 @@ class Layer {
   // Defaults: the fused backward in backward_input, nothing in backward_weight.
   virtual bool splits_backward() const { return false; }
   // backward_input may write the split region after aux (split_aux_per_sample) and nothing else of aux.
-  virtual void backward_input(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy,
+  virtual void backward_input(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy,
                               float* dx, float* dw, float* aux, int64_t n) const {
     backward(c, w, x, y, dy, dx, dw, aux, n);
   }
-  virtual void backward_weight(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy,
+  virtual void backward_weight(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy,
                                float* dw, const float* aux, int64_t n) const {}
 
   // Evaluation of a loss layer with parameters (lm_head): the sum over the n samples of the
   // per-sample loss into *loss_sum and the number of correct predictions (argmax == label,
   // per label: n * labels_per_sample() of them) into *correct; c.labels holds the labels,
   // aux is scratch of n * aux_per_sample() floats, y of n floats.
-  virtual void eval_loss(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n,
+  virtual void eval_loss(const LayerCtx& c, ParamView w, const float* x, float* y, float* aux, int64_t n,
                          double* loss_sum, int64_t* correct) const;
 
   virtual double flops_forward() const { return static_cast<double>(out_.numel()); }  // per sample

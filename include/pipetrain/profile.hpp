@@ -77,7 +77,7 @@ struct UpdateRule {
 // output computed by a layer other than a view counts 2 bytes per value on the wire.
 // optimizer_s_per_byte (when not null): seconds per parameter byte of one whole update as a
 // run does it (Executor::on_optimizer_step): the clip's scaling, the optimizer of `update`,
-// zeroing the gradients and, in bf16, rebuilding the compute copy and its packed twin.
+// zeroing the gradients and, in bf16, rebuilding the compute copy and its bf16 array.
 std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, Precision p, int64_t mb, int reps,
                                          uint64_t seed, double* optimizer_s_per_byte, const UpdateRule& update = {});
 // Collective over `comm`: rank 0 measures the layers of `model` at microbatch `mb` (warm-up

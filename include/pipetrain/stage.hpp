@@ -130,24 +130,24 @@ class Stage {
   const float* output(const Slot& s) const { return s.out.back(); }
   float* output(Slot& s) const { return s.out.back(); }
 
-  void forward(const Slot& s, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
+  void forward(const Slot& s, ParamView params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
   // Full recomputation before a backward: the training forward again into a recompute
   // buffer's layout, with the same kernels, dropout keys and weights as the unit's FORWARD,
   // but no running state touched (batch norm normalises with the batch statistics as in any
   // training forward and leaves its running statistics alone: ctx.state is ignored), so the
   // layout holds bitwise what the FORWARD computed.
-  void recompute_forward(const Slot& s, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
+  void recompute_forward(const Slot& s, ParamView params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
   // grads accumulate. dy: gradient of the stage output (ignored when the stage ends in the
   // loss). dx: where the gradient of the stage input goes (null: not needed).
-  void backward(const Slot& s, const float* params, float* grads, const float* dy, float* dx, const LayerCtx& ctx,
+  void backward(const Slot& s, ParamView params, float* grads, const float* dy, float* dx, const LayerCtx& ctx,
                 int64_t n, PollHook poll) const;
   // The split backward (needs keep_output_grads): backward_input computes dx and every
   // layer's output gradient (kept in the slot; layers that do not split accumulate their
   // grads here); backward_weight then accumulates the splitting layers' grads. Together
   // they give bitwise what backward gives.
-  void backward_input(const Slot& s, const float* params, float* grads, const float* dy, float* dx, const LayerCtx& ctx,
+  void backward_input(const Slot& s, ParamView params, float* grads, const float* dy, float* dx, const LayerCtx& ctx,
                       int64_t n, PollHook poll) const;
-  void backward_weight(const Slot& s, const float* params, float* grads, const LayerCtx& ctx, int64_t n, PollHook poll) const;
+  void backward_weight(const Slot& s, ParamView params, float* grads, const LayerCtx& ctx, int64_t n, PollHook poll) const;
   bool keeps_output_grads() const { return keep_dout_; }
   // The stage's precision policy (the constructor's).
   Precision precision() const { return precision_; }
@@ -155,19 +155,19 @@ class Stage {
 
   // Forward without keeping activations (evaluation): returns the last non-loss output,
   // in scratch owned by the stage, valid until the next call.
-  const float* infer(const float* x, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
+  const float* infer(const float* x, ParamView params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
   // Last stage: the loss layer's evaluation (Layer::eval_loss) of infer()'s output x: summed
   // loss, correct predictions and predictions scored (n * labels_per_sample(): n for a
   // classifier, n*T for a language model); labels in ctx.labels, the stage's state in ctx.state.
-  void eval_loss(const float* x, const float* params, const LayerCtx& ctx, int64_t n, double* loss_sum, int64_t* correct,
+  void eval_loss(const float* x, ParamView params, const LayerCtx& ctx, int64_t n, double* loss_sum, int64_t* correct,
                  int64_t* scored) const;
 
   // One layer of the slice, for the profiler.
-  void forward_layer(int layer, const Slot& s, const float* params, const LayerCtx& ctx, int64_t n) const;
-  void backward_layer(int layer, const Slot& s, const float* params, float* grads, const float* dy, float* dx,
+  void forward_layer(int layer, const Slot& s, ParamView params, const LayerCtx& ctx, int64_t n) const;
+  void backward_layer(int layer, const Slot& s, ParamView params, float* grads, const float* dy, float* dx,
                       const LayerCtx& ctx, int64_t n) const;
   // One splitting layer's weight-gradient half alone, for the profiler (dy: its output gradient).
-  void backward_weight_layer(int layer, const Slot& s, const float* params, float* grads, const float* dy,
+  void backward_weight_layer(int layer, const Slot& s, ParamView params, float* grads, const float* dy,
                              const LayerCtx& ctx, int64_t n) const;
   // Bytes of activations a unit in flight keeps per sample (its slot: the unit geometry).
   int64_t slot_bytes_per_sample() const { return unit_floats_ / train_mb_ * 4; }
@@ -185,7 +185,7 @@ class Stage {
   int64_t unit_floats_ = 0;
   // the layout under `mode` at base (carve: this stage's own mode)
   Slot carve_layout(float* base, int32_t* labels, Recompute mode) const;
-  void run_forward(const Slot& s, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
+  void run_forward(const Slot& s, ParamView params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
   void round_output(int l, float* y, int64_t n) const;
   void round_input_grad(int l, float* dx, int64_t n) const;
   int64_t num_params_ = 0, slot_floats_ = 0, max_numel_ = 0, num_state_ = 0;

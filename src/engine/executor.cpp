@@ -141,7 +141,7 @@ void Executor::run_backward(const Action& a, StagePools::Half half, Step& st) {
   Stage::Slot& slot = r.pools.backward_slot(a.mb, half);
   const float* dy = r.last ? nullptr : r.pools.grad_in(a.mb).data;
   float* dx = r.first ? nullptr : claim_grad_out(r, a);
-  const float* w = r.weights->read(a.version);
+  const ParamView w = r.weights->read(a.version);
   const LayerCtx lc = layer_ctx(r, slot, a.mb, true);
   if (r.pools.must_recompute(a.mb)) r.stage->recompute_forward(slot, w, lc, mb_size_, st.poll);
   if (half == StagePools::Half::fused) r.stage->backward(slot, w, r.grads.data(), dy, dx, lc, mb_size_, st.poll);

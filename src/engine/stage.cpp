@@ -180,24 +180,24 @@ std::vector<float> Stage::unit_from(const std::vector<float>& contents, Recomput
   return unit;
 }
 
-void Stage::forward_layer(int l, const Slot& s, const float* params, const LayerCtx& ctx, int64_t n) const {
+void Stage::forward_layer(int l, const Slot& s, ParamView params, const LayerCtx& ctx, int64_t n) const {
   const size_t i = static_cast<size_t>(l - first_);
   const float* x = i == 0 ? s.input : s.out[i - 1];
   model_.layer(l).forward(layer_ctx(ctx, l), params + offset_[i], x, s.out[i], s.aux[i], n);
 }
 
-void Stage::forward(const Slot& s, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const {
+void Stage::forward(const Slot& s, ParamView params, const LayerCtx& ctx, int64_t n, PollHook poll) const {
   require_state(ctx);
   run_forward(s, params, ctx, n, poll);
 }
 
-void Stage::recompute_forward(const Slot& s, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const {
+void Stage::recompute_forward(const Slot& s, ParamView params, const LayerCtx& ctx, int64_t n, PollHook poll) const {
   LayerCtx c = ctx;
   c.state = nullptr;  // the FORWARD updated the running statistics once already
   run_forward(s, params, c, n, poll);
 }
 
-void Stage::run_forward(const Slot& s, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const {
+void Stage::run_forward(const Slot& s, ParamView params, const LayerCtx& ctx, int64_t n, PollHook poll) const {
   PT_CHECK(n <= train_mb_, "microbatch " << n << " > slot capacity " << train_mb_);
   for (int l = first_; l < last_; ++l) {
     forward_layer(l, s, params, ctx, n);
@@ -218,21 +218,21 @@ void Stage::round_input_grad(int l, float* dx, int64_t n) const {
   if (activation_bf16() && dx) be_.round_bf16(static_cast<size_t>(n * model_.layer(l).in_shape().numel()), dx, dx);
 }
 
-void Stage::backward_layer(int l, const Slot& s, const float* params, float* grads, const float* dy, float* dx,
+void Stage::backward_layer(int l, const Slot& s, ParamView params, float* grads, const float* dy, float* dx,
                            const LayerCtx& ctx, int64_t n) const {
   const size_t i = static_cast<size_t>(l - first_);
   const float* x = i == 0 ? s.input : s.out[i - 1];
   model_.layer(l).backward(layer_ctx(ctx, l), params + offset_[i], x, s.out[i], dy, dx, grads + offset_[i], s.aux[i], n);
 }
 
-void Stage::backward_weight_layer(int l, const Slot& s, const float* params, float* grads, const float* dy,
+void Stage::backward_weight_layer(int l, const Slot& s, ParamView params, float* grads, const float* dy,
                                   const LayerCtx& ctx, int64_t n) const {
   const size_t i = static_cast<size_t>(l - first_);
   const float* x = i == 0 ? s.input : s.out[i - 1];
   model_.layer(l).backward_weight(layer_ctx(ctx, l), params + offset_[i], x, s.out[i], dy, grads + offset_[i], s.aux[i], n);
 }
 
-void Stage::backward(const Slot& s, const float* params, float* grads, const float* dy, float* dx,
+void Stage::backward(const Slot& s, ParamView params, float* grads, const float* dy, float* dx,
                      const LayerCtx& ctx, int64_t n, PollHook poll) const {
   const float* cur_dy = dy;
   for (int l = last_ - 1; l >= first_; --l) {
@@ -269,7 +269,7 @@ float* Stage::grad_target(const Slot& s, int l, const float* cur_dy, float* dx) 
   return cur_dy == scratch_a_.data() ? scratch_b_.data() : scratch_a_.data();
 }
 
-void Stage::backward_input(const Slot& s, const float* params, float* grads, const float* dy, float* dx,
+void Stage::backward_input(const Slot& s, ParamView params, float* grads, const float* dy, float* dx,
                            const LayerCtx& ctx, int64_t n, PollHook poll) const {
   PT_CHECK(keep_dout_, "backward_input on a stage built without output-gradient slots");
   const float* cur_dy = dy;
@@ -293,7 +293,7 @@ void Stage::backward_input(const Slot& s, const float* params, float* grads, con
   }
 }
 
-void Stage::backward_weight(const Slot& s, const float* params, float* grads, const LayerCtx& ctx, int64_t n,
+void Stage::backward_weight(const Slot& s, ParamView params, float* grads, const LayerCtx& ctx, int64_t n,
                             PollHook poll) const {
   for (int l = last_ - 1; l >= first_; --l) {
     const size_t i = static_cast<size_t>(l - first_);
@@ -305,7 +305,7 @@ void Stage::backward_weight(const Slot& s, const float* params, float* grads, co
   }
 }
 
-const float* Stage::infer(const float* x, const float* params, const LayerCtx& ctx, int64_t n, PollHook poll) const {
+const float* Stage::infer(const float* x, ParamView params, const LayerCtx& ctx, int64_t n, PollHook poll) const {
   PT_CHECK(n <= eval_mb_, "eval microbatch " << n << " > " << eval_mb_);
   require_state(ctx);
   const float* cur = x;
@@ -321,7 +321,7 @@ const float* Stage::infer(const float* x, const float* params, const LayerCtx& c
   return cur;
 }
 
-void Stage::eval_loss(const float* x, const float* params, const LayerCtx& ctx, int64_t n, double* loss_sum, int64_t* correct,
+void Stage::eval_loss(const float* x, ParamView params, const LayerCtx& ctx, int64_t n, double* loss_sum, int64_t* correct,
                       int64_t* scored) const {
   PT_CHECK(n <= eval_mb_, "eval microbatch " << n << " > " << eval_mb_);
   const int l = last_ - 1;

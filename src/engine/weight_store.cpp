@@ -28,10 +28,6 @@ WeightStore::WeightStore(Backend& be, size_t n, bool bf16) : be_(be), n_(n), bf1
   if (bf16_) compute_ = Buffer(be, static_cast<size_t>(z.compute)), compute_packed_ = Buffer(be, static_cast<size_t>(z.compute_packed));
 }
 
-WeightStore::~WeightStore() {
-  if (bf16_) be_.set_bf16_twin(compute_.data(), n_, nullptr);
-}
-
 void WeightStore::prepare(const Schedule& ir, int rank, int stage, size_t from) {
   if (from == 0) {
     base_ = latest_id_;
@@ -70,7 +66,6 @@ void WeightStore::restore(const std::vector<std::pair<int64_t, std::vector<float
   for (auto& v : id_) v = -1;
   for (auto& v : packed_id_) v = -1;
   compute_id_ = -1;
-  if (bf16_) be_.set_bf16_twin(compute_.data(), n_, nullptr);  // both are overwritten below
   bool have_latest = false;
   size_t next_fp32 = 0, next_packed = 0;
   for (const auto& [id, values] : versions) {
@@ -106,35 +101,44 @@ int WeightStore::packed_slot_of(int64_t abs) const {
   return -1;
 }
 
+namespace {
+// Ids of the bf16 arrays handed out, unique in the process (CView::version): a new one each
+// time a compute copy is made, so nothing derived from an array's earlier values is reused.
+uint64_t next_array_version() {
+  static uint64_t v = 0;
+  return ++v;
+}
+}  // namespace
+
 // The bf16 copy of version abs in the compute buffer: kept if it is there already, else
-// rounded from the master (the latest; its packed twin made beside it) or unpacked from its
-// stash (which is then the twin: a stash is only rewritten after the compute buffer moves
-// on to the latest, stash_latest, or by restore, which forgets the twin first).
-const float* WeightStore::compute_copy(int64_t abs) {
+// rounded from the master (the latest; its bf16 array packed beside it) or unpacked from its
+// stash (which is then its bf16 array: a stash is only rewritten after the compute buffer
+// moves on to the latest, stash_latest, or by restore, which resets compute_id_).
+ParamView WeightStore::compute_copy(int64_t abs) {
   if (compute_id_ != abs) {
-    const float* twin = compute_packed_.data();
+    compute_bf16_ = compute_packed_.data();
     if (abs == latest_id_) {
       be_.round_pack_bf16(n_, latest(), compute_.data(), compute_packed_.data());
     } else {
       const int p = packed_slot_of(abs);
       PT_CHECK(p >= 0, "weight version " << abs << " is not held (latest " << latest_id_ << ")");
-      twin = packed_[static_cast<size_t>(p)].data();
-      be_.unpack_bf16(n_, twin, compute_.data());
+      compute_bf16_ = packed_[static_cast<size_t>(p)].data();
+      be_.unpack_bf16(n_, compute_bf16_, compute_.data());
     }
-    be_.set_bf16_twin(compute_.data(), n_, twin);
+    compute_version_ = next_array_version();
     compute_id_ = abs;
   }
-  return compute_.data();
+  return ParamView(compute_.data(), compute_bf16_, compute_version_);
 }
 
-const float* WeightStore::read(int32_t rel) {
+ParamView WeightStore::read(int32_t rel) {
   if (bf16_) return compute_copy(base_ + rel);
   const int s = slot_of(rel);
   PT_CHECK(s >= 0, "weight version " << base_ + rel << " is not held (latest " << latest_id_ << ")");
   return pool_[static_cast<size_t>(s)].data();
 }
 
-const float* WeightStore::read_latest() { return bf16_ ? compute_copy(latest_id_) : latest(); }
+ParamView WeightStore::read_latest() { return bf16_ ? compute_copy(latest_id_) : ParamView(latest()); }
 
 void WeightStore::done_reading(int32_t rel) {
   auto it = uses_.find(rel);

@@ -6,7 +6,7 @@
 
 namespace pt {
 
-void FusedKernels::linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b,
+void FusedKernels::linear_forward(int64_t rows, int64_t in, int64_t out, CView x, CView w, const float* b,
                                   View y, Precision p) {
   be_.gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y.data, out, p);
   if (b) be_.bias_add_rows(y.data, b, rows, out);

@@ -64,7 +64,7 @@ AttentionGeom AttentionCore::geom(const LayerCtx& c, int64_t n) const {
 // [3, n, H, T, dh] on the composed one (bf16 views in half the floats under a bf16 policy:
 // products' operands only); fused() is fixed per backend and layer, so forward and backward
 // agree.
-void AttentionCore::forward(const LayerCtx& c, const float* w, CView x, float* y, float* saved, int64_t n) const {
+void AttentionCore::forward(const LayerCtx& c, ParamView w, CView x, float* y, float* saved, int64_t n) const {
   Backend& be = c.be;
   const int64_t TD = T_ * D_;
   const DType op = operand_dtype(c.precision);
@@ -81,7 +81,7 @@ void AttentionCore::forward(const LayerCtx& c, const float* w, CView x, float* y
   proj_.forward(c, w + qkv_.size(), O, y, n * T_);
 }
 
-void AttentionCore::composed_forward(const LayerCtx& c, const float* w, CView x, float* qkv, View P, View O,
+void AttentionCore::composed_forward(const LayerCtx& c, ParamView w, CView x, float* qkv, View P, View O,
                                      int64_t n) const {
   Backend& be = c.be;
   const int64_t TD = T_ * D_;
@@ -105,7 +105,7 @@ void AttentionCore::composed_forward(const LayerCtx& c, const float* w, CView x,
   if (bf16) be.pack_bf16(static_cast<size_t>(n * TD), merged, O.data);
 }
 
-void AttentionCore::input_half(const LayerCtx& c, const float* w, CView dy, float* dx, const float* saved,
+void AttentionCore::input_half(const LayerCtx& c, ParamView w, CView dy, float* dx, const float* saved,
                                float* keep, int64_t n) const {
   Backend& be = c.be;
   const int64_t TD = T_ * D_, TT = T_ * T_;
@@ -192,21 +192,21 @@ class Attention final : public Layer {
   // selective: the probabilities are recomputed (AttentionCore), in the same workspace
   bool recomputes_selectively() const override { return true; }
   int64_t selective_aux_per_sample() const override { return core_.saved_per_sample(true); }
-  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const override {
+  void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* aux, int64_t n) const override {
     core_.forward(c, w, x, y, aux, n);
   }
-  void backward(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float* dw,
+  void backward(const LayerCtx& c, ParamView w, const float* x, const float*, const float* dy, float* dx, float* dw,
                 const float* aux, int64_t n) const override {
     const KeepInWork k = keep_in_work(c, core_.keep_per_sample(), n);
     core_.input_half(k.ctx, w, dy, dx, aux, k.keep, n);
     core_.weight_half(k.ctx, x, dy, dw, aux, k.keep, n);
   }
   bool splits_backward() const override { return true; }
-  void backward_input(const LayerCtx& c, const float* w, const float*, const float*, const float* dy, float* dx, float*,
+  void backward_input(const LayerCtx& c, ParamView w, const float*, const float*, const float* dy, float* dx, float*,
                       float* aux, int64_t n) const override {
     core_.input_half(c, w, dy, dx, aux, aux + n * kept_floats(c.selective, operand_dtype(c.precision)), n);
   }
-  void backward_weight(const LayerCtx& c, const float*, const float* x, const float*, const float* dy, float* dw,
+  void backward_weight(const LayerCtx& c, ParamView, const float* x, const float*, const float* dy, float* dw,
                        const float* aux, int64_t n) const override {
     core_.weight_half(c, x, dy, dw, aux, aux + n * kept_floats(c.selective, operand_dtype(c.precision)), n);
   }

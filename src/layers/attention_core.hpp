@@ -46,11 +46,11 @@ class AttentionCore {
 
   // x: the input, an f32 view or (bf16 policy) a bf16 one; under a bf16 policy the merged
   // head outputs are saved as a bf16 view too
-  void forward(const LayerCtx& c, const float* w, CView x, float* y, float* saved, int64_t n) const;
+  void forward(const LayerCtx& c, ParamView w, CView x, float* y, float* saved, int64_t n) const;
   // dx (may be null) = dL/dx; keep = the in_proj output gradient. c.work: backward_work().
   // dy: the output gradient's view. Under a bf16 policy the in_proj output gradient in `keep`
   // is left a bf16 view for the weight half.
-  void input_half(const LayerCtx& c, const float* w, CView dy, float* dx, const float* saved, float* keep,
+  void input_half(const LayerCtx& c, ParamView w, CView dy, float* dx, const float* saved, float* keep,
                   int64_t n) const;
   void weight_half(const LayerCtx& c, CView x, CView dy, float* dw, const float* saved, const float* keep,
                    int64_t n) const;
@@ -66,7 +66,7 @@ class AttentionCore {
   void probabilities(const LayerCtx& c, const float* q, const float* k, float* P, int64_t n) const;
   // the composed forward: head-major q, k, v kept in `qkv`, the probabilities in P (null:
   // selective), outputs merged into O
-  void composed_forward(const LayerCtx& c, const float* w, CView x, float* qkv, View P, View O, int64_t n) const;
+  void composed_forward(const LayerCtx& c, ParamView w, CView x, float* qkv, View P, View O, int64_t n) const;
   // the backend's fused kernel (FusedKernels::attention_forward) where it has one and the
   // probabilities have no dropout; else the composition of batched GEMMs and softmax
   bool fused(Backend& be) const { return be.fused().attention() && p_ == 0.0f; }

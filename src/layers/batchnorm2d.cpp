@@ -13,7 +13,7 @@ void ChannelNorm::init_state(float* host) const {
   init_constant(host + C, C, 1.0f);
 }
 
-void ChannelNorm::forward(const LayerCtx& c, const float* w, const float* x, float* y, float* stats, float* state,
+void ChannelNorm::forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* stats, float* state,
                           int64_t n) const {
   if (c.training)
     return c.be.batchnorm_forward_training(n, C, HW, eps, momentum, x, w, w + C, y, stats, stats + C, state,
@@ -51,19 +51,19 @@ class BatchNorm2d final : public Layer {
   int64_t num_state() const override { return 2 * bn_.C; }
   void init_state(float* host) const override { bn_.init_state(host); }
   int64_t aux_per_sample() const override { return 2 * bn_.C; }  // the call's statistics (in its first 2 C floats)
-  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const override {
+  void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* aux, int64_t n) const override {
     bn_.forward(c, w, x, y, aux, c.state, n);
   }
-  void backward(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float* dw,
+  void backward(const LayerCtx& c, ParamView w, const float* x, const float*, const float* dy, float* dx, float* dw,
                 const float* aux, int64_t n) const override {
     c.be.batchnorm_backward(n, bn_.C, bn_.HW, bn_.eps, x, w, aux, aux + bn_.C, dy, dx, dw, dw + bn_.C);
   }
   bool splits_backward() const override { return true; }
-  void backward_input(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float*,
+  void backward_input(const LayerCtx& c, ParamView w, const float* x, const float*, const float* dy, float* dx, float*,
                       float* aux, int64_t n) const override {
     bn_.backward_input(c.be, w, x, aux, dy, dx, n);
   }
-  void backward_weight(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dw,
+  void backward_weight(const LayerCtx& c, ParamView w, const float* x, const float*, const float* dy, float* dw,
                        const float* aux, int64_t n) const override {
     bn_.backward_weight(c.be, w, x, aux, dy, dw, n);
   }

@@ -29,20 +29,20 @@ class Conv2d final : public Layer {
     int t = 0;
     for (auto& p : params()) init_uniform(host + p.offset, p.size, bound, seed, index(), t++);
   }
-  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float*, int64_t n) const override {
+  void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float*, int64_t n) const override {
     c.be.conv2d_forward(g_, n, x, w, k_.bias ? w + wsz() : nullptr, y, c.precision);
   }
-  void backward(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float* dw,
+  void backward(const LayerCtx& c, ParamView w, const float* x, const float*, const float* dy, float* dx, float* dw,
                 const float*, int64_t n) const override {
     c.be.conv2d_backward(g_, n, x, w, dy, dx, dw, k_.bias ? dw + wsz() : nullptr, c.precision);
   }
   std::vector<ConvUse> convolutions() const override { return {{g_, k_.bias}}; }
   bool splits_backward() const override { return true; }
-  void backward_input(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float*,
+  void backward_input(const LayerCtx& c, ParamView w, const float* x, const float*, const float* dy, float* dx, float*,
                       float*, int64_t n) const override {
     if (dx) c.be.conv2d_backward(g_, n, x, w, dy, dx, nullptr, nullptr, c.precision);
   }
-  void backward_weight(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dw,
+  void backward_weight(const LayerCtx& c, ParamView w, const float* x, const float*, const float* dy, float* dw,
                        const float*, int64_t n) const override {
     c.be.conv2d_backward(g_, n, x, w, dy, nullptr, dw, k_.bias ? dw + wsz() : nullptr, c.precision);
   }

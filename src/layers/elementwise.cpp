@@ -8,10 +8,10 @@ namespace {
 class Relu final : public Layer {
  public:
   using Layer::Layer;
-  void forward(const LayerCtx& c, const float*, const float* x, float* y, float*, int64_t n) const override {
+  void forward(const LayerCtx& c, ParamView, const float* x, float* y, float*, int64_t n) const override {
     c.be.relu_forward(static_cast<size_t>(n * in_.numel()), x, y);
   }
-  void backward(const LayerCtx& c, const float*, const float*, const float* y, const float* dy, float* dx, float*,
+  void backward(const LayerCtx& c, ParamView, const float*, const float* y, const float* dy, float* dx, float*,
                 const float*, int64_t n) const override {
     if (dx) c.be.relu_backward(static_cast<size_t>(n * in_.numel()), y, dy, dx);
   }
@@ -20,10 +20,10 @@ class Relu final : public Layer {
 class Gelu final : public Layer {
  public:
   using Layer::Layer;
-  void forward(const LayerCtx& c, const float*, const float* x, float* y, float*, int64_t n) const override {
+  void forward(const LayerCtx& c, ParamView, const float* x, float* y, float*, int64_t n) const override {
     c.be.gelu_forward(static_cast<size_t>(n * in_.numel()), x, y);
   }
-  void backward(const LayerCtx& c, const float*, const float* x, const float*, const float* dy, float* dx, float*,
+  void backward(const LayerCtx& c, ParamView, const float* x, const float*, const float* dy, float* dx, float*,
                 const float*, int64_t n) const override {
     if (dx) c.be.gelu_backward(static_cast<size_t>(n * in_.numel()), x, dy, dx);
   }
@@ -39,10 +39,10 @@ struct DropoutSettings : LayerSettings {
 class Dropout final : public Layer {
  public:
   Dropout(const LayerSpec& s, Shape in) : Layer(s, in), p_(static_cast<float>(s.settings_as<DropoutSettings>().p)) {}
-  void forward(const LayerCtx& c, const float*, const float* x, float* y, float*, int64_t n) const override {
+  void forward(const LayerCtx& c, ParamView, const float* x, float* y, float*, int64_t n) const override {
     dropout_apply(c, index(), 0, p_, in_.numel(), x, y, n);
   }
-  void backward(const LayerCtx& c, const float*, const float*, const float*, const float* dy, float* dx, float*,
+  void backward(const LayerCtx& c, ParamView, const float*, const float*, const float* dy, float* dx, float*,
                 const float*, int64_t n) const override {
     if (dx) dropout_grad(c, index(), 0, p_, in_.numel(), dy, dx, n);
   }
@@ -55,8 +55,8 @@ class Flatten final : public Layer {
  public:
   Flatten(const LayerSpec& s, Shape in) : Layer(s, in) { out_ = Shape::vec(in.numel()); }
   bool is_view() const override { return true; }
-  void forward(const LayerCtx&, const float*, const float*, float*, float*, int64_t) const override {}
-  void backward(const LayerCtx&, const float*, const float*, const float*, const float*, float*, float*, const float*,
+  void forward(const LayerCtx&, ParamView, const float*, float*, float*, int64_t) const override {}
+  void backward(const LayerCtx&, ParamView, const float*, const float*, const float*, float*, float*, const float*,
                 int64_t) const override {}
   double flops_forward() const override { return 0; }
   double flops_backward() const override { return 0; }

@@ -27,20 +27,20 @@ class Embedding final : public Layer {
     int t = 0;
     for (auto& p : params()) init_normal(host + p.offset, p.size, 0.02f, seed, index(), t++);
   }
-  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float*, int64_t n) const override {
+  void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float*, int64_t n) const override {
     c.be.embedding_forward(n, in_.T(), D_, x, w, w + V_ * D_, y);
   }
-  void backward(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy, float* dx, float* dw,
+  void backward(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy, float* dx, float* dw,
                 const float* aux, int64_t n) const override {
     backward_input(c, w, x, y, dy, dx, dw, nullptr, n);
     backward_weight(c, w, x, y, dy, dw, aux, n);
   }
   bool splits_backward() const override { return true; }
-  void backward_input(const LayerCtx& c, const float*, const float*, const float*, const float*, float* dx, float*,
+  void backward_input(const LayerCtx& c, ParamView, const float*, const float*, const float*, float* dx, float*,
                       float*, int64_t n) const override {
     if (dx) c.be.fill(dx, 0.0f, static_cast<size_t>(n * in_.numel()));
   }
-  void backward_weight(const LayerCtx& c, const float*, const float* x, const float*, const float* dy, float* dw,
+  void backward_weight(const LayerCtx& c, ParamView, const float* x, const float*, const float* dy, float* dw,
                        const float*, int64_t n) const override {
     c.be.embedding_backward(n, in_.T(), D_, x, dy, dw, dw + V_ * D_);
   }

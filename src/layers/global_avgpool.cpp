@@ -8,10 +8,10 @@ namespace {
 class GlobalAvgPool final : public Layer {
  public:
   GlobalAvgPool(const LayerSpec& s, Shape in) : Layer(s, in) { out_ = Shape::vec(in.c()); }
-  void forward(const LayerCtx& c, const float*, const float* x, float* y, float*, int64_t n) const override {
+  void forward(const LayerCtx& c, ParamView, const float* x, float* y, float*, int64_t n) const override {
     c.be.mean_rows(n * in_.c(), in_.h() * in_.w(), x, y);
   }
-  void backward(const LayerCtx& c, const float*, const float*, const float*, const float* dy, float* dx, float*,
+  void backward(const LayerCtx& c, ParamView, const float*, const float*, const float* dy, float* dx, float*,
                 const float*, int64_t n) const override {
     if (dx) c.be.mean_rows_backward(n * in_.c(), in_.h() * in_.w(), dy, dx);
   }

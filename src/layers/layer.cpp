@@ -44,7 +44,7 @@ int64_t Layer::num_params() const {
 
 // The softmax cross entropy of flat logits x against one label per sample; aux holds the
 // probabilities (the loss layer's saved extra).
-void Layer::eval_loss(const LayerCtx& c, const float*, const float* x, float* y, float* aux, int64_t n,
+void Layer::eval_loss(const LayerCtx& c, ParamView, const float* x, float* y, float* aux, int64_t n,
                       double* loss_sum, int64_t* correct) const {
   const int64_t classes = in_.numel();
   c.be.softmax_xent_forward(n, classes, x, c.labels, y, aux);
@@ -92,11 +92,14 @@ void key_error(const LayerSpec& s, const char* key, const std::string& msg) {
                             std::to_string(s.index) + "]." + key + "': " + msg, true);
 }
 
-void RowLinear::forward(const LayerCtx& c, const float* w, CView x, View y, int64_t rows) const {
-  c.be.fused().linear_forward(rows, in, out, x, w, bias ? w + out * in : nullptr, y, c.precision);
+// The weight as the policy's products read it (ParamView::operand: its bf16 array in bf16).
+void RowLinear::forward(const LayerCtx& c, ParamView w, CView x, View y, int64_t rows) const {
+  const float* b = bias ? static_cast<const float*>(w + out * in) : nullptr;
+  c.be.fused().linear_forward(rows, in, out, x, w.operand(operand_dtype(c.precision)), b, y, c.precision);
 }
-void RowLinear::backward_input(const LayerCtx& c, const float* w, CView dy, float* dx, int64_t rows) const {
-  if (dx) c.be.gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in, c.precision);
+void RowLinear::backward_input(const LayerCtx& c, ParamView w, CView dy, float* dx, int64_t rows) const {
+  if (dx) c.be.gemm(false, false, rows, in, out, 1.0f, dy, out, w.operand(operand_dtype(c.precision)), in, 0.0f, dx, in,
+                    c.precision);
 }
 void RowLinear::backward_weight(const LayerCtx& c, CView x, CView dy, float* dw, int64_t rows) const {
   c.be.gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in, c.precision);

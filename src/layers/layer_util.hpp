@@ -101,9 +101,10 @@ struct RowLinear {
   int64_t in = 0, out = 0;
   bool bias = true;
   int64_t size() const { return in * out + (bias ? out : 0); }
-  // Products in c.precision; x, dy and y are f32 or bf16 views (bf16 under a bf16 policy only).
-  void forward(const LayerCtx& c, const float* w, CView x, View y, int64_t rows) const;
-  void backward_input(const LayerCtx& c, const float* w, CView dy, float* dx, int64_t rows) const;  // dx = dy W
+  // Products in c.precision; x, dy and y are f32 or bf16 views (bf16 under a bf16 policy only);
+  // w is the weight, then the bias; the products read w.operand(the policy's operand dtype).
+  void forward(const LayerCtx& c, ParamView w, CView x, View y, int64_t rows) const;
+  void backward_input(const LayerCtx& c, ParamView w, CView dy, float* dx, int64_t rows) const;  // dx = dy W
   void backward_weight(const LayerCtx& c, CView x, CView dy, float* dw, int64_t rows) const;  // dW += dy^T x, db += column sums of dy
 };
 
@@ -133,7 +134,7 @@ struct ChannelNorm {
   float eps = 1e-5f, momentum = 0.1f;
   int64_t size() const { return 2 * C; }
   void init_state(float* host) const;  // mean 0, variance 1
-  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* stats, float* state, int64_t n) const;
+  void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* stats, float* state, int64_t n) const;
   void backward_input(Backend& be, const float* w, const float* x, const float* stats, const float* dy, float* dx,
                       int64_t n) const;
   void backward_weight(Backend& be, const float* w, const float* x, const float* stats, const float* dy, float* dw,

@@ -28,19 +28,19 @@ class LayerNorm final : public Layer {
     init_constant(host + map_.cols, map_.cols, 0.0f);
   }
   int64_t aux_per_sample() const override { return 2 * rows(1); }
-  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const override {
+  void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* aux, int64_t n) const override {
     map_.forward(c.be, w, x, y, aux, rows(n));
   }
-  void backward(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float* dw,
+  void backward(const LayerCtx& c, ParamView w, const float* x, const float*, const float* dy, float* dx, float* dw,
                 const float* aux, int64_t n) const override {
     c.be.layernorm_backward(rows(n), map_.cols, x, w, aux, dy, dx, dw, dw + map_.cols);
   }
   bool splits_backward() const override { return true; }
-  void backward_input(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float*,
+  void backward_input(const LayerCtx& c, ParamView w, const float* x, const float*, const float* dy, float* dx, float*,
                       float* aux, int64_t n) const override {
     map_.backward_input(c.be, w, x, aux, dy, dx, rows(n));
   }
-  void backward_weight(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dw,
+  void backward_weight(const LayerCtx& c, ParamView w, const float* x, const float*, const float* dy, float* dw,
                        const float* aux, int64_t n) const override {
     map_.backward_weight(c.be, w, x, aux, dy, dw, rows(n));
   }

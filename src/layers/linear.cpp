@@ -27,20 +27,20 @@ class Linear final : public Layer {
     int t = 0;
     for (auto& p : params()) init_uniform(host + p.offset, p.size, bound, seed, index(), t++);
   }
-  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float*, int64_t n) const override {
+  void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float*, int64_t n) const override {
     map_.forward(c, w, x, y, n);
   }
-  void backward(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float* dw,
+  void backward(const LayerCtx& c, ParamView w, const float* x, const float*, const float* dy, float* dx, float* dw,
                 const float*, int64_t n) const override {
     map_.backward_weight(c, x, dy, dw, n);
     map_.backward_input(c, w, dy, dx, n);
   }
   bool splits_backward() const override { return true; }
-  void backward_input(const LayerCtx& c, const float* w, const float*, const float*, const float* dy, float* dx, float*,
+  void backward_input(const LayerCtx& c, ParamView w, const float*, const float*, const float* dy, float* dx, float*,
                       float*, int64_t n) const override {
     map_.backward_input(c, w, dy, dx, n);
   }
-  void backward_weight(const LayerCtx& c, const float*, const float* x, const float*, const float* dy, float* dw,
+  void backward_weight(const LayerCtx& c, ParamView, const float* x, const float*, const float* dy, float* dw,
                        const float*, int64_t n) const override {
     map_.backward_weight(c, x, dy, dw, n);
   }

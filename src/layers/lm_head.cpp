@@ -8,7 +8,10 @@
 // copy, initialised with the embedding's key (seed, that layer, tensor 0); tied_to(2)
 // names it and the runtime sums the two gradients. Backward splits: the input half keeps
 // the norm's output gradient; the weight half recomputes the logits' gradient from the
-// saved probabilities (the same kernel: bitwise).
+// saved probabilities (the same kernel: bitwise). Under a bf16 policy the logits are a bf16
+// tensor, as autocast's head product is, and the layer keeps them instead of the fp32
+// probabilities (half the bytes); the backward computes the probabilities again from them
+// (the forward's kernel on the same values: the same probabilities, bit for bit).
 #include "layer_util.hpp"
 
 namespace pt::layers {
@@ -49,46 +52,57 @@ class LmHead final : public Layer {
     if (k_.bias) init_constant(host + 2 * D_ + V_ * D_, V_, 0.0f);
   }
   // norm output (read by the linear only: a bf16 view in half the floats under a bf16
-  // policy), norm stats, probabilities, token losses
-  int64_t kept_floats(bool, DType op) const override { return operand_floats(T_ * D_, op) + 2 * T_ + T_ * V_ + T_; }
+  // policy), norm stats, the probabilities (fp32) or the bf16 logits, token losses
+  int64_t kept_floats(bool, DType op) const override {
+    return operand_floats(T_ * D_, op) + 2 * T_ + operand_floats(T_ * V_, op) + T_;
+  }
   int64_t aux_per_sample() const override { return kept_floats(false, DType::f32); }
   int64_t split_aux_per_sample() const override { return T_ * D_; }
-  int64_t workspace_per_sample() const override { return T_ * V_ + T_ * D_; }
+  int64_t workspace_per_sample() const override { return T_ * V_ + T_ * D_ + T_; }
 
   // the workspace: the logits (T V), then the split region of the fused backward (T D), which
-  // under a bf16 policy first holds the norm's fp32 output, packed into the kept z
-  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const override {
+  // under a bf16 policy first holds the norm's fp32 output, packed into the kept z, then the
+  // token losses of the backward's recomputed probabilities (T; bf16 only)
+  void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* aux, int64_t n) const override {
     const DType op = operand_dtype(c.precision);
     Carve s{aux, n};
     float* z = s.take(operand_floats(T_ * D_, op));
     float* st = s.take(2 * T_);
-    float* probs = s.take(T_ * V_);
+    float* pl = s.take(operand_floats(T_ * V_, op));  // probabilities, or bf16 logits
     float* tok = s.take(T_);
     float* normed = op == DType::bf16 ? c.work + n * T_ * V_ : z;
     norm_.forward(c.be, w, x, normed, st, n * T_);
     if (op == DType::bf16) c.be.pack_bf16(static_cast<size_t>(n * T_ * D_), normed, z);
-    lin_.forward(c, w + 2 * D_, CView{z, op}, c.work, n * T_);  // logits
-    c.be.softmax_xent_forward(n * T_, V_, c.work, c.labels, tok, probs);
+    if (op == DType::bf16) {
+      lin_.forward(c, w + 2 * D_, CView{z, op}, View{pl, op}, n * T_);
+      probabilities(c, pl, tok, n);
+    } else {
+      lin_.forward(c, w + 2 * D_, CView{z, op}, c.work, n * T_);  // logits
+      c.be.softmax_xent_forward(n * T_, V_, c.work, c.labels, tok, pl);
+    }
     c.be.mean_rows(n, T_, tok, y);
   }
-  void eval_loss(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n, double* loss_sum,
+  void eval_loss(const LayerCtx& c, ParamView w, const float* x, float* y, float* aux, int64_t n, double* loss_sum,
                  int64_t* correct) const override {
     forward(c, w, x, y, aux, n);
     *loss_sum = c.be.sum(static_cast<size_t>(n), y);
-    *correct = c.be.count_correct(n * T_, V_, c.work, c.labels);  // the logits forward left in the workspace
+    // the fp32 logits forward left in the workspace, or the kept bf16 ones' values
+    if (operand_dtype(c.precision) == DType::bf16)
+      c.be.unpack_bf16(static_cast<size_t>(n * T_ * V_), kept(c, aux, n), c.work);
+    *correct = c.be.count_correct(n * T_, V_, c.work, c.labels);
   }
-  void backward(const LayerCtx& c, const float* w, const float* x, const float*, const float*, float* dx, float* dw,
+  void backward(const LayerCtx& c, ParamView w, const float* x, const float*, const float*, float* dx, float* dw,
                 const float* aux, int64_t n) const override {
     float* keep = c.work + n * T_ * V_;
     input_half(c, w, x, dx, aux, keep, n);
     weight_half(c, w, x, dw, aux, keep, n, false);
   }
   bool splits_backward() const override { return true; }
-  void backward_input(const LayerCtx& c, const float* w, const float* x, const float*, const float*, float* dx, float*,
+  void backward_input(const LayerCtx& c, ParamView w, const float* x, const float*, const float*, float* dx, float*,
                       float* aux, int64_t n) const override {
     input_half(c, w, x, dx, aux, aux + n * aux_floats(Recompute::none, c.precision), n);
   }
-  void backward_weight(const LayerCtx& c, const float* w, const float* x, const float*, const float*, float* dw,
+  void backward_weight(const LayerCtx& c, ParamView w, const float* x, const float*, const float*, float* dw,
                        const float* aux, int64_t n) const override {
     weight_half(c, w, x, dw, aux, aux + n * aux_floats(Recompute::none, c.precision), n, true);
   }
@@ -101,18 +115,28 @@ class LmHead final : public Layer {
  private:
   // the kept norm output's floats per sample (z), then the stats and the probabilities
   int64_t z_floats(const LayerCtx& c) const { return operand_floats(T_ * D_, operand_dtype(c.precision)); }
-  const float* probs(const LayerCtx& c, const float* aux, int64_t n) const { return aux + n * (z_floats(c) + 2 * T_); }
+  const float* kept(const LayerCtx& c, const float* aux, int64_t n) const { return aux + n * (z_floats(c) + 2 * T_); }
+  // the probabilities of the bf16 logits into the workspace (their fp32 values, then softmax
+  // in place), the token losses into tok
+  void probabilities(const LayerCtx& c, const float* logits, float* tok, int64_t n) const {
+    c.be.unpack_bf16(static_cast<size_t>(n * T_ * V_), logits, c.work);
+    c.be.softmax_xent_forward(n * T_, V_, c.work, c.labels, tok, c.work);
+  }
   // dlogits = loss_scale / T * (probs - onehot(labels)) into the workspace
   void logits_grad(const LayerCtx& c, const float* aux, int64_t n) const {
-    c.be.softmax_xent_backward(n * T_, V_, probs(c, aux, n), c.labels, c.loss_scale / static_cast<float>(T_), c.work);
+    const float scale = c.loss_scale / static_cast<float>(T_);
+    if (operand_dtype(c.precision) == DType::f32)
+      return c.be.softmax_xent_backward(n * T_, V_, kept(c, aux, n), c.labels, scale, c.work);
+    probabilities(c, kept(c, aux, n), c.work + n * (T_ * V_ + T_ * D_), n);
+    c.be.softmax_xent_backward(n * T_, V_, c.work, c.labels, scale, c.work);
   }
-  void input_half(const LayerCtx& c, const float* w, const float* x, float* dx, const float* aux, float* dz,
+  void input_half(const LayerCtx& c, ParamView w, const float* x, float* dx, const float* aux, float* dz,
                   int64_t n) const {
     logits_grad(c, aux, n);
     lin_.backward_input(c, w + 2 * D_, c.work, dz, n * T_);
     norm_.backward_input(c.be, w, x, aux + n * z_floats(c), dz, dx, n * T_);
   }
-  void weight_half(const LayerCtx& c, const float* w, const float* x, float* dw, const float* aux, const float* dz,
+  void weight_half(const LayerCtx& c, ParamView w, const float* x, float* dw, const float* aux, const float* dz,
                    int64_t n, bool recompute) const {
     if (recompute) logits_grad(c, aux, n);
     lin_.backward_weight(c, CView{aux, operand_dtype(c.precision)}, c.work, dw + 2 * D_, n * T_);

@@ -23,11 +23,11 @@ class Pool2d final : public Layer {
     out_ = Shape::chw(g_.c_out, g_.h_out, g_.w_out);
   }
   int64_t aux_per_sample() const override { return max_ ? out_.numel() : 0; }
-  void forward(const LayerCtx& c, const float*, const float* x, float* y, float* aux, int64_t n) const override {
+  void forward(const LayerCtx& c, ParamView, const float* x, float* y, float* aux, int64_t n) const override {
     if (max_) c.be.maxpool_forward(g_, n, x, y, reinterpret_cast<int32_t*>(aux));
     else c.be.avgpool_forward(g_, n, x, y);
   }
-  void backward(const LayerCtx& c, const float*, const float* x, const float* y, const float* dy, float* dx, float*,
+  void backward(const LayerCtx& c, ParamView, const float* x, const float* y, const float* dy, float* dx, float*,
                 const float* aux, int64_t n) const override {
     if (!dx) return;
     if (max_) c.be.maxpool_backward(g_, n, dy, reinterpret_cast<const int32_t*>(aux), dx);

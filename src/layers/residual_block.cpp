@@ -48,19 +48,19 @@ class ResidualBlock final : public Layer {
   int64_t workspace_per_sample() const override {
     return std::max(O(), split_aux_per_sample() + O() + in_.numel());
   }
-  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const override;
-  void backward(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy, float* dx, float* dw,
+  void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* aux, int64_t n) const override;
+  void backward(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy, float* dx, float* dw,
                 const float* aux, int64_t n) const override {
     const KeepInWork k = keep_in_work(c, split_aux_per_sample(), n);
     input_half(k.ctx, w, x, y, dy, dx, aux, k.keep, n);
     weight_half(k.ctx, w, x, dw, aux, k.keep, n);
   }
   bool splits_backward() const override { return true; }
-  void backward_input(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy, float* dx,
+  void backward_input(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy, float* dx,
                       float*, float* aux, int64_t n) const override {
     input_half(c, w, x, y, dy, dx, aux, aux + n * aux_per_sample(), n);
   }
-  void backward_weight(const LayerCtx& c, const float* w, const float* x, const float*, const float*, float* dw,
+  void backward_weight(const LayerCtx& c, ParamView w, const float* x, const float*, const float*, float* dw,
                        const float* aux, int64_t n) const override {
     weight_half(c, w, x, dw, aux, aux + n * aux_per_sample(), n);
   }
@@ -103,9 +103,9 @@ class ResidualBlock final : public Layer {
     v.ds = k.take(O()), v.dc2 = k.take(O()), v.db1 = k.take(O()), v.dc1 = k.take(O()), v.dcp = proj_ ? k.take(O()) : nullptr;
     return v;
   }
-  void input_half(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy, float* dx,
+  void input_half(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy, float* dx,
                   const float* aux, float* keep, int64_t n) const;
-  void weight_half(const LayerCtx& c, const float* w, const float* x, float* dw, const float* aux, const float* keep,
+  void weight_half(const LayerCtx& c, ParamView w, const float* x, float* dw, const float* aux, const float* keep,
                    int64_t n) const;
 
   WindowGeom g1_, g2_, gp_;
@@ -142,7 +142,7 @@ void ResidualBlock::init_params(float* host, uint64_t seed) const {
   }
 }
 
-void ResidualBlock::forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux,
+void ResidualBlock::forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* aux,
                             int64_t n) const {
   Backend& be = c.be;
   const Offsets o = off();
@@ -165,7 +165,7 @@ void ResidualBlock::forward(const LayerCtx& c, const float* w, const float* x, f
   be.relu_forward(no, y, y);
 }
 
-void ResidualBlock::input_half(const LayerCtx& c, const float* w, const float* x, const float* y, const float* dy,
+void ResidualBlock::input_half(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy,
                                float* dx, const float* aux, float* keep, int64_t n) const {
   Backend& be = c.be;
   const Offsets o = off();
@@ -190,7 +190,7 @@ void ResidualBlock::input_half(const LayerCtx& c, const float* w, const float* x
   }
 }
 
-void ResidualBlock::weight_half(const LayerCtx& c, const float* w, const float* x, float* dw, const float* aux,
+void ResidualBlock::weight_half(const LayerCtx& c, ParamView w, const float* x, float* dw, const float* aux,
                                 const float* keep, int64_t n) const {
   Backend& be = c.be;
   const Offsets o = off();

@@ -10,10 +10,10 @@ class SoftmaxCrossEntropy final : public Layer {
   SoftmaxCrossEntropy(const LayerSpec& s, Shape in) : Layer(s, in) { out_ = Shape::vec(1); }
   bool is_loss() const override { return true; }
   int64_t aux_per_sample() const override { return in_.numel(); }  // softmax probabilities
-  void forward(const LayerCtx& c, const float*, const float* x, float* y, float* aux, int64_t n) const override {
+  void forward(const LayerCtx& c, ParamView, const float* x, float* y, float* aux, int64_t n) const override {
     c.be.softmax_xent_forward(n, in_.numel(), x, c.labels, y, aux);
   }
-  void backward(const LayerCtx& c, const float*, const float*, const float*, const float*, float* dx, float*,
+  void backward(const LayerCtx& c, ParamView, const float*, const float*, const float*, float* dx, float*,
                 const float* aux, int64_t n) const override {
     if (dx) c.be.softmax_xent_backward(n, in_.numel(), aux, c.labels, c.loss_scale, dx);
   }

@@ -58,19 +58,19 @@ class TransformerBlock final : public Layer {
     const int64_t bwd = selective_split_aux_per_sample() + T_ * D_ + std::max(T_ * F_, attn_.backward_work()) + T_ * F_;
     return std::max(fwd, bwd);
   }
-  void forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux, int64_t n) const override;
-  void backward(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float* dw,
+  void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* aux, int64_t n) const override;
+  void backward(const LayerCtx& c, ParamView w, const float* x, const float*, const float* dy, float* dx, float* dw,
                 const float* aux, int64_t n) const override {
     const KeepInWork k = keep_in_work(c, split_aux_floats(mode(c)), n);
     input_half(k.ctx, w, x, dy, dx, aux, k.keep, n);
     weight_half(k.ctx, w, x, dw, aux, k.keep, n);
   }
   bool splits_backward() const override { return true; }
-  void backward_input(const LayerCtx& c, const float* w, const float* x, const float*, const float* dy, float* dx, float*,
+  void backward_input(const LayerCtx& c, ParamView w, const float* x, const float*, const float* dy, float* dx, float*,
                       float* aux, int64_t n) const override {
     input_half(c, w, x, dy, dx, aux, aux + n * aux_floats(mode(c), c.precision), n);
   }
-  void backward_weight(const LayerCtx& c, const float* w, const float* x, const float*, const float*, float* dw,
+  void backward_weight(const LayerCtx& c, ParamView w, const float* x, const float*, const float*, float* dw,
                        const float* aux, int64_t n) const override {
     weight_half(c, w, x, dw, aux, aux + n * aux_floats(mode(c), c.precision), n);
   }
@@ -141,7 +141,7 @@ class TransformerBlock final : public Layer {
   // bf16: f is kept as the bf16 of fc1's output (as autocast keeps the GELU's bf16 input, in
   // half the floats) and g is gelu of those values, a bf16 view; the backward computes gelu'
   // from them again (gelu_grad).
-  void mlp_hidden(const LayerCtx& c, const float* w_fc1, CView b, float* f, float* g, int64_t rows) const {
+  void mlp_hidden(const LayerCtx& c, ParamView w_fc1, CView b, float* f, float* g, int64_t rows) const {
     const size_t n = static_cast<size_t>(rows * F_);
     if (c.precision == Precision::fp32) {
       fc1_.forward(c, w_fc1, b, f, rows);
@@ -168,9 +168,9 @@ class TransformerBlock final : public Layer {
     dropout_grad(c, index(), slot, p_, T_ * D_, g, keep, n);
     return to_dtype_in_place(c.be, op, keep, n * T_ * D_);
   }
-  void input_half(const LayerCtx& c, const float* w, const float* x, const float* dy, float* dx, const float* aux,
+  void input_half(const LayerCtx& c, ParamView w, const float* x, const float* dy, float* dx, const float* aux,
                   float* keep, int64_t n) const;
-  void weight_half(const LayerCtx& c, const float* w, const float* x, float* dw, const float* aux, const float* keep,
+  void weight_half(const LayerCtx& c, ParamView w, const float* x, float* dw, const float* aux, const float* keep,
                    int64_t n) const;
 
   int64_t T_, D_, F_;
@@ -211,7 +211,7 @@ void TransformerBlock::init_params(float* host, uint64_t seed) const {
   init_constant(host + o.fc2 + D_ * F_, D_, 0.0f);
 }
 
-void TransformerBlock::forward(const LayerCtx& c, const float* w, const float* x, float* y, float* aux,
+void TransformerBlock::forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* aux,
                                int64_t n) const {
   Backend& be = c.be;
   const Offsets o = off();
@@ -232,7 +232,7 @@ void TransformerBlock::forward(const LayerCtx& c, const float* w, const float* x
   be.add(nd, s.h, m, y);
 }
 
-void TransformerBlock::input_half(const LayerCtx& c, const float* w, const float* x, const float* dy, float* dx,
+void TransformerBlock::input_half(const LayerCtx& c, ParamView w, const float* x, const float* dy, float* dx,
                                   const float* aux, float* keep, int64_t n) const {
   Backend& be = c.be;
   const Offsets o = off();
@@ -260,7 +260,7 @@ void TransformerBlock::input_half(const LayerCtx& c, const float* w, const float
   be.axpy(nd, 1.0f, dh, dx);
 }
 
-void TransformerBlock::weight_half(const LayerCtx& c, const float* w, const float* x, float* dw, const float* aux,
+void TransformerBlock::weight_half(const LayerCtx& c, ParamView w, const float* x, float* dw, const float* aux,
                                    const float* keep, int64_t n) const {
   Backend& be = c.be;
   const Offsets o = off();

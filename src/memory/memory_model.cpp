@@ -97,7 +97,9 @@ RankMemory stage_memory(const StageFootprint& f, int in_flight, int versions, in
   const WeightStore::Sizes w = WeightStore::sizes(static_cast<size_t>(f.params), f.bf16, m.versions);
   m[C::master] = R(w.latest * 4) + R(f.state * 4);
   m[C::weight_copies] = w.others * R(w.per_other * 4) + R(w.compute * 4) + R(w.compute_packed * 4);
-  if (kept_weight_layouts()) m[C::weight_copies] += Rv(f.kept_weight_values * 2);  // oneDNN's own allocations
+  // oneDNN's own allocations: one per bf16 array a version is read from (the compute copy's
+  // and each stash's)
+  if (kept_weight_layouts()) m[C::weight_copies] += m.versions * Rv(f.kept_weight_values * 2);
   m[C::gradients] = R((f.params + 1) * 4);
   m[C::optimizer] = optimizer_bytes(f, false);
   const StagePools::UnitSizes& u = f.unit;

@@ -92,7 +92,7 @@ void fill_profile_inputs(Backend& be, const Model& model, const Stage& st, uint6
 // Seconds per parameter byte of one update as a run does it (Executor::on_optimizer_step and
 // the first read after it), over the whole parameter buffer, median of `reps` after `warmup`:
 // the clip's scaling (a coefficient below 1), the step of the run's optimizer, zeroing the
-// gradients and, in bf16, rebuilding the compute copy and its packed twin from the master.
+// gradients and, in bf16, rebuilding the compute copy and its bf16 array from the master.
 // (This was SGD alone: on gpt2_small in bf16 with AdamW and clipping the update took 162 ms
 // per rank where the profile said 36, and the simulator under-predicted the step by 4-9%.)
 double optimizer_seconds_per_byte(Backend& be, WeightStore& weights, Buffer& grads, int reps, int warmup,
@@ -114,7 +114,7 @@ double optimizer_seconds_per_byte(Backend& be, WeightStore& weights, Buffer& gra
     opt.step(weights.latest(), grads.data(), 1.0f);
     be.fill(grads.data(), 1e-3f, n);  // as the run's zeroing (a fill), to values the next rep can use
     weights.latest_changed();
-    (void)weights.read_latest();  // bf16: the compute copy and its twin, rebuilt
+    (void)weights.read_latest();  // bf16: the compute copy and its bf16 array, rebuilt
     be.synchronize();
     if (rep >= warmup) ts.push_back(now_s() - t0);
   }
@@ -157,8 +157,8 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, Precis
   // rounded and operands kept as in training
   Stage st(be, model, 0, L, mb, 1, true, Recompute::none, p);
   const bool bf16 = p == Precision::bf16;
-  // the parameters as a run holds them (in bf16 the layers read the compute copy, whose packed
-  // twin the store registers, so GEMMs read weights as a run's do)
+  // the parameters as a run holds them (in bf16 the layers read the compute copy and its bf16
+  // array, so GEMMs read weights as a run's do)
   WeightStore weights(be, static_cast<size_t>(st.num_params()), bf16);
   Buffer grads(be, static_cast<size_t>(st.num_params()));
   Buffer slot_mem(be, static_cast<size_t>(st.slot_floats()));
@@ -166,7 +166,7 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, Precis
   int32_t* labels = be.alloc_int(static_cast<size_t>(mb * per_sample));
   Stage::Slot slot = st.carve(slot_mem.data(), labels);
   fill_profile_inputs(be, model, st, seed, mb, weights, slot);
-  const float* params = weights.read_latest();
+  const ParamView params = weights.read_latest();
   const size_t scratch = static_cast<size_t>(mb * st.max_numel());
   Buffer dy(be, scratch), dx(be, scratch);
   be.fill(dy.data(), 1e-3f, scratch);

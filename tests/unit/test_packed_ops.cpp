@@ -16,11 +16,10 @@
 //  - round_pack_bf16 = round_bf16 and pack_bf16 (the backend's and the default), odd counts,
 //    NaN, infinities;
 //  - all_finite finds a NaN or an infinity at any position, and passes the largest float.
-// Host only (HostTwins): bf16 twins (set_bf16_twin): a bf16 GEMM operand inside a registered
-// region is read from its twin (a twin of other values shows in the result), one reaching
-// outside it, a strided one, an fp32 product or a forgotten twin is not; a weight kept in
-// oneDNN's layout (kept_weight_layouts) gives the plain product's bits and follows the twin's
-// version.
+// Host only (ParamViews): a bf16 product reads a ParamView's bf16 array at any offset (an
+// array of other values shows in the result), its fp32 values otherwise, and refuses a bf16
+// weight in an fp32 product; a versioned weight kept in oneDNN's layout (kept_weight_layouts)
+// gives the plain product's bits, follows its version and goes with its buffer.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -39,6 +38,9 @@ namespace {
 
 using pt::as_bf16;
 using pt::bf16_round;
+using pt::CView;
+using pt::DType;
+using pt::ParamView;
 using pt::Buffer;
 using pt::Precision;
 constexpr Precision kBf16 = Precision::bf16, kFp32 = Precision::fp32;
@@ -271,7 +273,7 @@ TEST_P(BackendContract, AllFiniteFindsEveryNonFinite) {
 INSTANTIATE_TEST_SUITE_P(Backends, BackendContract, ::testing::Values("host", "cuda"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
-// ---- the host backend's bf16 twins ---------------------------------------------------------
+// ---- weights as ParamViews: the bf16 array a product reads, and what the host keeps of it ----
 
 std::vector<float> host_packed(pt::Backend& be, const std::vector<float>& x) {
   std::vector<float> p((x.size() + 1) / 2);
@@ -279,90 +281,77 @@ std::vector<float> host_packed(pt::Backend& be, const std::vector<float>& x) {
   return p;
 }
 
-// x [M x K] times w [K x 1] in precision p, reading w at `at` (inside or beside a twin's region)
-std::vector<float> product(pt::Backend& be, const std::vector<float>& x, const float* w, int64_t K, int64_t ldb = 1,
-                           Precision p = kBf16) {
+// x [M x K] times w [K x 1] in precision p
+std::vector<float> product(pt::Backend& be, const std::vector<float>& x, CView w, int64_t K, Precision p = kBf16) {
   const int64_t M = static_cast<int64_t>(x.size()) / K;
   std::vector<float> y(M);
-  be.gemm(false, false, M, 1, K, 1.0f, x.data(), K, w, ldb, 0.0f, y.data(), 1, p);
+  be.gemm(false, false, M, 1, K, 1.0f, x.data(), K, w, 1, 0.0f, y.data(), 1, p);
   return y;
 }
 
-TEST(HostTwins, GemmReadsRegisteredTwins) {
+// A ParamView's bf16 array is what a bf16 product reads (an array of other values shows in the
+// result), at any offset (a mid-word one included); its fp32 values are what the pointer and
+// an f32 operand read; without an array a bf16 product converts the fp32 values; a bf16 weight
+// in an fp32 product is refused.
+TEST(ParamViews, ProductsReadTheArrayTheirPolicyAsks) {
   pt::host::HostBackend be;
-  const int64_t K = 64;
-  const auto x = values(5 * K, 71, 1.0f);
-  const size_t n = 3 * K;  // the registered region: the first 3K of w's 4K values
-  const auto w = values(4 * K, 72, 1.0f), other = values(n, 73, 1.0f);
-  const auto other_p = host_packed(be, other);  // a twin that lies: other values, so its use shows
-  const auto want = product(be, x, w.data() + K, K), lie = product(be, x, other.data() + K, K);
-  ASSERT_FALSE(same_bits(want, lie));
-  be.set_bf16_twin(w.data(), n, other_p.data());
-  EXPECT_TRUE(same_bits(product(be, x, w.data() + K, K), lie)) << "an operand inside the region reads the twin";
-  EXPECT_TRUE(same_bits(product(be, x, w.data() + 2 * K, K), product(be, x, other.data() + 2 * K, K)));
-  const std::vector<float> tail(w.begin() + 2 * K, w.end());
-  const auto x2 = values(5 * 2 * K, 74, 1.0f);
-  EXPECT_TRUE(same_bits(product(be, x2, w.data() + 2 * K, 2 * K), product(be, x2, tail.data(), 2 * K)))
-      << "an operand reaching past the region is converted where it is";
-  const auto xs = values(5 * (K / 2), 75, 1.0f);
-  std::vector<float> every_other(K / 2);
-  for (int64_t k = 0; k < K / 2; ++k) every_other[k] = w[2 * k];
-  EXPECT_TRUE(same_bits(product(be, xs, w.data(), K / 2, 2), product(be, xs, every_other.data(), K / 2)))
-      << "a strided operand is converted";
-  const auto f32 = product(be, x, w.data() + K, K, 1, kFp32);
-  std::vector<float> copy(w.begin() + K, w.begin() + 2 * K);
-  EXPECT_TRUE(same_bits(f32, product(be, x, copy.data(), K, 1, kFp32))) << "fp32 reads the values";
-  be.set_bf16_twin(w.data(), n, nullptr);
-  EXPECT_TRUE(same_bits(product(be, x, w.data() + K, K), want)) << "a forgotten twin is not read";
-  const auto w_p = host_packed(be, w);  // an honest twin changes nothing
-  be.set_bf16_twin(w.data(), n, w_p.data());
-  EXPECT_TRUE(same_bits(product(be, x, w.data() + K, K), want));
-  std::vector<float> y(5 * 3), y_twin(5 * 3);
-  be.set_bf16_twin(w.data(), n, nullptr);
-  be.fused().linear_forward(5, K, 3, x.data(), w.data(), nullptr, y.data(), kBf16);
-  be.set_bf16_twin(w.data(), n, other_p.data());
-  be.fused().linear_forward(5, K, 3, x.data(), w.data(), nullptr, y_twin.data(), kBf16);
-  std::vector<float> y_other(5 * 3);
-  be.set_bf16_twin(w.data(), n, nullptr);
+  const int64_t K = 63;
+  const auto x = values(5 * K, 71, 1.0f), w = values(4 * K, 72, 1.0f), other = values(4 * K, 73, 1.0f);
+  const auto other_p = host_packed(be, other);  // an array that lies: other values, so its use shows
+  const ParamView lying(w.data(), other_p.data(), 7), plain(w.data());
+  for (const int64_t at : {int64_t{0}, K, K + 1, 2 * K + 1}) {
+    const std::string where = "offset " + std::to_string(at);
+    const auto want = product(be, x, w.data() + at, K), lie = product(be, x, other.data() + at, K);
+    ASSERT_FALSE(same_bits(want, lie)) << where;
+    EXPECT_TRUE(same_bits(product(be, x, (lying + at).operand(DType::bf16), K), lie)) << where;
+    EXPECT_TRUE(same_bits(product(be, x, (plain + at).operand(DType::bf16), K), want)) << where;
+    EXPECT_EQ(static_cast<const float*>(lying + at), w.data() + at) << where;
+    EXPECT_EQ((lying + at).operand(DType::f32).data, w.data() + at) << where;
+    EXPECT_EQ((lying + at).operand(DType::bf16).version, 7u) << where;
+    EXPECT_EQ((plain + at).operand(DType::bf16).version, 0u) << where;
+  }
+  std::vector<float> y(5 * 3), y_other(5 * 3);
+  be.fused().linear_forward(5, K, 3, x.data(), lying.operand(DType::bf16), nullptr, y.data(), kBf16);
   be.fused().linear_forward(5, K, 3, x.data(), other.data(), nullptr, y_other.data(), kBf16);
-  EXPECT_TRUE(same_bits(y_twin, y_other)) << "linear_forward reads the twin too";
-  EXPECT_FALSE(same_bits(y, y_other));
+  EXPECT_TRUE(same_bits(y, y_other)) << "linear_forward reads the array too";
+  EXPECT_THROW(be.fused().linear_forward(5, K, 3, x.data(), lying.operand(DType::bf16), nullptr, y.data(), kFp32),
+               pt::Error);
+  EXPECT_THROW(product(be, x, lying.operand(DType::bf16), K, kFp32), pt::Error);
 }
 
 // dx = dy W reads the weight W [out, in] as it lies: with kept_weight_layouts the backend
-// keeps W in oneDNN's layout for that product, reordered when the twin's version changes.
-// The result is the plain bf16 product's bit for bit; a re-registered twin of other values is
-// read at once (no stale copy); forgetting the twin drops the kept copy.
-TEST(HostTwins, KeptLayoutsFollowTheTwinsVersion) {
+// keeps a versioned bf16 W (CView::version) in oneDNN's layout for that product, reordered
+// when the version changes. The result is the plain bf16 product's bit for bit; new values
+// under a new version are read at once (no stale copy); an unversioned operand is not kept;
+// releasing the array's buffer drops the kept copy.
+TEST(ParamViews, KeptLayoutsFollowTheArrayVersion) {
   pt::host::HostBackend be;
   be.onednn().set_kept_layouts(true);  // PT_KEPT_LAYOUTS=1
   const int64_t rows = 64, out = 96, in = 160;  // dy [rows, out] W [out, in]
   const auto dy = values(rows * out, 91, 1.0f), w = rounded(values(out * in, 92, 1.0f)), other = rounded(values(out * in, 93, 1.0f));
   const auto w_p = host_packed(be, w), other_p = host_packed(be, other);
-  auto dx = [&](const float* weights) {
+  auto dx = [&](pt::Backend& b, CView weights) {
     std::vector<float> y(rows * in);
-    be.gemm(false, false, rows, in, out, 1.0f, dy.data(), out, weights, in, 0.0f, y.data(), in, kBf16);
+    b.gemm(false, false, rows, in, out, 1.0f, dy.data(), out, weights, in, 0.0f, y.data(), in, kBf16);
     return y;
   };
-  const auto plain = dx(w.data()), plain_other = dx(other.data());  // no twin: converted where read
+  const auto plain = dx(be, w.data()), plain_other = dx(be, other.data());  // converted where read
   ASSERT_FALSE(same_bits(plain, plain_other));
-  be.set_bf16_twin(w.data(), w.size(), w_p.data());
-  EXPECT_TRUE(same_bits(dx(w.data()), plain)) << "the kept layout changes the result";
-  EXPECT_TRUE(same_bits(dx(w.data()), plain)) << "a second read of the kept copy";
+  EXPECT_TRUE(same_bits(dx(be, {w_p.data(), DType::bf16}), plain));
+  EXPECT_EQ(be.onednn().kept_weight_bytes(), 0) << "an unversioned operand was kept";
+  auto array = std::make_unique<pt::Buffer>(be, w_p.size());
+  std::memcpy(array->data(), w_p.data(), w_p.size() * sizeof(float));
+  EXPECT_TRUE(same_bits(dx(be, {array->data(), DType::bf16, 1}), plain)) << "the kept layout changes the result";
+  EXPECT_TRUE(same_bits(dx(be, {array->data(), DType::bf16, 1}), plain)) << "a second read of the kept copy";
   if (be.onednn().kept_weight_bytes() == 0)
     std::printf("[   NOTE   ] oneDNN takes this product's weights in the plain layout here: nothing kept\n");
-  be.set_bf16_twin(w.data(), w.size(), other_p.data());  // a new version (of other values)
-  EXPECT_TRUE(same_bits(dx(w.data()), plain_other)) << "a stale kept copy was read after the twin changed";
-  be.set_bf16_twin(w.data(), w.size(), w_p.data());
-  EXPECT_TRUE(same_bits(dx(w.data()), plain));
-  be.set_bf16_twin(w.data(), w.size(), nullptr);
-  EXPECT_EQ(be.onednn().kept_weight_bytes(), 0) << "forgetting the twin keeps its copies";
+  std::memcpy(array->data(), other_p.data(), other_p.size() * sizeof(float));  // new values, a new version
+  EXPECT_TRUE(same_bits(dx(be, {array->data(), DType::bf16, 2}), plain_other)) << "a stale kept copy was read";
+  array.reset();
+  EXPECT_EQ(be.onednn().kept_weight_bytes(), 0) << "a released buffer's kept copies stay";
   pt::host::HostBackend off;
   off.onednn().set_kept_layouts(false);
-  off.set_bf16_twin(w.data(), w.size(), w_p.data());
-  std::vector<float> y(rows * in);
-  off.gemm(false, false, rows, in, out, 1.0f, dy.data(), out, w.data(), in, 0.0f, y.data(), in, kBf16);
-  EXPECT_TRUE(same_bits(y, plain));
+  EXPECT_TRUE(same_bits(dx(off, {w_p.data(), DType::bf16, 3}), plain));
   EXPECT_EQ(off.onednn().kept_weight_bytes(), 0) << "kept layouts off keep nothing";
 }
 

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 
 #include "fixture_util.hpp"
 #include "model_decks.hpp"
@@ -57,10 +58,14 @@ struct Run {
   std::vector<float> grads, dx, state;
 };
 
+// The parameters a run passes (a ParamView of w, with a bf16 array where `array` is filled):
+// Weights(w, array) may change w and fill array before the first step.
+using Weights = std::function<void(const Stage&, std::vector<float>& w, std::vector<float>& array)>;
+
 // Forward then backward (fused or split) of two microbatches through [first, last); under
 // full recomputation the backward reads a second layout filled by Stage::recompute_forward.
 Run run_slice(const Model& m, int first, int last, bool split, uint64_t seed, Recompute mode = Recompute::none,
-              bool bf16 = false) {
+              bool bf16 = false, const Weights& weights = {}) {
   auto be = make_host_backend();
   const int64_t n = 3;
   Stage st(*be, m, first, last, n, n, split, mode, bf16 ? Precision::bf16 : Precision::fp32);
@@ -80,6 +85,9 @@ Run run_slice(const Model& m, int first, int last, bool split, uint64_t seed, Re
   std::vector<float> w(static_cast<size_t>(st.num_params()));
   st.init_params(w.data(), seed);
   for (auto& v : w) v += rnd.uniform(-0.1f, 0.1f);
+  std::vector<float> array;
+  if (weights) weights(st, w, array);
+  const ParamView pv(w.data(), array.empty() ? nullptr : array.data(), array.empty() ? 0 : 1);
   Run out;
   out.grads.assign(w.size(), 0.0f);
   const size_t in = static_cast<size_t>(n * st.in_shape().numel()), outn = static_cast<size_t>(n * st.out_shape().numel());
@@ -94,21 +102,21 @@ Run run_slice(const Model& m, int first, int last, bool split, uint64_t seed, Re
     std::memcpy(slot.input, x.data(), in * sizeof(float));
     LayerCtx ctx{*be, seed, mb * n, true, labels, 1.0f / 6};
     ctx.state = state.data();
-    st.forward(slot, w.data(), ctx, n, PollHook{});
+    st.forward(slot, pv, ctx, n, PollHook{});
     Stage::Slot b = slot;
     if (mode == Recompute::full) {  // the backward reads a layout recomputed from the input alone
       b = st.carve(again.data(), labels);
       be->fill(again.data(), 0.0f, static_cast<size_t>(st.slot_floats()));
       std::memcpy(b.input, x.data(), in * sizeof(float));
-      st.recompute_forward(b, w.data(), ctx, n, PollHook{});
+      st.recompute_forward(b, pv, ctx, n, PollHook{});
     }
     const float* dyp = st.has_loss() ? nullptr : dy.data();
     float* dx = first == 0 ? nullptr : out.dx.data() + mb * in;
     if (split) {
-      st.backward_input(b, w.data(), out.grads.data(), dyp, dx, ctx, n, PollHook{});
-      st.backward_weight(b, w.data(), out.grads.data(), ctx, n, PollHook{});
+      st.backward_input(b, pv, out.grads.data(), dyp, dx, ctx, n, PollHook{});
+      st.backward_weight(b, pv, out.grads.data(), ctx, n, PollHook{});
     } else {
-      st.backward(b, w.data(), out.grads.data(), dyp, dx, ctx, n, PollHook{});
+      st.backward(b, pv, out.grads.data(), dyp, dx, ctx, n, PollHook{});
     }
   }
   be->release_int(labels);
@@ -203,6 +211,57 @@ TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceCnn) { check_model(kCnnDeck);
 TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceMlp) { check_model(kMlpDeck); }
 TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceTransformer) { check_model(kGptDeck, true); }
 TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceResNet) { check_model(kResNetDeck); }
+
+// In bf16 every product of a stage reads the weight version's bf16 array (ParamView::operand)
+// and everything else (norms, biases, the embedding's tables) the fp32 values: given an array
+// whose product matrices (2-D parameters outside the embedding) hold other values, forward
+// and backward equal, bit for bit, a run whose fp32 values hold those matrices, fused and
+// split, with and without the embedding; the honest array changes nothing against none.
+TEST(ParamViews, EveryProductReadsTheVersionsBf16Array) {
+  const Deck d = parse_deck_text(kGptDeck, "views.toml", {});
+  const Model m(d, input_of(d, true), d.data.classes);
+  auto be = make_host_backend();
+  auto rounded = [&](std::vector<float> v) {
+    be->round_bf16(v.size(), v.data(), v.data());
+    return v;
+  };
+  auto packed = [&](const std::vector<float>& v) {
+    std::vector<float> p((v.size() + 1) / 2);
+    be->pack_bf16(v.size(), v.data(), p.data());
+    return p;
+  };
+  auto other_matrices = [&](const Stage& st, std::vector<float> w) {
+    Rand rnd(99);
+    for (int l = st.first(); l < st.last(); ++l)
+      if (m.layer(l).type() != "embedding")
+        for (const ParamTensor& t : m.layer(l).params())
+          if (t.shape.size() == 2)
+            for (int64_t i = 0; i < t.size; ++i) w[static_cast<size_t>(st.param_offset(l) + t.offset + i)] += rnd.uniform(-0.05f, 0.05f);
+    return rounded(w);
+  };
+  auto same = [](const test::Run& a, const test::Run& b) {
+    return a.grads == b.grads && 0 == std::memcmp(a.dx.data(), b.dx.data(), a.dx.size() * sizeof(float)) &&
+           0 == std::memcmp(a.grads.data(), b.grads.data(), a.grads.size() * sizeof(float));
+  };
+  for (const int first : {0, 1})
+    for (const bool split : {false, true}) {
+      auto run = [&](const Weights& wt) { return run_slice(m, first, m.size(), split, 5, Recompute::none, true, wt); };
+      const test::Run lying = run([&](const Stage& st, std::vector<float>& w, std::vector<float>& a) {
+        w = rounded(w);
+        a = packed(other_matrices(st, w));
+      });
+      const test::Run other = run([&](const Stage& st, std::vector<float>& w, std::vector<float>&) { w = other_matrices(st, rounded(w)); });
+      const test::Run honest = run([&](const Stage&, std::vector<float>& w, std::vector<float>& a) {
+        w = rounded(w);
+        a = packed(w);
+      });
+      const test::Run none = run([&](const Stage&, std::vector<float>& w, std::vector<float>&) { w = rounded(w); });
+      const std::string what = std::string(split ? "split" : "fused") + ", layers " + std::to_string(first) + "..";
+      EXPECT_TRUE(same(lying, other)) << "a product read the fp32 values, or something else the array: " << what;
+      EXPECT_TRUE(same(honest, none)) << what;
+      EXPECT_FALSE(same(lying, honest)) << "the array of other matrices went unread: " << what;
+    }
+}
 
 TEST(SplitBackward, SlotHoldsCompositeSplitRegions) {
   const Deck d = parse_deck_text(kGptDeck, "split.toml", {});

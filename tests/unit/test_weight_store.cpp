@@ -2,9 +2,10 @@
 // through the stage-0 actions of stashing schedules in lockstep with an fp32 store, every
 // read of the bf16 store is round_bf16 of the fp32 store's version bitwise, the master equals
 // the fp32 latest, held versions agree, checkpoint copies are the master and the stashes' bf16
-// values, a store restored from them mid-IR reads the same, the packed twin registered with
-// the backend always holds the compute copy's values (a bf16 GEMM reading it equals one reading
-// a copy), and the bytes are master + compute copy + its twin + packed stashes.
+// values, a store restored from them mid-IR reads the same, the bf16 array a read hands out
+// (ParamView) always holds the compute copy's values (a bf16 GEMM reading it equals one reading
+// a copy) under a version no earlier read had, and the bytes are master + compute copy + its
+// bf16 array + packed stashes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -28,16 +29,27 @@ std::vector<float> rounded(Backend& be, const float* x, size_t n) {
 
 bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
-// A bf16 product reading w (the compute buffer, whose packed twin the store registered with
-// the backend) equals one reading a copy of the same values, converted where it is used: a
-// twin of another version would differ.
-void expect_twin_holds(Backend& be, const float* w, size_t n) {
+// A bf16 product reading w's bf16 array equals one reading a copy of the compute buffer's
+// values, converted where it is used: an array of another version would differ. What a backend
+// keys on stays true: an array version seen before comes with the same address and values.
+using Seen = std::map<uint64_t, std::pair<const float*, std::vector<float>>>;
+void expect_array_holds(Backend& be, ParamView w, size_t n, Seen* seen) {
   const int64_t K = static_cast<int64_t>(n), M = 3;
-  std::vector<float> x(static_cast<size_t>(M * K)), copy(w, w + n), y(M), y_copy(M);
+  const float* values = w;
+  std::vector<float> x(static_cast<size_t>(M * K)), copy(values, values + n), y(M), y_copy(M);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(1.3f * static_cast<float>(i));
-  be.gemm(false, false, M, 1, K, 1.0f, x.data(), K, w, 1, 0.0f, y.data(), 1, Precision::bf16);
+  const CView a = w.operand(DType::bf16);
+  ASSERT_TRUE(a.bf16() && a.version != 0) << "a bf16 store's read has no bf16 array";
+  auto it = seen->find(a.version);
+  if (it == seen->end()) {
+    (*seen)[a.version] = {a.data, copy};
+  } else {
+    ASSERT_EQ(it->second.first, a.data) << "array version " << a.version << " moved";
+    ASSERT_TRUE(same_bits(it->second.second.data(), copy.data(), n)) << "array version " << a.version << " changed values";
+  }
+  be.gemm(false, false, M, 1, K, 1.0f, x.data(), K, a, 1, 0.0f, y.data(), 1, Precision::bf16);
   be.gemm(false, false, M, 1, K, 1.0f, x.data(), K, copy.data(), 1, 0.0f, y_copy.data(), 1, Precision::bf16);
-  ASSERT_TRUE(same_bits(y.data(), y_copy.data(), static_cast<size_t>(M))) << "the packed twin is not the compute copy";
+  ASSERT_TRUE(same_bits(y.data(), y_copy.data(), static_cast<size_t>(M))) << "the bf16 array is not the compute copy";
 }
 
 void drive(const std::string& sched, int K, int64_t steps, int M, size_t n) {
@@ -52,16 +64,17 @@ void drive(const std::string& sched, int K, int64_t steps, int M, size_t n) {
   std::unique_ptr<WeightStore> restored;  // made from b16's checkpoint copies once a stash is held
   const auto& acts = ir.workers[0];
   int updates = 0, max_stashes = 0;
+  Seen seen;  // both stores' arrays: versions are unique in the process
   for (size_t i = 0; i < acts.size(); ++i) {
     const Action& a = acts[i];
     if (a.stage != 0) continue;
     if (is_compute(a.op)) {
       const std::vector<float> want = rounded(*be, f32.read(a.version), n);
       ASSERT_TRUE(same_bits(b16.read(a.version), want.data(), n)) << "action " << i;
-      expect_twin_holds(*be, b16.read(a.version), n);
+      expect_array_holds(*be, b16.read(a.version), n, &seen);
       if (restored) {
         ASSERT_TRUE(same_bits(restored->read(a.version), want.data(), n)) << "restored, action " << i;
-        expect_twin_holds(*be, restored->read(a.version), n);
+        expect_array_holds(*be, restored->read(a.version), n, &seen);
       }
       ASSERT_TRUE(same_bits(b16.read(a.version), want.data(), n)) << "a second read of the same version";
       f32.done_reading(a.version), b16.done_reading(a.version);
@@ -99,7 +112,7 @@ void drive(const std::string& sched, int K, int64_t steps, int M, size_t n) {
   ASSERT_TRUE(restored);
   const int64_t pool = max_versions_held(ir, 0, 0), n4 = static_cast<int64_t>(n) * 4;
   EXPECT_EQ(f32.bytes(), pool * n4);
-  EXPECT_EQ(b16.bytes(), 2 * n4 + pool * 4 * static_cast<int64_t>((n + 1) / 2));  // + twin + stashes
+  EXPECT_EQ(b16.bytes(), 2 * n4 + pool * 4 * static_cast<int64_t>((n + 1) / 2));  // + bf16 array + stashes
 }
 
 TEST(WeightStoreBf16, PipedreamStashesPackedCopies) {
@@ -119,7 +132,7 @@ TEST(WeightStoreBf16, Fp32StoreHasNoCopies) {
   EXPECT_EQ(w.bytes(), 40);
   EXPECT_EQ(w.read_latest(), w.latest());
   WeightStore b(*be, 10, true);
-  EXPECT_EQ(b.bytes(), 100);  // master + compute copy + its packed twin
+  EXPECT_EQ(b.bytes(), 100);  // master + compute copy + its bf16 array
   for (int i = 0; i < 10; ++i) b.latest()[i] = 1.0f + std::ldexp(1.0f, -12) * i;
   const std::vector<float> want = rounded(*be, b.latest(), 10);
   EXPECT_TRUE(same_bits(b.read_latest(), want.data(), 10));

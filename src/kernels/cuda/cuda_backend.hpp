@@ -53,7 +53,7 @@ class CudaFused final : public FusedKernels {
   explicit CudaFused(CudaBackend& cb);
   // a bf16 y: the fp32 result in device scratch, then packed into y (its ceil(rows out / 2)
   // floats); an f32 y: the default composition
-  void linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b, View y,
+  void linear_forward(int64_t rows, int64_t in, int64_t out, CView x, CView w, const float* b, View y,
                       Precision p) override;
 
  private:

@@ -92,7 +92,7 @@ void CudaBackend::bias_grad_rows_bf16(const float* dy, float* db, int64_t rows, 
 
 CudaFused::CudaFused(CudaBackend& cb) : FusedKernels(cb), cb_(cb) {}
 
-void CudaFused::linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b, View y,
+void CudaFused::linear_forward(int64_t rows, int64_t in, int64_t out, CView x, CView w, const float* b, View y,
                                Precision p) {
   if (!y.bf16()) return FusedKernels::linear_forward(rows, in, out, x, w, b, y, p);
   const size_t n = static_cast<size_t>(rows * out);

@@ -164,6 +164,7 @@ __global__ void k_softmax_xent_forward(int64_t n, int64_t classes, const float* 
     const int64_t i = static_cast<int64_t>(ii);
     const float* l = logits + i * classes;
     float* pr = probs + i * classes;
+    const float target = l[labels[i]];  // read first: probs may alias logits
     float mx = l[0];
     for (int64_t c = 1; c < classes; ++c) mx = l[c] > mx ? l[c] : mx;
     float s = 0.0f;
@@ -173,7 +174,7 @@ __global__ void k_softmax_xent_forward(int64_t n, int64_t classes, const float* 
     }
     const float inv = 1.0f / s;
     for (int64_t c = 0; c < classes; ++c) pr[c] *= inv;
-    loss[i] = logf(s) + mx - l[labels[i]];
+    loss[i] = logf(s) + mx - target;
   }
 }
 

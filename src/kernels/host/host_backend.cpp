@@ -194,6 +194,7 @@ void HostBackend::softmax_xent_forward(int64_t n, int64_t classes, const float* 
   Kokkos::parallel_for("pt::softmax_xent_forward", Range(0, n), [=](int64_t i) {
     const float* l = logits + i * classes;
     float* pr = probs + i * classes;
+    const float target = l[labels[i]];  // read first: probs may alias logits
     float mx = l[0];
     for (int64_t c = 1; c < classes; ++c) mx = l[c] > mx ? l[c] : mx;
     float s = 0.0f;
@@ -203,7 +204,7 @@ void HostBackend::softmax_xent_forward(int64_t n, int64_t classes, const float* 
     }
     const float inv = 1.0f / s;
     for (int64_t c = 0; c < classes; ++c) pr[c] *= inv;
-    loss[i] = std::log(s) + mx - l[labels[i]];
+    loss[i] = std::log(s) + mx - target;
   });
 }
 void HostBackend::softmax_xent_backward(int64_t n, int64_t classes, const float* probs, const int32_t* labels,

@@ -1,6 +1,7 @@
 // The host backend's class declaration, shared by its kernel files.
 #pragma once
 #include <memory>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -21,7 +22,7 @@ class HostBackend;
 class HostFused final : public FusedKernels {
  public:
   explicit HostFused(HostBackend& hb);
-  void linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b, View y,
+  void linear_forward(int64_t rows, int64_t in, int64_t out, CView x, CView w, const float* b, View y,
                       Precision p) override;
   // the kernel unless PT_FUSED_ATTENTION=0 (then the layers compose: heads_split, batched
   // oneDNN GEMMs, softmax, heads_merge; docs/JOBS.md)
@@ -60,7 +61,6 @@ class HostBackend final : public Backend {
   void pack_bf16(size_t n, const float* x, float* packed) override;
   void unpack_bf16(size_t n, const float* packed, float* x) override;
   void round_pack_bf16(size_t n, const float* x, float* y, float* packed) override;
-  void set_bf16_twin(const float* values, size_t n, const float* packed) override;
   void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) override;
   void bias_grad_rows(CView dy, float* db, int64_t rows, int64_t cols) override;
   void gelu_forward_deriv(size_t n, float* x, View y) override;
@@ -143,27 +143,20 @@ class HostBackend final : public Backend {
                             float* dx, float* dw, float* db);
   bool onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, Precision p) const;
   bool onednn_conv(const WindowGeom& g, int64_t n, ConvPass pass, Precision p) const;
-  // bf16: a dense f32 operand of a that lies inside a registered twin is read from it
-  void use_twins(GemmArgs& a, Precision p) const;
-
-  struct Twin {
-    const float* values;
-    size_t n;
-    const float* packed;
-    uint64_t version;  // a new one for every registration: the weights' kept layouts follow it
-  };
-  std::vector<Twin> twins_;
-  uint64_t twin_versions_ = 0;
-  const Twin* twin_of(const float* p, size_t count) const;  // the twin p's count values lie in, or null
+  // a weight version's bf16 B read as it lies (dx = dy W; CView::version): oneDNN may keep it
+  // in its layout, keyed by (address, version)
+  static void key_weight(GemmArgs& a, CView B);
 
   static constexpr size_t kHugePage = size_t{2} << 20;
   bool huge_pages_ = true;            // large buffers on 2 MiB pages (PT_HUGE_PAGES=0: off)
   std::unordered_set<float*> huge_;  // buffers from alloc on 2 MiB pages (posix_memalign)
+  std::unordered_map<const float*, size_t> bytes_;  // every live buffer's bytes: release forgets
+                                                    // what oneDNN kept from it
   std::vector<float> ws_;
   std::unique_ptr<OneDnn> dnn_;
   double blas_s_ = 0;  // seconds in blas_gemm
   Fp32Kernels fp32_kernels_ = Fp32Kernels::rule;
-  friend class HostFused;  // its kernels run on this backend's oneDNN, twins and GEMM rule
+  friend class HostFused;  // its kernels run on this backend's oneDNN and GEMM rule
   HostFused fused_{*this};
 
  public:

@@ -1,8 +1,8 @@
 // Host backend, its products: which library runs each GEMM (oneDNN's matmul in bf16, and for
 // the fp32 shapes the measured rule of kernel_choice.cpp gives it; OpenBLAS through KokkosBlas
-// otherwise), the linear layer's fused matmul + bias, and the bf16 twins of the weights
-// (set_bf16_twin: a dense operand inside a registered twin is read from it, and with
-// kept_weight_layouts an input-gradient product's weight is kept in oneDNN's layout).
+// otherwise) and the linear layer's fused matmul + bias. A weight version's bf16 array
+// (ParamView::operand: a CView with a version) read as it lies by an input-gradient product
+// is kept in oneDNN's layout with kept_weight_layouts.
 // Beside the oneDNN code it drives (onednn_matmul.cpp, onednn_conv.cpp).
 #include <KokkosBlas3_gemm.hpp>
 
@@ -76,7 +76,7 @@ void HostBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
     a.ta = ta, a.tb = tb, a.M = M, a.N = N, a.K = K, a.alpha = alpha, a.beta = beta;
     a.A = A.data, a.lda = lda, a.B = B.data, a.ldb = ldb, a.C = C, a.ldc = ldc;
     a.a_bf16 = A.bf16(), a.b_bf16 = B.bf16();
-    use_twins(a, p);
+    key_weight(a, B);
     onednn().gemm(p, a);
     return;
   }
@@ -85,7 +85,7 @@ void HostBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
 
 // One oneDNN matmul with the bias where the rule gives the product to oneDNN; else the
 // default composition (OpenBLAS GEMM, then the bias pass).
-void HostFused::linear_forward(int64_t rows, int64_t in, int64_t out, CView x, const float* w, const float* b, View y,
+void HostFused::linear_forward(int64_t rows, int64_t in, int64_t out, CView x, CView w, const float* b, View y,
                                Precision p) {
   if (rows == 0 || out == 0) return;
   if (in == 0 || !hb_.onednn_gemm(false, true, rows, out, in, 1, p))
@@ -93,44 +93,16 @@ void HostFused::linear_forward(int64_t rows, int64_t in, int64_t out, CView x, c
   PT_CHECK(p == Precision::bf16 || (!x.bf16() && !y.bf16()), "linear_forward: a bf16 operand in an fp32 product");
   GemmArgs a;
   a.tb = true, a.M = rows, a.N = out, a.K = in;
-  a.A = x.data, a.lda = in, a.B = w, a.ldb = in, a.C = y.data, a.ldc = out, a.bias = b, a.a_bf16 = x.bf16();
-  a.c_bf16 = y.bf16();
-  hb_.use_twins(a, p);
+  a.A = x.data, a.lda = in, a.B = w.data, a.ldb = in, a.C = y.data, a.ldc = out, a.bias = b, a.a_bf16 = x.bf16();
+  a.b_bf16 = w.bf16(), a.c_bf16 = y.bf16();
+  PT_CHECK(p == Precision::bf16 || !w.bf16(), "linear_forward: a bf16 weight in an fp32 product");
   hb_.onednn().gemm(p, a);
 }
 
-// Forgetting a twin (packed = null: its buffers may be freed) drops the weights' kept layouts.
-void HostBackend::set_bf16_twin(const float* values, size_t n, const float* packed) {
-  auto it = std::find_if(twins_.begin(), twins_.end(), [&](const Twin& t) { return t.values == values; });
-  if (it != twins_.end()) twins_.erase(it);
-  if (packed && n) twins_.push_back({values, n, packed, ++twin_versions_});
-  else if (dnn_) dnn_->forget_weights(values, values + n);
-}
-
-const HostBackend::Twin* HostBackend::twin_of(const float* p, size_t count) const {
-  for (const Twin& t : twins_)
-    if (p >= t.values && p + count <= t.values + t.n) return &t;
-  return nullptr;
-}
-
-namespace {
-const float* in_twin(const float* packed, const float* values, const float* p) {
-  return reinterpret_cast<const float*>(reinterpret_cast<const unsigned char*>(packed) + 2 * (p - values));
-}
-}  // namespace
-
-// Only bf16 operands oneDNN would convert as one dense block (lda/ldb dense, no batch).
-void HostBackend::use_twins(GemmArgs& a, Precision p) const {
-  if (p != Precision::bf16 || twins_.empty() || a.batch != 1) return;
-  if (!a.a_bf16 && a.lda == (a.ta ? a.M : a.K))
-    if (const Twin* t = twin_of(a.A, static_cast<size_t>(a.M * a.K))) a.A = in_twin(t->packed, t->values, a.A), a.a_bf16 = true;
-  if (!a.b_bf16 && a.ldb == (a.tb ? a.K : a.N))
-    if (const Twin* t = twin_of(a.B, static_cast<size_t>(a.K * a.N))) {
-      // a weight read as it lies (dx = dy W): oneDNN may keep it in its layout (the products
-      // 1.2-1.5x on an AMX Xeon; the forward's transposed read gained 1.06-1.12x, not worth a copy)
-      if (!a.tb) a.b_key = a.B, a.b_version = t->version;
-      a.B = in_twin(t->packed, t->values, a.B), a.b_bf16 = true;
-    }
+// Only a weight read as it lies (the forward's transposed read gained 1.06-1.12x on an AMX
+// Xeon, not worth a copy; dx = dy W 1.2-1.5x) by a single dense bf16 product.
+void HostBackend::key_weight(GemmArgs& a, CView B) {
+  if (B.version && a.b_bf16 && !a.tb && a.batch == 1) a.b_key = a.B, a.b_version = B.version;
 }
 
 }  // namespace pt::host

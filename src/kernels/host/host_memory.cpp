@@ -92,9 +92,17 @@ float* HostBackend::alloc(size_t n) {
     p = static_cast<float*>(Kokkos::kokkos_malloc<Kokkos::HostSpace>("pt::buffer", bytes));
   }
   std::memset(p, 0, bytes);
+  bytes_[p] = bytes;
   return p;
 }
+// What oneDNN kept from the buffer (weights in its layout) goes with it.
 void HostBackend::release(float* p) {
+  if (!p) return;
+  auto it = bytes_.find(p);
+  if (it != bytes_.end()) {
+    if (dnn_) dnn_->forget_weights(p, reinterpret_cast<const unsigned char*>(p) + it->second);
+    bytes_.erase(it);
+  }
   if (huge_.erase(p)) return std::free(p);
   Kokkos::kokkos_free<Kokkos::HostSpace>(p);
 }

@@ -47,11 +47,11 @@ struct GemmArgs {
   // result, bias included, to nearest even; beta = 0)
   bool c_bf16 = false;
   // A dense bf16 B (b_bf16, batch 1) that is a weight: its values change only with its version
-  // (non-zero, a new one for every change; the backend's twin registrations). oneDNN then
+  // (non-zero, a new one for every change: CView::version of a weight version's bf16 array). oneDNN then
   // keeps B reordered into the layout its matmul prefers for the shape, and reorders again only
   // when the version changes: the same values, so the same result bit for bit.
   uint64_t b_version = 0;
-  const void* b_key = nullptr;  // the weight's identity for its kept copy (its fp32-slot address)
+  const void* b_key = nullptr;  // the weight's identity for its kept copy (its bf16 array's address)
 };
 
 enum class ConvPass;  // below
