@@ -179,6 +179,25 @@ class Backend {
   // dlogits = scale * (probs - onehot(labels)); dlogits may alias probs.
   virtual void softmax_xent_backward(int64_t n, int64_t classes, const float* probs, const int32_t* labels,
                                      float scale, float* dlogits) = 0;
+  // Softmax cross entropy over classes split across ranks (a vocabulary-parallel head): this
+  // rank holds columns [c0, c0 + classes) of every row, and three local passes around two
+  // all-reduces (the caller's) give every rank the loss and its columns' probabilities without
+  // gathering the logits:
+  //   shard_max:    mx[i] = the shard's row maximum                 -> MAX over the ranks;
+  //   shard_sums:   sums[i] = sum_c exp(logits[i, c] - mx[i]) over the shard, sums[n + i] =
+  //                 the label's logit where the label lies in the shard, else 0 -> SUM;
+  //   shard_finish: loss[i] = log(sums[i]) + mx[i] - sums[n + i], probs = exp(logits - mx) /
+  //                 sums[i] on the shard (probs may alias logits).
+  // One rank (c0 = 0, all classes) gives softmax_xent_forward's values up to the order of the
+  // sums. shard_backward: dlogits = scale (probs - onehot(labels - c0)) on the shard (a label
+  // outside it adds nothing); dlogits may alias probs.
+  virtual void softmax_xent_shard_max(int64_t n, int64_t classes, const float* logits, float* mx) = 0;
+  virtual void softmax_xent_shard_sums(int64_t n, int64_t classes, int64_t c0, const float* logits,
+                                       const int32_t* labels, const float* mx, float* sums) = 0;
+  virtual void softmax_xent_shard_finish(int64_t n, int64_t classes, const float* logits, const float* mx,
+                                         const float* sums, float* loss, float* probs) = 0;
+  virtual void softmax_xent_shard_backward(int64_t n, int64_t classes, int64_t c0, const float* probs,
+                                           const int32_t* labels, float scale, float* dlogits) = 0;
   // Number of rows whose argmax equals the label (ties: lowest index).
   virtual int64_t count_correct(int64_t n, int64_t classes, const float* logits, const int32_t* labels) = 0;
 

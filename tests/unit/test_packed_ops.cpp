@@ -15,7 +15,9 @@
 //    rounded, in ceil(n / 2) floats; add = copy then axpy;
 //  - round_pack_bf16 = round_bf16 and pack_bf16 (the backend's and the default), odd counts,
 //    NaN, infinities;
-//  - all_finite finds a NaN or an infinity at any position, and passes the largest float.
+//  - all_finite finds a NaN or an infinity at any position, and passes the largest float;
+//  - the vocabulary-parallel cross entropy (softmax_xent_shard_*) over 1-4 uneven shards,
+//    its all-reduces done by the test, is the unsplit one within 1e-6 (loss and gradient).
 // Host only (ParamViews): a bf16 product reads a ParamView's bf16 array at any offset (an
 // array of other values shows in the result), its fp32 values otherwise, and refuses a bf16
 // weight in an fp32 product; a versioned weight kept in oneDNN's layout (kept_weight_layouts)
@@ -268,6 +270,67 @@ TEST_P(BackendContract, AllFiniteFindsEveryNonFinite) {
       EXPECT_FALSE(be().all_finite(n, yb.data())) << bad << " at " << at;
       EXPECT_TRUE(be().all_finite(at, yb.data())) << "the prefix before " << at;
     }
+}
+
+// The vocabulary-parallel cross entropy (softmax_xent_shard_*): the classes split across t
+// "ranks" (shards of uneven widths, t = 1..4, the all-reduces done here: MAX of the row
+// maxima, SUM of the sums in rank order) give every shard the unsplit softmax_xent_forward's
+// loss within 1e-6 relative and its columns of softmax_xent_backward's gradient within 1e-6
+// (absolute; the gradients are at most 1), in place and not; one shard is the unsplit loss.
+TEST_P(BackendContract, VocabularyParallelCrossEntropyIsTheUnsplitOne) {
+  const int64_t n = 9, V = 53;
+  const float scale = 1.0f / 3;
+  auto lh = values(static_cast<size_t>(n * V), 91, 6.0f);
+  std::vector<int32_t> lab(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) lab[static_cast<size_t>(i)] = static_cast<int32_t>((i * 17 + 5) % V);
+  lab[0] = 0, lab[1] = static_cast<int32_t>(V - 1);  // the first and the last class
+  int32_t* labels = be().alloc_int(static_cast<size_t>(n));
+  be().labels_from_host(labels, lab.data(), lab.size());
+  const Buffer logits = put(lh);
+  Buffer loss = zeros(n), probs = zeros(n * V), dl = zeros(n * V);
+  be().softmax_xent_forward(n, V, logits.data(), labels, loss.data(), probs.data());
+  be().softmax_xent_backward(n, V, probs.data(), labels, scale, dl.data());
+  const auto want_loss = get(loss.data(), n), want_grad = get(dl.data(), n * V);
+  for (int t = 1; t <= 4; ++t)
+    for (const bool in_place : {false, true}) {
+      std::vector<int64_t> c0(t + 1);
+      for (int r = 0; r <= t; ++r) c0[r] = V * r * r / (t * t);  // uneven widths
+      std::vector<Buffer> part, mx, sums;
+      std::vector<float> gmx(n, -std::numeric_limits<float>::infinity()), gsum(2 * n, 0.0f);
+      for (int r = 0; r < t; ++r) {
+        const int64_t w = c0[r + 1] - c0[r];
+        std::vector<float> cols(static_cast<size_t>(n * w));
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t c = 0; c < w; ++c) cols[i * w + c] = lh[i * V + c0[r] + c];
+        part.push_back(put(cols)), mx.push_back(zeros(n)), sums.push_back(zeros(2 * n));
+        be().softmax_xent_shard_max(n, w, part[r].data(), mx[r].data());
+        const auto m = get(mx[r].data(), n);
+        for (int64_t i = 0; i < n; ++i) gmx[i] = std::max(gmx[i], m[i]);
+      }
+      const Buffer gm = put(gmx);
+      for (int r = 0; r < t; ++r) {
+        be().softmax_xent_shard_sums(n, c0[r + 1] - c0[r], c0[r], part[r].data(), labels, gm.data(), sums[r].data());
+        const auto s = get(sums[r].data(), 2 * n);
+        for (int64_t i = 0; i < 2 * n; ++i) gsum[i] += s[i];
+      }
+      const Buffer gs = put(gsum);
+      for (int r = 0; r < t; ++r) {
+        const int64_t w = c0[r + 1] - c0[r];
+        const std::string what = "t " + std::to_string(t) + ", shard " + std::to_string(r) + (in_place ? ", in place" : "");
+        Buffer l = zeros(n), p = zeros(n * w), d = zeros(n * w);
+        float* pr = in_place ? part[r].data() : p.data();
+        be().softmax_xent_shard_finish(n, w, part[r].data(), gm.data(), gs.data(), l.data(), pr);
+        be().softmax_xent_shard_backward(n, w, c0[r], pr, labels, scale, in_place ? pr : d.data());
+        const auto got_loss = get(l.data(), n), got_grad = get(in_place ? pr : d.data(), n * w);
+        for (int64_t i = 0; i < n; ++i) {
+          EXPECT_NEAR(got_loss[i], want_loss[i], 1e-6 * std::abs(want_loss[i])) << what << ", row " << i;
+          if (t == 1) EXPECT_NEAR(got_loss[i], want_loss[i], 4e-7 * std::abs(want_loss[i])) << what;
+          for (int64_t c = 0; c < w; ++c)
+            ASSERT_NEAR(got_grad[i * w + c], want_grad[i * V + c0[r] + c], 1e-6) << what << ", row " << i << ", class " << c0[r] + c;
+        }
+      }
+    }
+  be().release_int(labels);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendContract, ::testing::Values("host", "cuda"),

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <unistd.h>
 
 #include "pipetrain/error.hpp"
@@ -68,6 +69,23 @@ TEST(Simulator, FlushBubbleFormulaIsExact) {
         ++checked;
       }
   EXPECT_EQ(checked, 6 * 12 * 2);
+}
+
+// The zero-bubble paper's setting (Qi et al. 2023, Table 5: p = 8, m = 24/32/64): at equal
+// costs the simulator's replay of 1F1B shows the bubble (p - 1)/(m + p - 1) = 0.2258, 0.1795,
+// 0.0986. The paper's own 0.2431, 0.1985, 0.1240 come from its profiled F, B, W and
+// point-to-point times on its 1.5B model, which lengthen the warm-up and drain that equal,
+// free-communication costs leave at (p - 1)(F + B).
+TEST(Simulator, OneFOneBBubbleAtEightStagesOfTheZeroBubblePaper) {
+  const ClusterModel net = ClusterModel::single(1e9);
+  const std::pair<int, double> cases[] = {{24, 0.2258}, {32, 0.1795}, {64, 0.0986}};
+  for (const auto& [m, printed] : cases) {
+    const SimResult r = run(equal_layers(8), "1f1b", one_layer_stages(8), m, m, net);
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_NEAR(r.bubble, 7.0 / (m + 7), 1e-12) << "m=" << m;
+    EXPECT_NEAR(r.bubble, printed, 5e-5) << "m=" << m;
+    std::printf("  1f1b p=8 m=%d: bubble %.4f\n", m, r.bubble);
+  }
 }
 
 TEST(Simulator, PipedreamSteadyStateHasNoBubble) {

@@ -188,6 +188,49 @@ __global__ void k_softmax_xent_backward(size_t total, int64_t classes, const flo
   }
 }
 
+// the vocabulary-parallel pieces (backend.hpp): one thread per row, the host's loop order
+__global__ void k_xent_shard_max(int64_t n, int64_t classes, const float* logits, float* mx) {
+  GRID_STRIDE(ii, static_cast<size_t>(n)) {
+    const int64_t i = static_cast<int64_t>(ii);
+    const float* l = logits + i * classes;
+    float m = -INFINITY;
+    for (int64_t c = 0; c < classes; ++c) m = l[c] > m ? l[c] : m;
+    mx[i] = m;
+  }
+}
+__global__ void k_xent_shard_sums(int64_t n, int64_t classes, int64_t c0, const float* logits, const int32_t* labels,
+                                  const float* mx, float* sums) {
+  GRID_STRIDE(ii, static_cast<size_t>(n)) {
+    const int64_t i = static_cast<int64_t>(ii);
+    const float* l = logits + i * classes;
+    float s = 0.0f;
+    for (int64_t c = 0; c < classes; ++c) s += expf(l[c] - mx[i]);
+    const int64_t k = labels[i] - c0;
+    sums[i] = s;
+    sums[n + i] = k >= 0 && k < classes ? l[k] : 0.0f;
+  }
+}
+__global__ void k_xent_shard_finish(int64_t n, int64_t classes, const float* logits, const float* mx, const float* sums,
+                                    float* loss, float* probs) {
+  GRID_STRIDE(ii, static_cast<size_t>(n)) {
+    const int64_t i = static_cast<int64_t>(ii);
+    const float* l = logits + i * classes;
+    float* pr = probs + i * classes;
+    const float inv = 1.0f / sums[i];
+    for (int64_t c = 0; c < classes; ++c) pr[c] = expf(l[c] - mx[i]) * inv;
+    loss[i] = logf(sums[i]) + mx[i] - sums[n + i];
+  }
+}
+__global__ void k_xent_shard_backward(size_t total, int64_t classes, int64_t c0, const float* probs,
+                                      const int32_t* labels, float scale, float* dlogits) {
+  GRID_STRIDE(i, total) {
+    const int64_t row = static_cast<int64_t>(i) / classes, c = static_cast<int64_t>(i) % classes;
+    float d = scale * probs[i];
+    if (c == labels[row] - c0) d -= scale;
+    dlogits[i] = d;
+  }
+}
+
 __global__ void k_count_correct(int64_t n, int64_t classes, const float* logits, const int32_t* labels,
                                 unsigned long long* count) {
   GRID_STRIDE(ii, static_cast<size_t>(n)) {
@@ -456,6 +499,33 @@ void CudaBackend::softmax_xent_backward(int64_t n, int64_t classes, const float*
   const size_t total = static_cast<size_t>(n * classes);
   if (total == 0) return;
   k_softmax_xent_backward<<<blocks_for(total), kThreads, 0, compute_>>>(total, classes, probs, labels, scale, dlogits);
+  PT_CU_LAUNCHED();
+}
+
+void CudaBackend::softmax_xent_shard_max(int64_t n, int64_t classes, const float* logits, float* mx) {
+  if (n == 0) return;
+  k_xent_shard_max<<<blocks_for(static_cast<size_t>(n), 128), 128, 0, compute_>>>(n, classes, logits, mx);
+  PT_CU_LAUNCHED();
+}
+void CudaBackend::softmax_xent_shard_sums(int64_t n, int64_t classes, int64_t c0, const float* logits,
+                                          const int32_t* labels, const float* mx, float* sums) {
+  if (n == 0) return;
+  k_xent_shard_sums<<<blocks_for(static_cast<size_t>(n), 128), 128, 0, compute_>>>(n, classes, c0, logits, labels, mx,
+                                                                                    sums);
+  PT_CU_LAUNCHED();
+}
+void CudaBackend::softmax_xent_shard_finish(int64_t n, int64_t classes, const float* logits, const float* mx,
+                                            const float* sums, float* loss, float* probs) {
+  if (n == 0) return;
+  k_xent_shard_finish<<<blocks_for(static_cast<size_t>(n), 128), 128, 0, compute_>>>(n, classes, logits, mx, sums, loss,
+                                                                                      probs);
+  PT_CU_LAUNCHED();
+}
+void CudaBackend::softmax_xent_shard_backward(int64_t n, int64_t classes, int64_t c0, const float* probs,
+                                              const int32_t* labels, float scale, float* dlogits) {
+  const size_t total = static_cast<size_t>(n * classes);
+  if (total == 0) return;
+  k_xent_shard_backward<<<blocks_for(total), kThreads, 0, compute_>>>(total, classes, c0, probs, labels, scale, dlogits);
   PT_CU_LAUNCHED();
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "host_backend.hpp"
 #include "pipetrain/error.hpp"
@@ -214,6 +215,45 @@ void HostBackend::softmax_xent_backward(int64_t n, int64_t classes, const float*
     float* d = dlogits + i * classes;
     for (int64_t c = 0; c < classes; ++c) d[c] = scale * pr[c];
     d[labels[i]] -= scale;
+  });
+}
+void HostBackend::softmax_xent_shard_max(int64_t n, int64_t classes, const float* logits, float* mx) {
+  Kokkos::parallel_for("pt::softmax_xent_shard_max", Range(0, n), [=](int64_t i) {
+    const float* l = logits + i * classes;
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t c = 0; c < classes; ++c) m = l[c] > m ? l[c] : m;
+    mx[i] = m;
+  });
+}
+void HostBackend::softmax_xent_shard_sums(int64_t n, int64_t classes, int64_t c0, const float* logits,
+                                          const int32_t* labels, const float* mx, float* sums) {
+  Kokkos::parallel_for("pt::softmax_xent_shard_sums", Range(0, n), [=](int64_t i) {
+    const float* l = logits + i * classes;
+    float s = 0.0f;
+    for (int64_t c = 0; c < classes; ++c) s += std::exp(l[c] - mx[i]);
+    const int64_t k = labels[i] - c0;
+    sums[i] = s;
+    sums[n + i] = k >= 0 && k < classes ? l[k] : 0.0f;
+  });
+}
+void HostBackend::softmax_xent_shard_finish(int64_t n, int64_t classes, const float* logits, const float* mx,
+                                            const float* sums, float* loss, float* probs) {
+  Kokkos::parallel_for("pt::softmax_xent_shard_finish", Range(0, n), [=](int64_t i) {
+    const float* l = logits + i * classes;
+    float* pr = probs + i * classes;
+    const float inv = 1.0f / sums[i];
+    for (int64_t c = 0; c < classes; ++c) pr[c] = std::exp(l[c] - mx[i]) * inv;
+    loss[i] = std::log(sums[i]) + mx[i] - sums[n + i];
+  });
+}
+void HostBackend::softmax_xent_shard_backward(int64_t n, int64_t classes, int64_t c0, const float* probs,
+                                              const int32_t* labels, float scale, float* dlogits) {
+  Kokkos::parallel_for("pt::softmax_xent_shard_backward", Range(0, n), [=](int64_t i) {
+    const float* pr = probs + i * classes;
+    float* d = dlogits + i * classes;
+    for (int64_t c = 0; c < classes; ++c) d[c] = scale * pr[c];
+    const int64_t k = labels[i] - c0;
+    if (k >= 0 && k < classes) d[k] -= scale;
   });
 }
 int64_t HostBackend::count_correct(int64_t n, int64_t classes, const float* logits, const int32_t* labels) {

@@ -93,6 +93,13 @@ class HostBackend final : public Backend {
                             float* probs) override;
   void softmax_xent_backward(int64_t n, int64_t classes, const float* probs, const int32_t* labels, float scale,
                              float* dlogits) override;
+  void softmax_xent_shard_max(int64_t n, int64_t classes, const float* logits, float* mx) override;
+  void softmax_xent_shard_sums(int64_t n, int64_t classes, int64_t c0, const float* logits, const int32_t* labels,
+                               const float* mx, float* sums) override;
+  void softmax_xent_shard_finish(int64_t n, int64_t classes, const float* logits, const float* mx, const float* sums,
+                                 float* loss, float* probs) override;
+  void softmax_xent_shard_backward(int64_t n, int64_t classes, int64_t c0, const float* probs, const int32_t* labels,
+                                   float scale, float* dlogits) override;
   int64_t count_correct(int64_t n, int64_t classes, const float* logits, const int32_t* labels) override;
   void gemm_strided_batched(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                             int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
