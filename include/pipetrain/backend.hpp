@@ -296,12 +296,11 @@ std::unique_ptr<Backend> make_host_backend();
 // whole ones; other buffers of 128 KiB or more take whole 4 KiB pages; smaller ones their bytes.
 // huge_pages = false: an allocation that never asks for them (labels, std::vector).
 int64_t host_resident_bytes(int64_t bytes, bool huge_pages = true);
-// Whether the host backend keeps each bf16 weight matrix that an input-gradient product reads
-// (dx = dy W; a weight version's bf16 array, CView::version) also in the layout oneDNN's
-// matmul prefers for that product, reordered once per weight version: off unless
-// PT_KEPT_LAYOUTS=1 in the environment (docs/JOBS.md: it gained 0-4% of a gpt2_small step on
-// an AMX Xeon for 2 bytes per weight value). The memory model counts those copies
-// (Layer::product_weight_values).
+// Whether the host backend keeps each bf16 weight matrix (a weight version's bf16 array,
+// CView::version) also in the layout oneDNN's matmul prefers for each product that reads it
+// (the forward's y = x W^T and the input gradient's dx = dy W), reordered once per weight
+// version: off unless PT_KEPT_LAYOUTS=1 in the environment (docs/JOBS.md). The memory model
+// counts those copies (Layer::product_weight_values).
 bool kept_weight_layouts();
 // The CUDA backend; throws a clear error in a build without CUDA=1.
 std::unique_ptr<Backend> make_cuda_backend(int device_index);

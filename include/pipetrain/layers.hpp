@@ -175,9 +175,10 @@ class Layer {
   // not discounted; 0 for layers without attention. Model FLOPs utilisation adds it to 6 N
   // per token (model_flops_per_sample in run_outputs.cpp).
   virtual double attention_model_flops() const { return 0.0; }
-  // Values of the weight matrices its input-gradient products read (dx = dy W, RowLinear):
-  // in bf16 the host backend keeps each also in oneDNN's layout for that product
-  // (kept_weight_layouts, backend.hpp), 2 bytes per value, which the memory model counts.
+  // Values of the weight matrices its products read (RowLinear: y = x W^T and dx = dy W): in
+  // bf16 the host backend keeps each also in oneDNN's layout for each of those products
+  // (kept_weight_layouts, backend.hpp), 2 bytes per value and product, which the memory model
+  // counts (the forward's for every layer, the input gradient's for all but the model's first).
   virtual int64_t product_weight_values() const { return 0; }
 
  protected:

@@ -150,8 +150,8 @@ class HostBackend final : public Backend {
                             float* dx, float* dw, float* db);
   bool onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, Precision p) const;
   bool onednn_conv(const WindowGeom& g, int64_t n, ConvPass pass, Precision p) const;
-  // a weight version's bf16 B read as it lies (dx = dy W; CView::version): oneDNN may keep it
-  // in its layout, keyed by (address, version)
+  // a weight version's bf16 B (CView::version) read by a single product: oneDNN may keep it in
+  // that product's layout, keyed by (address, version)
   static void key_weight(GemmArgs& a, CView B);
 
   static constexpr size_t kHugePage = size_t{2} << 20;
