@@ -16,8 +16,15 @@
 # and the table records that as its expected result, with the estimate and the budget.
 # Tied heads are untied for the asynchronous schedule on 2 ranks (tied stages need a flush).
 #
+# TENSOR="1 2" (default 1) adds parallel.tensor = t: a case of R ranks then runs on R x t
+# processes (each tensor rank one row, "rank" = pipeline rank.tensor rank). Every row also
+# prints the engine's weight and activation bytes (weight_bytes, activation_bytes: measured
+# allocations) against the model's (master_weights, activations), so that t = 2 against
+# t = 1 shows what the split halves.
+#
 #   bench/memory.sh                   every case (about an hour on 2 shared cores)
 #   ONLY="fashion_mlp tinygpt" RANKS=2 PRECISIONS=bf16 SCHEDULES=1f1b bench/memory.sh
+#   ONLY="tinygpt gpt2_small" RANKS=1 PRECISIONS=fp32 SCHEDULES=1f1b TENSOR="1 2" bench/memory.sh
 # Environment: PT_BIN (build/pipetrain), OUT (runs/bench_memory), STEPS (4; 2 for the GPTs).
 set -u
 cd "$(dirname "$0")/.."
@@ -27,6 +34,7 @@ ONLY=${ONLY:-fashion_mlp fashion_cnn fashion_resnet tinygpt gpt2_small gpt_300m}
 RANKS=${RANKS:-1 2}
 PRECISIONS=${PRECISIONS:-fp32 bf16}
 SCHEDULES=${SCHEDULES:-1f1b zb-h1 async}
+TENSOR=${TENSOR:-1}
 TEXT=/usr/share/games/fortunes/art
 mkdir -p "$OUT"
 
@@ -44,9 +52,11 @@ deck_case() {
 
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(grep -c ^processor /proc/cpuinfo) cores; flags: $(grep -o -m1 -w 'avx512f\|avx512_bf16\|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 echo "binary: $PT_BIN ($(git rev-parse --short HEAD 2>/dev/null))"
-printf "%-15s %-5s %-5s %-10s %-4s %10s %10s %7s %9s %7s\n" deck ranks prec schedule rank estimate peak est/pk less_base secs
+printf "%-15s %-5s %-5s %-10s %-4s %10s %10s %7s %9s %7s %17s %17s\n" deck ranks prec schedule rank estimate peak est/pk \
+  less_base secs weights_meas/mod activ_meas/mod
 for deck in $ONLY; do
   read -r split mbs tie steps extra <<<"$(deck_case "$deck")"
+  for t in $TENSOR; do
   for ranks in $RANKS; do
     for prec in $PRECISIONS; do
       for sched in $SCHEDULES; do
@@ -58,9 +68,11 @@ for deck in $ONLY; do
         [ "$deck" = gpt_300m ] && [ "$ranks" = 1 ] && sets+=(--set "cluster.memory=${ONE_RANK_BUDGET:-12e9}")
         sp=$split; [ "$ranks" = 1 ] && sp="[]"
         name="${deck}_${ranks}_${prec}_${s}"
+        [ "$t" != 1 ] && name="${name}_t$t"
         for e in $extra; do sets+=(--set "$e"); done
         t0=$(date +%s.%N)
-        timeout --kill-after=10 3600 $MPIRUN $MPIRUN_FLAGS -np "$ranks" "$PT_BIN" train "input/$deck.toml" \
+        timeout --kill-after=10 3600 $MPIRUN $MPIRUN_FLAGS -np $((ranks * t)) "$PT_BIN" train "input/$deck.toml" \
+          --set parallel.tensor="$t" \
           --set run.name="$name" --set run.output_dir="$OUT" --set run.plots=false --set train.log_every=1 \
           --set parallel.split="$sp" --set parallel.schedule="$s" --set parallel.microbatches="$m" \
           --set train.precision="$prec" --set train.max_steps="$steps" --set train.eval_every="$steps" \
@@ -76,16 +88,23 @@ for deck in $ONLY; do
           printf "%-15s %-5s %-5s %-10s FAILED (exit %s, %s)\n" "$deck" "$ranks" "$prec" "$s" "$rc" "$OUT/$name.log"
           continue
         fi
-        python3 - "$sum" "$deck" "$ranks" "$prec" "$s" "$secs" <<'EOF'
+        for k in $(seq 0 $((t - 1))); do
+          sk=$sum; [ "$k" != 0 ] && sk="$OUT/$name/tensor$k/summary.json"
+          python3 - "$sk" "$deck" "$ranks" "$prec" "$s" "$secs" "$t" "$k" <<'EOF'
 import json, sys
 s = json.load(open(sys.argv[1]))
 for r in s["per_rank"]:
-    est, peak = r["estimated_bytes"], r["peak_rss_bytes"]
-    print("%-15s %-5s %-5s %-10s %-4d %9.0fM %9.0fM %7.3f %9.3f %7.0f" % (sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5],
-          r["rank"], est / 1e6, peak / 1e6, est / peak, r["modelled_over_peak_less_base"], float(sys.argv[6])))
+    est, peak, m = r["estimated_bytes"], r["peak_rss_bytes"], r["memory"]
+    rank = str(r["rank"]) + ("." + sys.argv[8] if sys.argv[7] != "1" else "")
+    print("%-15s %-5s %-5s %-10s %-4s %9.0fM %9.0fM %7.3f %9.3f %7.0f %8.1fM/%6.1fM %8.1fM/%6.1fM" % (
+          sys.argv[2], sys.argv[3] + ("x" + sys.argv[7] if sys.argv[7] != "1" else ""), sys.argv[4], sys.argv[5], rank,
+          est / 1e6, peak / 1e6, est / peak, r["modelled_over_peak_less_base"], float(sys.argv[6]),
+          r["weight_bytes"] / 1e6, m["master_weights"] / 1e6, r["activation_bytes"] / 1e6, m["activations"] / 1e6))
 EOF
-        rm -rf "$OUT/$name/checkpoints" "$OUT/$name/weights.h5"  # keep the logs and summaries, not gigabytes
+        done
+        rm -rf "$OUT/$name/checkpoints" "$OUT/$name/tensor"*/checkpoints "$OUT/$name/weights.h5"  # keep the logs and summaries
       done
     done
+  done
   done
 done

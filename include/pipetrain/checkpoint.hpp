@@ -25,6 +25,10 @@ struct CheckpointMeta {
   std::string optimizer;
   std::string model_hash, model_text;
   int ranks = 1;
+  // parallel.tensor: the checkpoint holds part tensor_rank of tensor_parts of the split layers
+  // (each tensor rank writes its own checkpoint; 1 and 0 for one part, and for checkpoints
+  // written before the key existed)
+  int tensor_parts = 1, tensor_rank = 0;
 };
 
 // Per held stage: where it lives in the model (for re-slicing on another layout).

@@ -35,6 +35,13 @@ int64_t norm_floats(const std::vector<NormTensor>& tensors);
 int64_t model_norm_floats(const Model& model);
 // sums[t.index] = sum of squares of the stage's gradient over tensor t, for each t.
 void sums_of_squares(Backend& be, const float* grads, const std::vector<NormTensor>& tensors, std::vector<double>& sums);
+// Under parallel.tensor: which of the model's tensors are split over the tensor group (a
+// layer with LayerSpec::tensor_parts > 1, ParamTensor::split_dim >= 0); the others are
+// replicated there, each rank holding the whole (and the same gradient).
+std::vector<bool> split_tensors(const Model& model);
+// sums[i] <- for a split tensor the sum over the t tensor ranks of their entries (parts: t
+// rows of sums.size(), rank order), added in rank order; for a replicated one, rank 0's.
+void combine_tensor_parts(const std::vector<double>& parts, int t, const std::vector<bool>& split, std::vector<double>& sums);
 // sqrt of the entries added in index order.
 double total_norm(const std::vector<double>& sums);
 // The norm of one stage's gradient over its tensors alone (an asynchronous stage's update):

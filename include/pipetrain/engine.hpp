@@ -191,6 +191,8 @@ struct ExecutorConfig {
   bool nccl_allreduce = false;  // parallel.allreduce = "nccl" (CUDA backend)
   double clip_grad_norm = 0;    // train.clip_grad_norm (0 = off; clip.hpp)
   int64_t trace_limit = 0;  // timeline events kept for trace.json
+  // parallel.tensor > 1: this rank's tensor group, handed to every layer (LayerCtx::tensor)
+  const TensorGroup* tensor = nullptr;
 };
 
 struct ExecutorStats {

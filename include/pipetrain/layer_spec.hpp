@@ -35,6 +35,10 @@ struct LayerSpec {
   // the index of the layer `tie` names (-1: none).
   int64_t classes = 0;
   int tie_layer = -1;
+  // Filled by Model under parallel.tensor = t for a layer type that splits (LayerType::
+  // splits_tensor): the layer holds part tensor_rank of tensor_parts of its weights
+  // (Megatron's column/row split; ParamTensor::split_dim). 1 and 0 otherwise.
+  int tensor_parts = 1, tensor_rank = 0;
 
   // The layer type's own settings struct; only that type's code names S.
   template <class S>

@@ -30,6 +30,36 @@ struct ParamTensor {
   std::vector<int64_t> shape;   // PyTorch layout, e.g. linear weight [out, in]
   int64_t offset = 0;           // floats from the start of the layer's parameters
   int64_t size = 0;
+  // Tensor parallelism (parallel.tensor = t > 1, LayerSpec::tensor_parts): how this rank's
+  // tensor is cut from the whole one. split_dim -1: replicated (every rank holds all of it);
+  // else dimension split_dim of the whole tensor, viewed as split_chunks equal chunks (the
+  // attention's in_proj: q, k and v, 3), each chunk cut into t equal parts, of which rank k
+  // holds part k of every chunk, in chunk order. full_shape: the whole tensor's (= shape
+  // when replicated or t = 1).
+  int split_dim = -1;
+  int split_chunks = 1;
+  std::vector<int64_t> full_shape;
+};
+
+// The tensor-parallel cut of parameter tensor p (ParamTensor::split_dim) between the whole
+// tensor `full` (p.full_shape, row-major) and rank k's part of it (p.shape) of t parts:
+// shard <- full (take) or full <- shard (place, the other parts untouched).
+void take_shard(const ParamTensor& p, int t, int k, const float* full, float* shard);
+void place_shard(const ParamTensor& p, int t, int k, const float* shard, float* full);
+
+// The tensor group of a stage replica (parallel.tensor = t): the t ranks that each hold one
+// part of the split layers' weights and run the same units in the same order. Layers reach
+// it through LayerCtx::tensor (null: t = 1). sum() is the all-reduce of Megatron's f and g
+// operators: x (count floats in backend memory) becomes the sum of every rank's x, added in
+// tensor-rank order, so every rank holds the same bits.
+class TensorGroup {
+ public:
+  virtual ~TensorGroup() = default;
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+  virtual void sum(Backend& be, float* x, int64_t count) const = 0;
+  // all[k * count + i] = rank k's mine[i] (host memory): the gradient norm's per-tensor sums.
+  virtual void gather(const double* mine, double* all, int64_t count) const = 0;
 };
 
 struct LayerCtx {
@@ -55,6 +85,10 @@ struct LayerCtx {
   // and convolution it runs, and under bf16 keeps the operands only its products read as bf16
   // views (operand_dtype, dtype.hpp). The backend holds no precision of its own.
   Precision precision = Precision::fp32;
+  // The tensor group of the stage replica (parallel.tensor > 1), null otherwise: split layers
+  // (LayerSpec::tensor_parts > 1) sum their row-parallel outputs and column-parallel input
+  // gradients over it (tensor_sum, layer_util.hpp).
+  const TensorGroup* tensor = nullptr;
 };
 
 class Layer {
@@ -219,6 +253,9 @@ struct LayerType {
   std::string pytorch;  // its exact PyTorch equivalent (docs/MODELS.md)
   LayerKeys keys;       // deck keys besides type and name (layer_keys<S>)
   bool loss = false;    // a loss: the last layer of the chain
+  // Splits across the ranks of a tensor group (parallel.tensor): Model gives such a layer its
+  // part (LayerSpec::tensor_parts, tensor_rank); every other layer is replicated there.
+  bool splits_tensor = false;
   // Build the layer for its input shape; a shape that does not fit is a located error
   // (require_input helps); prev_desc says what produced the input.
   std::function<std::unique_ptr<Layer>(const LayerSpec&, const Shape& in, const std::string& prev_desc)> make;

@@ -100,6 +100,10 @@ struct MemoryShared {
   bool mid_segment = false;  // checkpoint.every_* or --resume: a cut inside a segment (asynchronous schedules keep units)
   int64_t model_params = 0;  // the reporter gathers them all for weights.h5
   int64_t largest_stage_params = 0;  // the reporter's receive buffer; 0: the model's less the rank's own
+  // parallel.tensor, tensor rank 0: its reporter also lays out the whole model's tensors for
+  // weights.h5 and receives each split layer's t parts (whole params + the largest split
+  // layer's t parts, floats); 0 otherwise
+  int64_t tensor_whole = 0;
 };
 // Which end-of-run gathers a rank takes part in: the reporter (replica 0 of the last stage)
 // receives every stage's weights for weights.h5, replica 0 of every other stage sends its own.

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/layers.hpp"
 #include "pipetrain/schedule_ir.hpp"
 
 namespace pt {
@@ -66,6 +67,38 @@ class ParallelContext {
   std::vector<int> stages_;
   int rank_ = 0, size_ = 1, group_ = 0, replica_ = 0, tag_mod_ = 8192;
   double timeout_;
+};
+
+// The (replica, stage group, tensor) grid of parallel.tensor = t: world rank w is tensor rank
+// w % t of tensor group w / t (tensor ranks adjacent, so a block placement puts a group on
+// one node). The ranks of one tensor rank form a pipeline world of size / t ranks, on which
+// the layout, the schedule and every other communicator are built as with t = 1: each runs
+// the same units in the same order on its part of the split layers' weights. tensor: the
+// group's communicator (MPI_COMM_NULL when t = 1). The caller frees both.
+struct TensorGrid {
+  int parts = 1, rank = 0, group = 0;
+  MPI_Comm pipeline = MPI_COMM_NULL, tensor = MPI_COMM_NULL;
+};
+TensorGrid split_tensor_grid(MPI_Comm world, int t);
+void free_tensor_grid(TensorGrid& g);
+
+// The TensorGroup of a rank on its grid's tensor communicator: sum() stages x through host
+// memory, all-gathers every rank's x (nonblocking, under the context's deadline) and adds
+// them in tensor-rank order on every rank, so all hold the same bits. bytes(): what it sent.
+class MpiTensorGroup final : public TensorGroup {
+ public:
+  MpiTensorGroup(const TensorGrid& grid, const ParallelContext& ctx) : grid_(grid), ctx_(ctx) {}
+  int size() const override { return grid_.parts; }
+  int rank() const override { return grid_.rank; }
+  void sum(Backend& be, float* x, int64_t count) const override;
+  void gather(const double* mine, double* all, int64_t count) const override;
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  TensorGrid grid_;
+  const ParallelContext& ctx_;
+  mutable std::vector<float> all_, out_;
+  mutable int64_t bytes_ = 0;
 };
 
 // Seconds on a monotonic clock.

@@ -38,7 +38,9 @@ struct TrainSetup {
   // choose per stage one day, so everything downstream reads this vector
   std::vector<Recompute> recompute;
   Recompute recompute_of(int stage) const { return recompute.at(static_cast<size_t>(stage)); }
-  static TrainSetup from_deck(const Deck& deck, int world_size);
+  // world_size: the ranks of the layout (a pipeline world under parallel.tensor: all / t);
+  // shard: this rank's part of the split layers (Model).
+  static TrainSetup from_deck(const Deck& deck, int world_size, TensorShard shard = {});
   // The training IR of a segment of `steps` minibatches (make_schedule with this setup).
   Schedule schedule(int64_t steps) const;
 

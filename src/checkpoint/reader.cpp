@@ -295,6 +295,8 @@ CheckpointMeta read_meta(const std::string& step_dir) {
     c.model_hash = m.at("model_hash");
     c.model_text = m.at("model_text");
     c.ranks = m.at("ranks");
+    c.tensor_parts = m.value("tensor_parts", 1);
+    c.tensor_rank = m.value("tensor_rank", 0);
   } catch (const std::exception& e) {
     fail(Exit::bad_input, step_dir + "/manifest.json: corrupt: " + e.what());
   }

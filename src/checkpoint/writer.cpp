@@ -115,6 +115,8 @@ std::string manifest_text(const CheckpointMeta& meta, const std::vector<std::pai
                       {"model_hash", meta.model_hash},
                       {"model_text", meta.model_text},
                       {"ranks", static_cast<int>(files.size())},
+                      {"tensor_parts", meta.tensor_parts},
+                      {"tensor_rank", meta.tensor_rank},
                       {"files", list}};
   return m.dump(2) + "\n";
 }

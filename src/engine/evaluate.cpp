@@ -96,6 +96,7 @@ void Executor::eval_forward(const Action& a, int64_t n, std::vector<const float*
   }
   LayerCtx lc{be_, cfg_.seed, 0, false, eb.labels, 1.0f};
   lc.state = r.state.data();
+  lc.tensor = cfg_.tensor;
   const ParamView params = r.weights->read_latest();  // bf16: its bf16 copy, as training reads
   io[1] = r.stage->infer(io[0], params, lc, n, PollHook{});
   if (!r.last) return;

@@ -91,6 +91,7 @@ bool Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
 LayerCtx Executor::layer_ctx(StageRuntime& r, const Stage::Slot& slot, int64_t mb, bool training) const {
   LayerCtx c{be_, cfg_.seed, sample_base_ + mb * mb_size_, training, slot.labels, 1.0f / static_cast<float>(cfg_.batch_size)};
   c.state = r.state.data();
+  c.tensor = cfg_.tensor;
   return c;
 }
 

@@ -4,7 +4,9 @@
 // schedule the IR's GRAD_NORM gathers the per-tensor sums of squares of every stage (replica
 // 0 of each fills its tensors' entries, every other entry is 0, so the sum over all ranks is
 // exact in any order) through one host allreduce over all ranks, and every stage of the
-// group scales by the same coefficient. An asynchronous stage clips its own update against
+// group scales by the same coefficient. Under parallel.tensor a split tensor's entry is the
+// sum of its parts over the tensor group (gathered, added in tensor-rank order), a replicated
+// one's counted once. An asynchronous stage clips its own update against
 // its share of the threshold (docs/ARCHITECTURE.md, "Gradient clipping").
 #include <algorithm>
 #include <cmath>
@@ -40,6 +42,7 @@ void Executor::init_clipping() {
   }
   norm_->model_floats = model_norm_floats(model);
   norm_->sums.assign(static_cast<size_t>(norm_tensor_count(model)), 0.0);
+  norm_->split = split_tensors(model);
 }
 
 /// GRAD_NORM: every held stage's group reduced (replicas, ties), its tensors' sums of
@@ -55,6 +58,11 @@ void Executor::on_grad_norm(const Action& a, Step& st) {
   Request q;
   tr_->iallreduce_host(g.sums.data(), g.sums.size(), ctx_.world(), &q);
   wait(&q, [&] { return "GRAD_NORM of update " + std::to_string(a.mb) + " (every rank's sums of squares; rank " + std::to_string(ctx_.rank()) + ")"; });
+  if (cfg_.tensor && cfg_.tensor->size() > 1) {  // the split tensors' parts live on the other tensor ranks
+    g.parts.resize(g.sums.size() * static_cast<size_t>(cfg_.tensor->size()));
+    cfg_.tensor->gather(g.sums.data(), g.parts.data(), static_cast<int64_t>(g.sums.size()));
+    combine_tensor_parts(g.parts, cfg_.tensor->size(), g.split, g.sums);
+  }
   g.norm = total_norm(g.sums);
   g.group = a.mb;
   st.bytes = static_cast<int64_t>(g.sums.size() * sizeof(double));

@@ -27,6 +27,8 @@ struct Executor::GradNorm {
   std::vector<int64_t> floats;  // per held stage: floats of its tensors (its share of the threshold)
   int64_t model_floats = 0;
   std::vector<double> sums;     // one per tensor of the model
+  std::vector<bool> split;      // parallel.tensor: the tensors split over the tensor group (split_tensors)
+  std::vector<double> parts;    // every tensor rank's sums (TensorGroup::gather)
   double norm = 0;
   int32_t group = -1;           // the update group `norm` belongs to
 };

@@ -13,11 +13,14 @@ namespace {
 constexpr uint64_t kProbDropout = 3;  // dropout stream slot of the attention probabilities
 }
 
-AttentionCore::AttentionCore(int64_t T, int64_t D, int64_t heads, float p, int layer)
-    : T_(T), D_(D), H_(heads), dh_(D / heads), p_(p), scale_(1.0f / std::sqrt(static_cast<float>(D / heads))),
-      layer_(layer), qkv_{D, 3 * D, true}, proj_{D, D, true} {}
+AttentionCore::AttentionCore(int64_t T, int64_t D, int64_t heads, float p, int layer, int parts)
+    : T_(T), D_(D), E_(D / parts), H_(heads / parts), dh_(D / heads), p_(p),
+      scale_(1.0f / std::sqrt(static_cast<float>(D / heads))), layer_(layer),
+      qkv_{D, 3 * (D / parts), true, parts > 1 ? TensorSplit::column : TensorSplit::none},
+      proj_{D / parts, D, true, parts > 1 ? TensorSplit::row : TensorSplit::none} {}
 
 void AttentionCore::init_params(float* host, uint64_t seed, int layer, int first_tensor) const {
+  PT_CHECK(E_ == D_, "AttentionCore::init_params of a tensor-parallel part (init_part_of_whole initialises those)");
   init_normal(host, 3 * D_ * D_, 0.02f, seed, layer, first_tensor);
   init_constant(host + 3 * D_ * D_, 3 * D_, 0.0f);
   float* w = host + qkv_.size();
@@ -25,15 +28,28 @@ void AttentionCore::init_params(float* host, uint64_t seed, int layer, int first
   init_constant(w + D_ * D_, D_, 0.0f);
 }
 
+std::vector<ParamTensor> AttentionCore::params(const std::string& pre, int64_t at) const {
+  const int64_t D = D_, E = E_;
+  std::vector<ParamTensor> p = {{pre + "in_proj_weight", {3 * E, D}, at, 3 * E * D},
+                                {pre + "in_proj_bias", {3 * E}, at + 3 * E * D, 3 * E},
+                                {pre + "out_proj.weight", {D, E}, at + qkv_.size(), D * E},
+                                {pre + "out_proj.bias", {D}, at + qkv_.size() + D * E, D}};
+  if (E == D) return p;
+  p[0] = cut_tensor(p[0], 0, 3, {3 * D, D});  // q, k and v rows of this part's heads
+  p[1] = cut_tensor(p[1], 0, 3, {3 * D});
+  p[2] = cut_tensor(p[2], 1, 1, {D, D});      // their columns of the output projection
+  return p;
+}
+
 // The composed path's workspace, one size for every case: fp32 probabilities there (under a
 // bf16 policy before they are packed, or unpacked; under selective recomputed there), and
 // under a bf16 policy 3 T D more for the fp32 head-major q, k, v and T D for the merged
 // outputs before they are packed (the fused kernel needs none of it).
 int64_t AttentionCore::forward_work() const {
-  const int64_t TT = H_ * T_ * T_, TD = T_ * D_;
+  const int64_t TT = H_ * T_ * T_, TD = T_ * E_;
   return 3 * TD + std::max(3 * TD, TT + (p_ > 0 ? TT : 0) + 2 * TD);
 }
-int64_t AttentionCore::backward_work() const { return 8 * T_ * D_ + (p_ > 0 ? 3 : 2) * H_ * T_ * T_; }
+int64_t AttentionCore::backward_work() const { return 8 * T_ * E_ + (p_ > 0 ? 3 : 2) * H_ * T_ * T_; }
 
 void AttentionCore::heads_gemm(const LayerCtx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                                const float* A, const float* B, float* C, int64_t n) const {
@@ -66,7 +82,7 @@ AttentionGeom AttentionCore::geom(const LayerCtx& c, int64_t n) const {
 // agree.
 void AttentionCore::forward(const LayerCtx& c, ParamView w, CView x, float* y, float* saved, int64_t n) const {
   Backend& be = c.be;
-  const int64_t TD = T_ * D_;
+  const int64_t TD = T_ * E_;
   const DType op = operand_dtype(c.precision);
   Carve s{saved, n};
   float* qkv = s.take(operand_floats(3 * TD, op));
@@ -84,7 +100,7 @@ void AttentionCore::forward(const LayerCtx& c, ParamView w, CView x, float* y, f
 void AttentionCore::composed_forward(const LayerCtx& c, ParamView w, CView x, float* qkv, View P, View O,
                                      int64_t n) const {
   Backend& be = c.be;
-  const int64_t TD = T_ * D_;
+  const int64_t TD = T_ * E_;
   const bool bf16 = O.bf16();
   Carve in{c.work, n};
   float* qkvh = bf16 ? in.take(3 * TD) : qkv;  // head-major fp32 q, k, v
@@ -108,7 +124,7 @@ void AttentionCore::composed_forward(const LayerCtx& c, ParamView w, CView x, fl
 void AttentionCore::input_half(const LayerCtx& c, ParamView w, CView dy, float* dx, const float* saved,
                                float* keep, int64_t n) const {
   Backend& be = c.be;
-  const int64_t TD = T_ * D_, TT = T_ * T_;
+  const int64_t TD = T_ * E_, TT = T_ * T_;
   const DType op = operand_dtype(c.precision);
   const float* qkvh = saved;
   Carve wk{c.work, n};
@@ -151,14 +167,14 @@ void AttentionCore::input_half(const LayerCtx& c, ParamView w, CView dy, float* 
 void AttentionCore::weight_half(const LayerCtx& c, CView x, CView dy, float* dw, const float* saved, const float* keep,
                                 int64_t n) const {
   const DType op = operand_dtype(c.precision);
-  const float* O = saved + n * (saved_per_sample(c.selective, op) - operand_floats(T_ * D_, op));
+  const float* O = saved + n * (saved_per_sample(c.selective, op) - operand_floats(T_ * E_, op));
   proj_.backward_weight(c, CView{O, op}, dy, dw + qkv_.size(), n * T_);
   qkv_.backward_weight(c, x, CView{keep, op}, dw, n * T_);
 }
 
 double AttentionCore::flops_forward() const {
-  const double T = static_cast<double>(T_), D = static_cast<double>(D_);
-  return 2 * T * D * 3 * D + 4 * T * T * D + 2 * T * D * D + 5.0 * H_ * T * T;
+  const double T = static_cast<double>(T_), D = static_cast<double>(D_), E = static_cast<double>(E_);
+  return 2 * T * D * 3 * E + 4 * T * T * E + 2 * T * E * D + 5.0 * H_ * T * T;
 }
 
 namespace {
@@ -173,16 +189,13 @@ class Attention final : public Layer {
   Attention(const LayerSpec& s, Shape in)
       : Layer(s, in),
         core_(in.T(), in.D(), s.settings_as<AttentionSettings>().heads,
-              static_cast<float>(s.settings_as<AttentionSettings>().dropout), s.index) {}
+              static_cast<float>(s.settings_as<AttentionSettings>().dropout), s.index, s.tensor_parts) {}
 
-  std::vector<ParamTensor> params() const override {
-    const int64_t D = in_.D();
-    return {{"in_proj_weight", {3 * D, D}, 0, 3 * D * D},
-            {"in_proj_bias", {3 * D}, 3 * D * D, 3 * D},
-            {"out_proj.weight", {D, D}, 3 * D * D + 3 * D, D * D},
-            {"out_proj.bias", {D}, 4 * D * D + 3 * D, D}};
+  std::vector<ParamTensor> params() const override { return core_.params("", 0); }
+  void init_params(float* host, uint64_t seed) const override {
+    if (spec_.tensor_parts > 1) return init_part_of_whole(*this, host, seed);
+    core_.init_params(host, seed, index(), 0);
   }
-  void init_params(float* host, uint64_t seed) const override { core_.init_params(host, seed, index(), 0); }
   int64_t aux_per_sample() const override { return core_.saved_per_sample(); }
   int64_t kept_floats(bool selective, DType op) const override { return core_.saved_per_sample(selective, op); }
   int64_t split_aux_per_sample() const override { return core_.keep_per_sample(); }
@@ -221,10 +234,17 @@ class Attention final : public Layer {
 
 }  // namespace
 
-void check_heads(const LayerSpec& s, int64_t heads, const Shape& in) {
+void check_heads(const LayerSpec& s, int64_t heads, const Shape& in, double dropout) {
   if (in.D() % heads != 0)
     key_error(s, "heads", "heads = " + std::to_string(heads) + " must divide the model width D = " +
                               std::to_string(in.D()) + " of its input " + in.str());
+  const int t = s.tensor_parts;
+  if (t > 1 && heads % t != 0)
+    key_error(s, "heads", "heads = " + std::to_string(heads) + " must be a multiple of parallel.tensor = " +
+                              std::to_string(t) + " (each tensor rank holds heads / t of them)");
+  if (t > 1 && dropout > 0)
+    key_error(s, "dropout", "dropout of the attention probabilities with parallel.tensor = " + std::to_string(t) +
+                                " is not supported yet (its stream is keyed by the whole layer's head index)");
 }
 
 namespace {
@@ -238,9 +258,10 @@ LayerType attention_type() {
   t.keys = layer_keys<S>({required_key("heads", &S::heads, key_gt(0), "attention heads (must divide D)"),
                           key("dropout", &S::dropout, 0.0, key_between(0, 1, true),
                               "dropout of the attention probabilities (default 0)")});
+  t.splits_tensor = true;
   t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
     require_input(s, in, 2, "a sequence [T, D]", prev);
-    check_heads(s, s.settings_as<S>().heads, in);
+    check_heads(s, s.settings_as<S>().heads, in, s.settings_as<S>().dropout);
     return std::make_unique<Attention>(s, in);
   };
   return t;

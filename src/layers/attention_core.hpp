@@ -21,25 +21,33 @@
 
 namespace pt::layers {
 
-// `heads` must divide the input's D: else a located error naming the layer, key and values.
-void check_heads(const LayerSpec& s, int64_t heads, const Shape& in);
+// `heads` must divide the input's D, and under a tensor split (LayerSpec::tensor_parts = t)
+// be a multiple of t with no probability dropout: else a located error naming the layer, key
+// and values.
+void check_heads(const LayerSpec& s, int64_t heads, const Shape& in, double dropout);
 
 class AttentionCore {
  public:
-  AttentionCore(int64_t T, int64_t D, int64_t heads, float p, int layer);
+  // parts > 1: this rank's part of a tensor-parallel split (parallel.tensor): heads / parts
+  // heads, in_proj column-parallel (its q, k and v rows of those heads), out_proj row-parallel
+  // (their columns; the output summed over the tensor group, then the whole bias added).
+  AttentionCore(int64_t T, int64_t D, int64_t heads, float p, int layer, int parts = 1);
 
   int64_t num_params() const { return qkv_.size() + proj_.size(); }
   int64_t matrix_values() const { return qkv_.in * qkv_.out + proj_.in * proj_.out; }  // in_proj and out_proj weights
   void init_params(float* host, uint64_t seed, int layer, int first_tensor) const;  // N(0, 0.02), zero biases
-  double model_flops() const { return 12.0 * static_cast<double>(T_) * static_cast<double>(T_) * static_cast<double>(D_); }
+  double model_flops() const { return 12.0 * static_cast<double>(T_) * static_cast<double>(T_) * static_cast<double>(E_); }
   // selective: without the probabilities (H T T), which the backward recomputes; op: the
   // dtype q, k, v, the probabilities and the merged head outputs are kept in
   // (operand_dtype(c.precision))
   int64_t saved_per_sample(bool selective = false, DType op = DType::f32) const {
-    return operand_floats(3 * T_ * D_, op) + (selective ? 0 : operand_floats(H_ * T_ * T_, op)) +
-           operand_floats(T_ * D_, op);
+    return operand_floats(3 * T_ * E_, op) + (selective ? 0 : operand_floats(H_ * T_ * T_, op)) +
+           operand_floats(T_ * E_, op);
   }
-  int64_t keep_per_sample() const { return 3 * T_ * D_; }
+  int64_t keep_per_sample() const { return 3 * T_ * E_; }
+  // The in_proj and out_proj tensors (in_proj weight, bias, out_proj weight, bias) at offset
+  // `at` of the layer, named with `prefix`, with their tensor-parallel cut.
+  std::vector<ParamTensor> params(const std::string& prefix, int64_t at) const;
   // per sample, enough for either dtype of the kept operands and for selective recomputation
   int64_t forward_work() const;
   int64_t backward_work() const;  // input half
@@ -72,7 +80,7 @@ class AttentionCore {
   bool fused(Backend& be) const { return be.fused().attention() && p_ == 0.0f; }
   // the fused kernel's geometry, in c's precision
   AttentionGeom geom(const LayerCtx& c, int64_t n) const;
-  int64_t T_, D_, H_, dh_;
+  int64_t T_, D_, E_, H_, dh_;  // D the model width, E = D / parts the width of this part's heads
   float p_, scale_;
   int layer_;
   RowLinear qkv_, proj_;

@@ -1,6 +1,8 @@
 // The layer registry, the factory, and the pieces shared by all layers (initialisers,
 // row maps, dropout streams, the default loss evaluation).
+#include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "pipetrain/error.hpp"
 #include "layer_util.hpp"
@@ -66,6 +68,34 @@ void require_input(const LayerSpec& s, const Shape& in, int rank, const char* wh
        true);
 }
 
+namespace {
+// The contiguous runs of rank k's part of p: f(offset in the whole tensor, offset in the
+// part, floats), in the part's order.
+template <class F>
+void shard_runs(const ParamTensor& p, int t, int k, F f) {
+  const std::vector<int64_t>& full = p.full_shape.empty() ? p.shape : p.full_shape;
+  if (p.split_dim < 0 || t == 1) return f(0, 0, p.size);
+  const size_t dim = static_cast<size_t>(p.split_dim);
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < full.size(); ++i) (i < dim ? outer : inner) *= i == dim ? 1 : full[i];
+  const int64_t len = full[dim], chunk = len / p.split_chunks, part = chunk / t;
+  PT_CHECK(part * t * p.split_chunks == len, "tensor " << p.name << ": dimension " << dim << " of " << len
+                                                       << " does not cut into " << p.split_chunks << " x " << t);
+  int64_t at = 0;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t ch = 0; ch < p.split_chunks; ++ch, at += part * inner)
+      f((o * len + ch * chunk + k * part) * inner, at, part * inner);
+  PT_CHECK(at == p.size, "tensor " << p.name << ": its part holds " << p.size << " floats, the cut " << at);
+}
+}  // namespace
+
+void take_shard(const ParamTensor& p, int t, int k, const float* full, float* shard) {
+  shard_runs(p, t, k, [&](int64_t f, int64_t s, int64_t n) { std::copy(full + f, full + f + n, shard + s); });
+}
+void place_shard(const ParamTensor& p, int t, int k, const float* shard, float* full) {
+  shard_runs(p, t, k, [&](int64_t f, int64_t s, int64_t n) { std::copy(shard + s, shard + s + n, full + f); });
+}
+
 namespace layers {
 
 void init_uniform(float* host, int64_t count, float bound, uint64_t seed, int layer, int tensor) {
@@ -95,11 +125,40 @@ void key_error(const LayerSpec& s, const char* key, const std::string& msg) {
 // The weight as the policy's products read it (ParamView::operand: its bf16 array in bf16).
 void RowLinear::forward(const LayerCtx& c, ParamView w, CView x, View y, int64_t rows) const {
   const float* b = bias ? static_cast<const float*>(w + out * in) : nullptr;
-  c.be.fused().linear_forward(rows, in, out, x, w.operand(operand_dtype(c.precision)), b, y, c.precision);
+  const CView W = w.operand(operand_dtype(c.precision));
+  if (split != TensorSplit::row) return c.be.fused().linear_forward(rows, in, out, x, W, b, y, c.precision);
+  PT_CHECK(!y.bf16(), "a row-parallel linear writes fp32 (its output is summed over the tensor group)");
+  c.be.fused().linear_forward(rows, in, out, x, W, nullptr, y, c.precision);
+  tensor_sum(c, y.data, rows * out);
+  if (b) c.be.bias_add_rows(y.data, b, rows, out);
 }
 void RowLinear::backward_input(const LayerCtx& c, ParamView w, CView dy, float* dx, int64_t rows) const {
-  if (dx) c.be.gemm(false, false, rows, in, out, 1.0f, dy, out, w.operand(operand_dtype(c.precision)), in, 0.0f, dx, in,
-                    c.precision);
+  if (!dx) return;
+  c.be.gemm(false, false, rows, in, out, 1.0f, dy, out, w.operand(operand_dtype(c.precision)), in, 0.0f, dx, in,
+            c.precision);
+  if (split == TensorSplit::column) tensor_sum(c, dx, rows * in);
+}
+
+void tensor_sum(const LayerCtx& c, float* x, int64_t count) {
+  PT_CHECK(c.tensor, "a tensor-parallel layer ran without its tensor group (LayerCtx::tensor)");
+  if (c.tensor->size() > 1) c.tensor->sum(c.be, x, count);
+}
+
+ParamTensor cut_tensor(ParamTensor p, int dim, int chunks, std::vector<int64_t> full) {
+  p.split_dim = dim, p.split_chunks = chunks, p.full_shape = std::move(full);
+  return p;
+}
+
+void init_part_of_whole(const Layer& l, float* host, uint64_t seed) {
+  LayerSpec whole = l.spec();
+  whole.tensor_parts = 1, whole.tensor_rank = 0;
+  const std::unique_ptr<Layer> w = make_layer(whole, l.in_shape(), "the same input");
+  std::vector<float> all(static_cast<size_t>(w->num_params()));
+  w->init_params(all.data(), seed);
+  const std::vector<ParamTensor> mine = l.params(), full = w->params();
+  PT_CHECK(mine.size() == full.size(), "layer " << l.index() << ": its part and the whole differ in tensors");
+  for (size_t i = 0; i < mine.size(); ++i)
+    take_shard(mine[i], l.spec().tensor_parts, l.spec().tensor_rank, all.data() + full[i].offset, host + mine[i].offset);
 }
 void RowLinear::backward_weight(const LayerCtx& c, CView x, CView dy, float* dw, int64_t rows) const {
   c.be.gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in, c.precision);

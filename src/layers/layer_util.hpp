@@ -96,10 +96,32 @@ inline View to_dtype_in_place(Backend& be, DType t, float* x, int64_t count) {
   return {x, t};
 }
 
-// y[r, :] = x[r, :] W^T + b for W [out, in] (PyTorch layout), b [out] after W when bias.
+// Megatron's split of a linear over a tensor group (parallel.tensor = t; LayerCtx::tensor).
+// Column-parallel: this rank holds out rows of W (and of the bias), reads the whole input and
+// writes its part of the output; its input gradient is its share of dx, summed over the group
+// (the backward of Megatron's f operator). Row-parallel: it holds in columns of W, reads its
+// part of the input, and its output is the group's sum (Megatron's g operator) plus the whole
+// bias, which every rank holds. Within a layer a column-parallel linear feeds a row-parallel
+// one, so one sum runs forward and one backward.
+enum class TensorSplit { none, column, row };
+
+// x (count floats) <- its sum over the tensor group (TensorGroup::sum); an internal error
+// when the layer is split and the context has no group.
+void tensor_sum(const LayerCtx& c, float* x, int64_t count);
+
+// A split layer's part (LayerSpec::tensor_parts > 1) initialised as the whole layer is, then
+// cut (take_shard): tensor-parallel runs start from the one-process weights.
+void init_part_of_whole(const Layer& l, float* host, uint64_t seed);
+
+// Parameter tensor p cut along dim into chunks x parts (ParamTensor::split_dim), whole shape `full`.
+ParamTensor cut_tensor(ParamTensor p, int dim, int chunks, std::vector<int64_t> full);
+
+// y[r, :] = x[r, :] W^T + b for W [out, in] (PyTorch layout), b [out] after W when bias;
+// in and out are this rank's under a tensor split.
 struct RowLinear {
   int64_t in = 0, out = 0;
   bool bias = true;
+  TensorSplit split = TensorSplit::none;
   int64_t size() const { return in * out + (bias ? out : 0); }
   // Products in c.precision; x, dy and y are f32 or bf16 views (bf16 under a bf16 policy only);
   // w is the weight, then the bias; the products read w.operand(the policy's operand dtype).

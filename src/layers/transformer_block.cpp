@@ -27,8 +27,10 @@ class TransformerBlock final : public Layer {
  public:
   TransformerBlock(const LayerSpec& s, Shape in) : TransformerBlock(s, in, s.settings_as<TransformerSettings>()) {}
   TransformerBlock(const LayerSpec& s, Shape in, const TransformerSettings& k)
-      : Layer(s, in), T_(in.T()), D_(in.D()), F_(k.mlp_ratio * in.D()), p_(static_cast<float>(k.dropout)),
-        attn_(in.T(), in.D(), k.heads, p_, s.index), ln_{D_, 1e-5f}, fc1_{D_, F_, true}, fc2_{F_, D_, true} {}
+      : Layer(s, in), T_(in.T()), D_(in.D()), F_(k.mlp_ratio * in.D() / s.tensor_parts),
+        p_(static_cast<float>(k.dropout)), attn_(in.T(), in.D(), k.heads, p_, s.index, s.tensor_parts), ln_{D_, 1e-5f},
+        fc1_{D_, F_, true, s.tensor_parts > 1 ? TensorSplit::column : TensorSplit::none},
+        fc2_{F_, D_, true, s.tensor_parts > 1 ? TensorSplit::row : TensorSplit::none} {}
 
   std::vector<ParamTensor> params() const override;
   void init_params(float* host, uint64_t seed) const override;
@@ -182,23 +184,23 @@ class TransformerBlock final : public Layer {
 
 std::vector<ParamTensor> TransformerBlock::params() const {
   const Offsets o = off();
-  const int64_t D = D_, F = F_;
-  return {{"ln1.weight", {D}, o.ln1, D},
-          {"ln1.bias", {D}, o.ln1 + D, D},
-          {"attn.in_proj_weight", {3 * D, D}, o.attn, 3 * D * D},
-          {"attn.in_proj_bias", {3 * D}, o.attn + 3 * D * D, 3 * D},
-          {"attn.out_proj.weight", {D, D}, o.attn + 3 * D * D + 3 * D, D * D},
-          {"attn.out_proj.bias", {D}, o.attn + 4 * D * D + 3 * D, D},
-          {"ln2.weight", {D}, o.ln2, D},
-          {"ln2.bias", {D}, o.ln2 + D, D},
-          {"mlp.0.weight", {F, D}, o.fc1, F * D},
-          {"mlp.0.bias", {F}, o.fc1 + F * D, F},
-          {"mlp.2.weight", {D, F}, o.fc2, D * F},
-          {"mlp.2.bias", {D}, o.fc2 + D * F, D}};
+  const int64_t D = D_, F = F_, t = spec_.tensor_parts;
+  std::vector<ParamTensor> p = {{"ln1.weight", {D}, o.ln1, D}, {"ln1.bias", {D}, o.ln1 + D, D}};
+  for (ParamTensor& a : attn_.params("attn.", o.attn)) p.push_back(a);
+  ParamTensor w1{"mlp.0.weight", {F, D}, o.fc1, F * D}, b1{"mlp.0.bias", {F}, o.fc1 + F * D, F};
+  ParamTensor w2{"mlp.2.weight", {D, F}, o.fc2, D * F};
+  if (t > 1)  // the MLP: fc1 column-parallel (rows of the hidden units), fc2 row-parallel (their columns)
+    w1 = cut_tensor(w1, 0, 1, {F * t, D}), b1 = cut_tensor(b1, 0, 1, {F * t}), w2 = cut_tensor(w2, 1, 1, {D, F * t});
+  for (const ParamTensor& x : {ParamTensor{"ln2.weight", {D}, o.ln2, D}, ParamTensor{"ln2.bias", {D}, o.ln2 + D, D}, w1,
+                               b1, w2, ParamTensor{"mlp.2.bias", {D}, o.fc2 + D * F, D}})
+    p.push_back(x);
+  return p;
 }
 
-// Norms (1, 0); weights N(0, 0.02) keyed by (seed, layer, tensor index above); biases 0.
+// Norms (1, 0); weights N(0, 0.02) keyed by (seed, layer, tensor index above); biases 0. A
+// tensor-parallel part: the whole block's values, cut.
 void TransformerBlock::init_params(float* host, uint64_t seed) const {
+  if (spec_.tensor_parts > 1) return init_part_of_whole(*this, host, seed);
   const Offsets o = off();
   for (int64_t ln : {o.ln1, o.ln2}) {
     init_constant(host + ln, D_, 1.0f);
@@ -287,9 +289,14 @@ LayerType transformer_block_type() {
                           key("mlp_ratio", &S::mlp_ratio, 4, key_gt(0), "MLP hidden width / D (default 4)"),
                           key("dropout", &S::dropout, 0.0, key_between(0, 1, true),
                               "dropout of the attention probabilities and both residual branches (default 0)")});
+  t.splits_tensor = true;
   t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
     require_input(s, in, 2, "a sequence [T, D]", prev);
-    check_heads(s, s.settings_as<S>().heads, in);
+    const S& k = s.settings_as<S>();
+    check_heads(s, k.heads, in, k.dropout);
+    if ((k.mlp_ratio * in.D()) % s.tensor_parts != 0)
+      key_error(s, "mlp_ratio", "the MLP's " + std::to_string(k.mlp_ratio * in.D()) + " hidden units do not split over " +
+                                    "parallel.tensor = " + std::to_string(s.tensor_parts) + " ranks");
     return std::make_unique<TransformerBlock>(s, in);
   };
   return t;

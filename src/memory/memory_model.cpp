@@ -143,7 +143,7 @@ void add_rank_terms(RankMemory& m, const std::vector<const StageFootprint*>& hel
   m[C::workspace] += kernel + R(pad) + Rv(scratch);
   int64_t outputs = 0;
   const int64_t remote = s.largest_stage_params > 0 ? s.largest_stage_params : std::max<int64_t>(0, s.model_params - held_params);
-  if (role.reporter) outputs = Rv(s.model_params * 4) + Rv(remote * 4);
+  if (role.reporter) outputs = Rv(s.model_params * 4) + Rv(remote * 4) + Rv(s.tensor_whole * 4);
   else if (role.replica0) outputs = own;
   m[C::snapshots] += std::max(s.checkpoints ? ckpt + own : 0, outputs);
 }

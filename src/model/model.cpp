@@ -56,11 +56,14 @@ void check_tie_shapes(const LayerSpec& s, const Layer& head, const Layer& emb) {
 
 }  // namespace
 
-Model::Model(const Deck& deck, Shape input, int64_t classes) : input_(input), classes_(classes) {
+Model::Model(const Deck& deck, Shape input, int64_t classes, TensorShard shard)
+    : input_(input), classes_(classes), shard_(shard) {
   Shape cur = input;
   std::string prev = "the data";
   for (LayerSpec spec : deck.model.layers) {
     spec.classes = classes;
+    const LayerType* type = find_layer_type(spec.type);
+    if (type && type->splits_tensor) spec.tensor_parts = shard.parts, spec.tensor_rank = shard.rank;
     if (!spec.tie_name().empty()) spec.tie_layer = resolve_tie(spec, deck.model.layers);
     layers_.push_back(make_layer(spec, cur, prev));
     const Layer& l = *layers_.back();

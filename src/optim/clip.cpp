@@ -33,6 +33,24 @@ int64_t norm_floats(const std::vector<NormTensor>& tensors) {
   return n;
 }
 
+std::vector<bool> split_tensors(const Model& model) {
+  std::vector<bool> out;
+  for (int l = 0; l < model.size(); ++l)
+    for (const ParamTensor& p : model.layer(l).params())
+      out.push_back(model.layer(l).spec().tensor_parts > 1 && p.split_dim >= 0);
+  return out;
+}
+
+void combine_tensor_parts(const std::vector<double>& parts, int t, const std::vector<bool>& split, std::vector<double>& sums) {
+  const size_t n = sums.size();
+  PT_CHECK(parts.size() == n * static_cast<size_t>(t) && split.size() == n, "combine_tensor_parts: sizes");
+  for (size_t i = 0; i < n; ++i) {
+    sums[i] = parts[i];
+    if (split[i])
+      for (size_t k = 1; k < static_cast<size_t>(t); ++k) sums[i] += parts[k * n + i];
+  }
+}
+
 int64_t model_norm_floats(const Model& model) {
   int64_t n = 0;
   for (int l = 0; l < model.size(); ++l) {

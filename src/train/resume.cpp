@@ -43,6 +43,13 @@ void check_against_deck(const std::string& dir, const CheckpointMeta& meta, cons
   const std::string diff = model_difference(meta.model_text, deck.model_text());
   if (!diff.empty())
     fail(Exit::bad_input, dir + " was made for a different model:\n" + diff + "resume with the deck that made it, or start a new run", true);
+  const TensorShard shard = setup.model->shard();
+  if (meta.tensor_parts != shard.parts || meta.tensor_rank != shard.rank)
+    fail(Exit::bad_input, dir + ": holds tensor part " + std::to_string(meta.tensor_rank) + " of " +
+                              std::to_string(meta.tensor_parts) + " (parallel.tensor = " + std::to_string(meta.tensor_parts) +
+                              "), this rank runs part " + std::to_string(shard.rank) + " of " + std::to_string(shard.parts) +
+                              ": resuming onto another parallel.tensor is not supported yet; resume with parallel.tensor = " +
+                              std::to_string(meta.tensor_parts), true);
   if (meta.batch_size != deck.train.batch_size || meta.seed != deck.run.seed)
     fail(Exit::bad_input, dir + ": train.batch_size " + std::to_string(meta.batch_size) + " and run.seed " + std::to_string(meta.seed) +
                               " in the checkpoint, " + std::to_string(deck.train.batch_size) + " and " + std::to_string(deck.run.seed) +

@@ -164,6 +164,48 @@ std::vector<std::vector<float>> gather_weights(const RunOutputs& o) {
   return per_layer;
 }
 
+// parallel.tensor = t > 1: the reporters of the t pipeline worlds form one tensor group;
+// tensor rank 0 gathers every rank's part of each split layer and lays its tensors out whole
+// (place_shard) in the layout of `whole`, the model of one process; the others get nothing.
+std::vector<std::vector<float>> whole_weights(const RunOutputs& o, std::vector<std::vector<float>> parts,
+                                              const Model& whole) {
+  const Model& model = *o.setup.model;
+  const int t = o.grid.parts, me = o.grid.rank;
+  std::vector<float> all;
+  for (int l = 0; l < model.size(); ++l) {
+    const Layer& mine = model.layer(l);
+    std::vector<float>& v = parts[static_cast<size_t>(l)];
+    if (mine.spec().tensor_parts == 1 || v.empty()) continue;
+    if (me == 0) all.resize(v.size() * static_cast<size_t>(t));
+    MPI_Request req;
+    MPI_Igather(v.data(), static_cast<int>(v.size()), MPI_FLOAT, all.data(), static_cast<int>(v.size()), MPI_FLOAT, 0,
+                o.grid.tensor, &req);
+    o.ctx.wait(&req, [&] { return "the tensor group's parts of layer " + std::to_string(l) + " for weights.h5"; });
+    if (me != 0) continue;
+    v.assign(static_cast<size_t>(whole.layer(l).num_params()), 0.0f);
+    const std::vector<ParamTensor> ps = mine.params(), ws = whole.layer(l).params();
+    for (size_t i = 0; i < ps.size(); ++i)
+      for (int k = 0; k < t; ++k)
+        place_shard(ps[i], t, k, all.data() + static_cast<size_t>(k) * static_cast<size_t>(mine.num_params()) + ps[i].offset,
+                    v.data() + ws[i].offset);
+  }
+  if (me != 0) parts.assign(parts.size(), {});
+  return parts;
+}
+
+// weights.h5 (or weights_init.h5) at the reporter: under parallel.tensor the whole tensors,
+// written by tensor rank 0 only.
+void write_weights(const RunOutputs& o, const std::string& name) {
+  std::vector<std::vector<float>> per_layer = gather_weights(o);
+  const std::vector<std::vector<float>> per_layer_state = gather_state(o);
+  if (!o.ctx.is_reporter()) return;
+  if (o.grid.parts == 1)
+    return write_weights_h5(o.run_dir + "/" + name, *o.setup.model, per_layer, o.deck, o.input, per_layer_state);
+  const Model whole(o.deck, o.setup.model->input_shape(), o.setup.model->classes());
+  const std::vector<std::vector<float>> w = whole_weights(o, std::move(per_layer), whole);
+  if (o.grid.rank == 0) write_weights_h5(o.run_dir + "/" + name, whole, w, o.deck, o.input, per_layer_state);
+}
+
 struct Totals {
   double bubble = 0, p2p = 0, ar = 0, ar_net = 0, skipped = 0, samples = 0, bsp_net = 0;
   double forward_s = 0, eval_compute_s = 0, eval_samples = 0;  // summed over ranks
@@ -234,7 +276,7 @@ nlohmann::json summary_json(const RunOutputs& o, const Totals& t, nlohmann::json
   nlohmann::json s = {
       {"status", o.status}, {"deck", o.deck.path}, {"schedule", o.setup.def->name},
       {"valid_gradients", o.setup.def->valid_gradients}, {"precision", enum_name(o.deck.train.precision)},
-      {"recompute", recompute_names(o.setup)}, {"ranks", R}, {"stages", layout.stages()},
+      {"recompute", recompute_names(o.setup)}, {"ranks", R}, {"tensor_parallel", o.grid.parts}, {"stages", layout.stages()},
       {"placement", placement_name(layout.placement)},
       {"split", std::vector<int>(layout.first.begin() + 1, layout.first.end() - 1)}, {"replicas", layout.replicas},
       {"microbatches", o.setup.microbatches}, {"microbatch_size", o.setup.mb_size}, {"batch_size", o.deck.train.batch_size},
@@ -303,20 +345,13 @@ void print_memory(const RunOutputs& o, const std::vector<double>& all) {
 
 }  // namespace
 
-void write_initial_weights(const RunOutputs& o) {
-  const std::vector<std::vector<float>> per_layer = gather_weights(o), per_layer_state = gather_state(o);
-  if (!o.ctx.is_reporter()) return;
-  write_weights_h5(o.run_dir + "/weights_init.h5", *o.setup.model, per_layer, o.deck, o.input, per_layer_state);
-}
+void write_initial_weights(const RunOutputs& o) { write_weights(o, "weights_init.h5"); }
 
 // weights.h5 first, so that each rank's peak (in the statistics) includes the gathers.
 void write_run_outputs(const RunOutputs& o) {
   const ParallelContext& ctx = o.ctx;
   const Model& model = *o.setup.model;
-  {
-    const std::vector<std::vector<float>> per_layer = gather_weights(o), per_layer_state = gather_state(o);
-    if (ctx.is_reporter()) write_weights_h5(o.run_dir + "/weights.h5", model, per_layer, o.deck, o.input, per_layer_state);
-  }
+  write_weights(o, "weights.h5");
   const std::vector<double> all = gather_doubles(ctx, rank_stats(o), ctx.reporter(), "run statistics");
   const std::vector<std::vector<double>> traces = gatherv(ctx, timeline_doubles(o), ctx.reporter(), "timeline");
   if (!ctx.is_reporter()) return;
@@ -336,9 +371,10 @@ void write_run_outputs(const RunOutputs& o) {
     if (!rates["mfu"].is_null()) std::snprintf(mfu, sizeof mfu, "%.4f", rates["mfu"].get<double>());
     std::snprintf(token_fields, sizeof token_fields, " tokens_per_s=%.1f mfu=%s", rates["tokens_per_s"].get<double>(), mfu);
   }
-  std::printf("PERF schedule=%s precision=%s ranks=%d stages=%d replicas=%s microbatches=%d samples_per_s=%.1f bubble=%.3f "
-              "test_accuracy=%.4f train_wall_s=%.2f network_bytes_per_sample=%.0f comm_reduction_vs_bsp=%.3f%s\n",
-              o.setup.def->name.c_str(), enum_name(o.deck.train.precision), ctx.size(), o.setup.layout.stages(), o.setup.layout.replication().c_str(),
+  std::printf("PERF schedule=%s precision=%s ranks=%d tensor=%d stages=%d replicas=%s microbatches=%d samples_per_s=%.1f "
+              "bubble=%.3f test_accuracy=%.4f train_wall_s=%.2f network_bytes_per_sample=%.0f comm_reduction_vs_bsp=%.3f%s\n",
+              o.setup.def->name.c_str(), enum_name(o.deck.train.precision), ctx.size(), o.grid.parts, o.setup.layout.stages(),
+              o.setup.layout.replication().c_str(),
               o.setup.microbatches, sps, t.bubble / ctx.size(), o.final_accuracy,
               o.train_time, t.network(), t.reduction(), token_fields);
   print_memory(o, all);

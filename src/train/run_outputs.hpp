@@ -6,6 +6,7 @@
 #include "pipetrain/data.hpp"
 #include "pipetrain/engine.hpp"
 #include "pipetrain/memory_model.hpp"
+#include "pipetrain/parallel.hpp"
 #include "pipetrain/train.hpp"
 
 namespace pt {
@@ -31,6 +32,9 @@ struct RunOutputs {
   int64_t eval_mb = 0;
   double eval_time = 0;  // evaluation wall seconds this run
   nlohmann::json extra = nlohmann::json::object();  // more summary fields (e.g. the plan)
+  // parallel.tensor: this rank's tensor grid (its reporter's tensor group assembles the whole
+  // weights; tensor rank 0 writes them)
+  TensorGrid grid;
 };
 
 // Collective: every rank calls it; the reporter writes the files.

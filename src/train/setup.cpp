@@ -9,14 +9,14 @@
 
 namespace pt {
 
-TrainSetup TrainSetup::from_deck(const Deck& deck, int world_size) {
+TrainSetup TrainSetup::from_deck(const Deck& deck, int world_size, TensorShard shard) {
   if (deck.parallel.split_auto)
     fail(Exit::bad_input, deck.where("parallel.split") + ": key 'parallel.split': \"auto\" is planned when `pipetrain train` "
                               "starts; here give the split (see `pipetrain plan " + deck.path + " --ranks " +
                               std::to_string(world_size) + "`)", true);
   TrainSetup t;
   DataInfo info = data_info(deck);
-  t.model = std::make_unique<Model>(deck, info.shape, info.classes);
+  t.model = std::make_unique<Model>(deck, info.shape, info.classes, shard);
   t.def = &schedule_def(deck.parallel.schedule);
   t.layout = Layout::from_deck(deck, t.model->size(), world_size, *t.def);
   t.microbatches = t.def->units_per_minibatch(static_cast<int>(deck.parallel.microbatches));

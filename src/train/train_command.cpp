@@ -17,6 +17,9 @@
 #include "pipetrain/error.hpp"
 #include "pipetrain/memory_info.hpp"
 #include "pipetrain/memory_model.hpp"
+#include "pipetrain/parallel.hpp"
+#include "pipetrain/report.hpp"
+#include "pipetrain/schedule_registry.hpp"
 #include "pipetrain/train.hpp"
 #include "reporter.hpp"
 #include "resume.hpp"
@@ -49,11 +52,32 @@ DataSplit open_data_everywhere(const Deck& deck, int rank) {
   return d;
 }
 
+// parallel.tensor: it must divide the ranks, and what does not work with it yet is refused
+// by key (issue 25: an asynchronous stage's own clipping norm over parts, "auto" choosing t).
+int tensor_parts(const Deck& deck, int world_size) {
+  const int t = static_cast<int>(deck.parallel.tensor);
+  auto refuse = [&](const std::string& key, const std::string& why) {
+    fail(Exit::bad_input, deck.where(key) + ": key '" + key + "': " + why, true);
+  };
+  if (world_size % t != 0)
+    refuse("parallel.tensor", std::to_string(t) + " ranks per tensor group do not divide the job's " +
+                                  std::to_string(world_size) + " ranks");
+  if (t > 1 && deck.train.clip_grad_norm > 0 && !schedule_def(deck.parallel.schedule).flush)
+    refuse("train.clip_grad_norm", "gradient clipping with parallel.tensor = " + std::to_string(t) + " under " +
+                                       deck.parallel.schedule + " is not supported yet (each stage's own norm over its "
+                                       "parts); use a flush schedule (1f1b, gpipe, zb-*)");
+  if (t > 1 && deck.parallel.split_auto)
+    refuse("parallel.split", "\"auto\" with parallel.tensor = " + std::to_string(t) +
+                                 " is not supported yet: give the split for the world size / tensor ranks");
+  return t;
+}
+
 }  // namespace
 
 class Trainer final : public TrainControl {
  public:
   explicit Trainer(const TrainArgs& args) : args_(args) {}
+  ~Trainer() override { free_tensor_grid(grid_); }
   int run();
 
   void on_update(const UpdateReport& r) override { reporter_->on_update(r, clock_); }
@@ -62,6 +86,8 @@ class Trainer final : public TrainControl {
 
  private:
   void setup();
+  void tensor_rank_files();
+  std::string resume_from() const;
   void fit_memory();
   void build_stages();
   void resume_and_open();
@@ -81,7 +107,9 @@ class Trainer final : public TrainControl {
   Deck deck_;
   TrainSetup setup_;
   DataSplit data_;
+  TensorGrid grid_;
   std::unique_ptr<ParallelContext> ctx_;
+  std::unique_ptr<MpiTensorGroup> tensor_;  // parallel.tensor > 1
   std::unique_ptr<Backend> be_;
   std::vector<std::unique_ptr<StageRuntime>> stages_;
   std::unique_ptr<Executor> ex_;
@@ -105,8 +133,10 @@ void Trainer::setup() {
   int world_size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   deck_ = load_deck(args_.deck, args_.sets);
+  const int t = tensor_parts(deck_, world_size);
   deck_ = resolve_auto_split(deck_, world_size, &plan_json_, args_.resume);  // parallel.split = "auto"
-  setup_ = TrainSetup::from_deck(deck_, world_size);
+  grid_ = split_tensor_grid(MPI_COMM_WORLD, t);
+  setup_ = TrainSetup::from_deck(deck_, world_size / t, TensorShard{t, grid_.rank});
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   data_ = open_data_everywhere(deck_, rank);
@@ -114,9 +144,11 @@ void Trainer::setup() {
   const int64_t N = data_.train->size();
   spe_ = setup_.steps_per_epoch(deck_, N);
   total_steps_ = setup_.total_steps(deck_, N);
-  ctx_ = std::make_unique<ParallelContext>(MPI_COMM_WORLD, setup_.layout, deck_.run.comm_timeout_s);
+  ctx_ = std::make_unique<ParallelContext>(grid_.pipeline, setup_.layout, deck_.run.comm_timeout_s);
+  if (t > 1) tensor_ = std::make_unique<MpiTensorGroup>(grid_, *ctx_);
   run_dir_ = deck_.run.output_dir + "/" + deck_.run.name;
   ckpt_dir_ = deck_.checkpoint.dir.empty() ? run_dir_ + "/checkpoints" : deck_.checkpoint.dir;
+  if (grid_.rank > 0) tensor_rank_files();
   be_ = deck_.run.device == Device::cuda ? make_cuda_backend(0) : make_host_backend();
   fit_memory();
   build_stages();
@@ -125,6 +157,31 @@ void Trainer::setup() {
   policy_ = std::make_unique<CheckpointPolicy>(deck_, args_, *ctx_, setup_.boundary_stride(), lag, &g_signal);
   reporter_ = std::make_unique<Reporter>(deck_, ctx_->is_reporter(), total_steps_, setup_.layout.stages() - 1,
                                          data_.train->token_unit(), data_.train->label_count());
+}
+
+// Tensor rank k > 0 of a group holds its own part of the split weights: its run files and
+// checkpoints go to <run dir>/tensor<k> (resume with the same parallel.tensor reads them
+// there), and its console output to console.txt there (tensor rank 0 prints the run's).
+void Trainer::tensor_rank_files() {
+  const std::string sub = "/tensor" + std::to_string(grid_.rank);
+  ckpt_dir_ = deck_.checkpoint.dir.empty() ? run_dir_ + sub + "/checkpoints" : deck_.checkpoint.dir + sub;
+  run_dir_ += sub;
+  make_dirs(run_dir_);
+  std::fflush(stdout);
+  if (!std::freopen((run_dir_ + "/console.txt").c_str(), "a", stdout))
+    fail(Exit::io, run_dir_ + "/console.txt: cannot open for tensor rank " + std::to_string(grid_.rank) + "'s output");
+}
+
+// --resume RUN_DIR: tensor rank k > 0 resumes from its own files, RUN_DIR/tensor<k>.
+std::string Trainer::resume_from() const {
+  if (grid_.rank == 0) return args_.resume;
+  const std::string mine = args_.resume + "/tensor" + std::to_string(grid_.rank);
+  if (!file_exists(mine))
+    fail(Exit::bad_input, "--resume " + args_.resume + ": with parallel.tensor = " + std::to_string(grid_.parts) +
+                              " tensor rank " + std::to_string(grid_.rank) + " resumes from its part in " + mine +
+                              ", which does not exist: give the run directory of a run with parallel.tensor = " +
+                              std::to_string(grid_.parts));
+  return mine;
 }
 
 // Before anything is allocated: every rank's estimate (memory_model.hpp) against every rank's
@@ -141,7 +198,7 @@ void Trainer::fit_memory() {
   const double v[5] = {static_cast<double>(startup_resident_bytes()), static_cast<double>(mine.bytes),
                        static_cast<double>(mine.available), static_cast<double>(mine.resident), static_cast<double>(mine.ranks_on_node)};
   std::vector<double> all(5 * static_cast<size_t>(ctx_->size()));
-  MPI_Allgather(v, 5, MPI_DOUBLE, all.data(), 5, MPI_DOUBLE, MPI_COMM_WORLD);
+  MPI_Allgather(v, 5, MPI_DOUBLE, all.data(), 5, MPI_DOUBLE, ctx_->world());
   int64_t least = 0;
   for (size_t r = 0; r < static_cast<size_t>(ctx_->size()); ++r) {
     const double* x = &all[5 * r];
@@ -184,6 +241,7 @@ void Trainer::build_stages() {
   cfg.nccl_allreduce = deck_.parallel.allreduce == Allreduce::nccl;
   cfg.clip_grad_norm = deck_.train.clip_grad_norm;
   cfg.trace_limit = 200000;
+  cfg.tensor = tensor_.get();
   std::vector<StageRuntime*> rts;
   for (auto& r : stages_) rts.push_back(r.get());
   ex_ = std::make_unique<Executor>(*ctx_, rts, *be_, *data_.train, *data_.test, cfg);
@@ -201,7 +259,7 @@ std::vector<const StageRuntime*> Trainer::held() const {
 // checkpoint at or past the run's last step leaves nothing to do: the run's files stay as
 // they are (nothing_left).
 void Trainer::resume_and_open() {
-  if (!args_.resume.empty()) resume_ = choose_resume(args_.resume, deck_, setup_, *ctx_, held(), total_steps_);
+  if (!args_.resume.empty()) resume_ = choose_resume(resume_from(), deck_, setup_, *ctx_, held(), total_steps_);
   if (nothing_left()) return;
   policy_->prepare(ckpt_dir_);  // before step 1: the directory exists and every rank can write it
   if (ctx_->is_reporter()) {
@@ -237,6 +295,10 @@ void Trainer::banner() const {
   std::printf("data: %s; test %s\n", data_.train->describe().c_str(), data_.test->describe().c_str());
   std::printf("model: %d layers, %lld parameters\n", model.size(), static_cast<long long>(model.num_params(0, model.size())));
   std::printf("layout: %s\n", setup_.layout.str().c_str());
+  if (grid_.parts > 1)
+    std::printf("tensor: %d ranks per group (world rank = %d x group + tensor rank), each runs the layout above on its "
+                "part of the attention and transformer_block weights; %d groups\n",
+                grid_.parts, grid_.parts, ctx_->size());
   std::printf("schedule: %s, %d microbatch%s of %lld per minibatch of %lld; %lld steps (%lld per epoch)%s\n",
               setup_.def->name.c_str(), setup_.microbatches, setup_.microbatches == 1 ? "" : "es",
               static_cast<long long>(setup_.mb_size), static_cast<long long>(deck_.train.batch_size),
@@ -285,6 +347,7 @@ int Trainer::run() {
   if (deck_.run.initial_weights && !resume_.valid) {
     RunOutputs init{*ctx_, setup_, deck_, held(), *ex_};
     init.run_dir = run_dir_;
+    init.grid = grid_;
     init.input = data_.train->input_transform();
     write_initial_weights(init);
   }
@@ -411,6 +474,7 @@ CheckpointMeta Trainer::meta(int64_t step, bool epoch_complete) const {
   m.model_hash = std::to_string(deck_.model_hash());
   m.model_text = deck_.model_text();
   m.ranks = ctx_->size();
+  m.tensor_parts = grid_.parts, m.tensor_rank = grid_.rank;
   return m;
 }
 
@@ -444,6 +508,7 @@ void Trainer::finish(bool stopped) {
   }
   RunOutputs out{*ctx_, setup_, deck_, held(), *ex_};
   out.run_dir = run_dir_;
+  out.grid = grid_;
   out.status = stopped ? "stopped" : "completed";
   out.t_origin = t_origin_;
   out.epochs = clock_.epoch;

@@ -1,0 +1,55 @@
+// The tensor grid (parallel.tensor) by MPI_Comm_split, and its group's deterministic sum.
+#include <mpi.h>
+
+#include <algorithm>
+#include <string>
+
+#include "pipetrain/error.hpp"
+#include "pipetrain/parallel.hpp"
+
+namespace pt {
+
+TensorGrid split_tensor_grid(MPI_Comm world, int t) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  PT_CHECK(t >= 1 && size % t == 0, "split_tensor_grid: " << t << " does not divide " << size << " ranks");
+  TensorGrid g;
+  g.parts = t, g.rank = rank % t, g.group = rank / t;
+  MPI_Comm_split(world, g.rank, g.group, &g.pipeline);
+  if (t > 1) MPI_Comm_split(world, g.group, g.rank, &g.tensor);
+  return g;
+}
+
+void free_tensor_grid(TensorGrid& g) {
+  if (g.pipeline != MPI_COMM_NULL) MPI_Comm_free(&g.pipeline);
+  if (g.tensor != MPI_COMM_NULL) MPI_Comm_free(&g.tensor);
+}
+
+void MpiTensorGroup::sum(Backend& be, float* x, int64_t count) const {
+  const size_t n = static_cast<size_t>(count), t = static_cast<size_t>(grid_.parts);
+  PT_CHECK(count <= (1LL << 31) / static_cast<int64_t>(t), "tensor sum of " << count << " floats exceeds one MPI message");
+  all_.resize(n * t);
+  out_.resize(n);
+  be.to_host(all_.data() + n * static_cast<size_t>(grid_.rank), x, n);
+  MPI_Request req;
+  MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all_.data(), static_cast<int>(count), MPI_FLOAT, grid_.tensor, &req);
+  ctx_.wait(&req, [&] {
+    return "the tensor group's sum of " + std::to_string(count) + " floats (tensor rank " + std::to_string(grid_.rank) +
+           " of " + std::to_string(grid_.parts) + ", group " + std::to_string(grid_.group) + ")";
+  });
+  std::copy(all_.begin(), all_.begin() + static_cast<std::ptrdiff_t>(n), out_.begin());
+  for (size_t r = 1; r < t; ++r)
+    for (size_t i = 0; i < n; ++i) out_[i] += all_[r * n + i];
+  be.from_host(x, out_.data(), n);
+  bytes_ += static_cast<int64_t>(n * (t - 1) * sizeof(float));
+}
+
+void MpiTensorGroup::gather(const double* mine, double* all, int64_t count) const {
+  MPI_Request req;
+  MPI_Iallgather(mine, static_cast<int>(count), MPI_DOUBLE, all, static_cast<int>(count), MPI_DOUBLE, grid_.tensor, &req);
+  ctx_.wait(&req, [&] { return "the tensor group's gather of " + std::to_string(count) + " gradient-norm sums"; });
+  bytes_ += count * static_cast<int64_t>((grid_.parts - 1) * sizeof(double));
+}
+
+}  // namespace pt

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Tensor parallelism (parallel.tensor, issue 25): tinygpt (data.seq_len 64, batch 8, 1f1b
+# with 2 microbatches, fp32) trained by one process is the reference; the same deck with
+# t = 2 on 2 ranks (p = 1), t = 2 x p = 2 on 4 ranks and t = 2 x p = 2 x d = 2 on 8 ranks
+# (oversubscribed, 20 steps) must give every per-step loss within 1e-5 relative of it, and
+# final weights (weights.h5, the whole tensors assembled from the parts) within 1e-5 relative
+# per tensor. The one exception is attn.in_proj_bias, compared by absolute difference (1e-5):
+# its key third has a zero gradient in exact arithmetic (softmax is invariant to a constant
+# per query), so AdamW moves it by normalised rounding noise and its relative difference
+# says nothing (the PyTorch twin shows the same against pipetrain at t = 1).
+# The bound: splitting a row-parallel product's K-long dot products into t partial sums
+# added in tensor-rank order changes each output by at most about K u sum|terms| (u = 2^-24;
+# K = 1024 for the MLP's down projection: 6e-5 relative in the worst case, sqrt(K) u = 2e-6
+# typically); averaged over every token of the loss and carried through 50 AdamW steps the
+# measured per-step difference is about 1e-7 (see docs/ARCHITECTURE.md), so 1e-5 is the
+# issue's bound with two orders of margin.
+# Also: a repeated t = 2 run is bitwise identical (the group's sum is added in rank order);
+# --stop-at-step then --resume at t = 2 continues bitwise; resuming a t = 2 checkpoint at
+# t = 1 is refused (exit 2) until resharding exists; clipping at t = 2 (the norm over parts
+# and replicated tensors) gives every step's loss and grad_norm within 1e-5 of one process;
+# the PyTorch twin agrees with the t = 2 run within 1e-5; gpt2_small at t = 2 takes 2 steps
+# within 1e-5 of one process in fp32 and completes in bf16; and bad grids (t not dividing
+# the ranks or the heads, clipping under an asynchronous schedule) are refused with the key
+# named (exit 2). About 2.5 minutes on 2 cores.
+set -u
+source "$(dirname "$0")/lib.sh"
+out=$(mktemp -d /tmp/pt_tensor.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+corpus="$out/corpus.txt"
+cat $(ls -d /usr/share/games/fortunes/* | grep -v "\.") | head -c 65536 >"$corpus"
+base=(input/tinygpt.toml --set data.path="$corpus" --set data.seq_len=64 --set train.batch_size=8
+      --set train.log_every=1 --set train.eval_batch_size=16 --set run.output_dir="$out"
+      --set parallel.schedule=1f1b --set parallel.microbatches=2 --set checkpoint.at_end=false)
+
+# losses_within A B RTOL: every step of A's metrics.jsonl is in B and within RTOL relative
+losses_within() {
+  local r
+  r=$(python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" <<'EOF'
+import json, sys
+def steps(p):
+    return {j["step"]: j["loss"] for j in map(json.loads, open(p)) if j.get("type") == "step"}
+a, b, tol = steps(sys.argv[1]), steps(sys.argv[2]), float(sys.argv[3])
+common = [k for k in a if k in b]
+worst = max(abs(a[k] - b[k]) / abs(a[k]) for k in common) if common else float("inf")
+print(f"{len(common)} {worst:.3e} {'ok' if common and len(common) == len(b) and worst <= tol else 'FAIL'}")
+EOF
+)
+  if [ "${r##* }" = ok ]; then echo "  ok   losses of $(basename "$2") vs $(basename "$1"): ${r% *} steps/worst relative (<= $3)"
+  else echo "FAIL losses of $(basename "$2") vs $(basename "$1"): $r (tolerance $3)"; failures=$((failures + 1)); fi
+}
+
+# weights_within A B: every tensor within 1e-5 relative, attn.in_proj_bias within 1e-5 absolute
+weights_within() {
+  "$PT_BIN" compare "$1" "$2" --rtol 1 >"$out/cmp.txt" 2>&1
+  if awk '$4 ~ /^[0-9.]+e/ { bad = ($3 == "attn.in_proj_bias") ? ($5 > 1e-5) : ($4 > 1e-5); if (bad) { print; n++ } }
+          END { exit n > 0 }' "$out/cmp.txt"; then
+    echo "  ok   weights of $(basename "$2") vs $(basename "$1") within 1e-5 (in_proj_bias: absolute)"
+  else
+    echo "FAIL weights of $(basename "$2") vs $(basename "$1"):"; failures=$((failures + 1))
+  fi
+}
+
+train "$out" ref 1 "${base[@]}" --set train.max_steps=50 --set parallel.split=[]
+train "$out" t2 2 "${base[@]}" --set train.max_steps=50 --set parallel.split=[] --set parallel.tensor=2
+train "$out" t2_again 2 "${base[@]}" --set train.max_steps=50 --set parallel.split=[] --set parallel.tensor=2
+train "$out" t2p2 4 "${base[@]}" --set train.max_steps=50 --set parallel.split=[4] --set parallel.tensor=2
+train "$out" ref20 1 "${base[@]}" --set train.max_steps=20 --set parallel.split=[]
+train "$out" t2p2d2 8 "${base[@]}" --set train.max_steps=20 --set parallel.split=[4] --set parallel.replicas=[2,2] --set parallel.tensor=2
+expect "t = 2 prints the grid" grep -q "^tensor: 2 ranks per group" "$out/t2.log"
+expect "summary.json records tensor_parallel 2" grep -q '"tensor_parallel": 2' "$out/t2/summary.json"
+expect "tensor rank 1 writes its own files under tensor1/" test -s "$out/t2/tensor1/metrics.jsonl"
+losses_within "$out/ref" "$out/t2" 1e-5
+losses_within "$out/ref" "$out/t2p2" 1e-5
+losses_within "$out/ref20" "$out/t2p2d2" 1e-5
+weights_within "$out/ref" "$out/t2"
+weights_within "$out/ref" "$out/t2p2"
+weights_within "$out/ref20" "$out/t2p2d2"
+same_losses "$out/t2" "$out/t2_again"
+compare "$out/t2/weights.h5" "$out/t2_again/weights.h5" 0
+
+# resume at t = 2 continues bitwise; onto t = 1 it is refused
+ck=(--set train.max_steps=20 --set parallel.split=[] --set parallel.tensor=2 --set checkpoint.at_end=true)
+train "$out" t2_full 2 "${base[@]}" "${ck[@]}"
+train "$out" t2_cut 2 "${base[@]}" "${ck[@]}" --stop-at-step 10
+train "$out" t2_cut 2 "${base[@]}" "${ck[@]}" --resume "$out/t2_cut"
+same_losses "$out/t2_full" "$out/t2_cut"
+compare "$out/t2_full/weights.h5" "$out/t2_cut/weights.h5" 0
+timeout --kill-after=5 120 mpirun $MPIRUN_FLAGS -np 1 "$PT_BIN" train "${base[@]}" --set train.max_steps=30 --set parallel.split=[] \
+  --set run.name=t1_from_t2 --resume "$out/t2_full" >"$out/t1_from_t2.log" 2>&1
+rc=$?
+expect "resuming a t = 2 checkpoint at t = 1 is refused (exit $rc, want 2) naming the parts" \
+  bash -c "test $rc = 2 && grep -q 'holds tensor part 0 of 2' '$out/t1_from_t2.log'"
+
+# bad grids: the key and the values are named, exit 2 on every rank
+refuse() {  # name np expected-text args...
+  local name=$1 np=$2 want=$3; shift 3
+  timeout --kill-after=5 120 mpirun $MPIRUN_FLAGS -np "$np" "$PT_BIN" train "${base[@]}" --set train.max_steps=2 --set run.name="$name" "$@" \
+    >"$out/$name.log" 2>&1
+  local rc=$?
+  expect "$name: refused with exit 2 ($rc) saying '$want'" bash -c "test $rc = 2 && grep -qF \"$want\" '$out/$name.log'"
+}
+refuse bad_divide 3 "key 'parallel.tensor': 2 ranks per tensor group do not divide the job's 3 ranks" \
+  --set parallel.split=[] --set parallel.tensor=2
+refuse bad_heads 3 "must be a multiple of parallel.tensor = 3" --set parallel.split=[] --set parallel.tensor=3
+refuse bad_clip 2 "key 'train.clip_grad_norm'" --set parallel.split=[] --set parallel.tensor=2 --set train.clip_grad_norm=1 \
+  --set parallel.schedule=pipedream --set parallel.microbatches=1
+
+# clipping: the norm over split parts (summed over the group) and replicated tensors (once);
+# 0.05 is below every step's norm, so every update is scaled by it
+clip=(--set train.max_steps=20 --set parallel.split=[] --set train.clip_grad_norm=0.05)
+train "$out" clip_ref 1 "${base[@]}" "${clip[@]}"
+train "$out" clip_t2 2 "${base[@]}" "${clip[@]}" --set parallel.tensor=2
+losses_within "$out/clip_ref" "$out/clip_t2" 1e-5
+expect "clipped t = 2: every step's grad_norm within 1e-5 of one process" python3 - "$out/clip_ref" "$out/clip_t2" <<'EOF'
+import json, sys
+n = [{j["step"]: j["grad_norm"] for j in map(json.loads, open(d + "/metrics.jsonl")) if j.get("type") == "step"} for d in sys.argv[1:]]
+sys.exit(not (len(n[0]) == 20 and all(abs(n[0][k] - n[1][k]) <= 1e-5 * n[0][k] for k in n[0]) and min(n[0].values()) > 0.05))
+EOF
+
+# the PyTorch twin against the t = 2 run
+PY=${PT_PYTHON:-/usr/bin/python3}
+if "$PY" -c 'import torch, h5py, numpy' 2>/dev/null; then
+  if timeout --kill-after=5 300 "$PY" tools/pytorch_twin.py input/tinygpt.toml --steps 20 --ranks 2 --tol 1e-5 \
+      --set parallel.tensor=2 --set parallel.split=[] --set data.path="$corpus" --set data.seq_len=64 \
+      --set train.batch_size=8 --bin "$PT_BIN" >"$out/twin.log" 2>&1; then
+    echo "  ok   PyTorch twin vs t = 2: $(grep -h '^max relative per-step loss difference' "$out/twin.log")"
+  else
+    echo "FAIL PyTorch twin vs t = 2:"; tail -5 "$out/twin.log" | sed 's/^/    | /'; failures=$((failures + 1))
+  fi
+else
+  echo "  skip: PyTorch twin: python3-torch, python3-h5py or numpy is not installed (make deps-dev)"
+fi
+
+# gpt2_small (its deck clips at 1.0): 2 steps of 2 samples at t = 2 against one process in
+# fp32, and 2 steps in the deck's bf16
+g=(input/gpt2_small.toml --set data.path="$corpus" --set train.batch_size=2 --set parallel.microbatches=2
+   --set parallel.schedule=1f1b --set parallel.split=[] --set train.eval_batch_size=4 --set train.warmup_steps=0
+   --set train.log_every=1 --set checkpoint.at_end=false --set run.output_dir="$out" --set train.max_steps=2)
+train "$out" gpt_ref 1 "${g[@]}" --set train.precision=fp32
+train "$out" gpt_t2 2 "${g[@]}" --set train.precision=fp32 --set parallel.tensor=2
+losses_within "$out/gpt_ref" "$out/gpt_t2" 1e-5
+train "$out" gpt_t2_bf16 2 "${g[@]}" --set parallel.tensor=2
+expect "gpt2_small bf16 at t = 2 completes" grep -q '"status": "completed"' "$out/gpt_t2_bf16/summary.json"
+finish
