@@ -9,6 +9,7 @@
 #      1 rank and on 2 ranks sharing the GPU (1f1b with 4 microbatches, and pipedream), and
 #      the same runs on the CPU for CPU_STEPS steps (default 60: a rate needs fewer), and
 #      prints samples/s for each,
+#   6. tensor parallelism: tinygpt at t = 1 and t = 2 (both tensor ranks on device 0),
 #   5. the bf16 pass (docs/PRECISION.md): the CudaBf16* unit tests by name (cuBLAS GemmEx and
 #      cuDNN bf16 against the host's oneDNN bf16), both precisions' 1024^3 matmul peak of the
 #      GPU and of the CPU (pipetrain profile prints them), and, when the decks have
@@ -128,6 +129,27 @@ if "$bin" keys 2>/dev/null | grep -q '^train.precision'; then
 else
   echo "  bf16 training skipped: this build's decks have no train.precision key yet (the kernels are checked above)"
 fi
+
+section "tensor parallelism (parallel.tensor, issue 25): tinygpt t = 1 on 1 rank, t = 2 on 2 ranks"
+# Every rank uses device 0 (make_cuda_backend(0)): with one GPU the two tensor ranks share it,
+# which checks the split layers and the tensor sums (staged through the host) on device
+# buffers, not a speed-up; a machine with 2 GPUs would need per-rank device selection first.
+echo "  GPUs: $(nvidia-smi -L 2>/dev/null | wc -l); both tensor ranks on device 0 (no per-rank device selection yet)"
+tcorpus="$out/tensor_corpus.txt"
+cat $(ls -d /usr/share/games/fortunes/* 2>/dev/null | grep -v "\.") 2>/dev/null | head -c 65536 >"$tcorpus"
+[ -s "$tcorpus" ] || head -c 65536 /dev/urandom | base64 >"$tcorpus"
+tset=(--set data.path="$tcorpus" --set data.seq_len=64 --set train.batch_size=8 --set parallel.split=[] --set train.max_steps=20
+      --set parallel.schedule=1f1b --set parallel.microbatches=2 --set run.device=cuda --set run.plots=false
+      --set checkpoint.at_end=false --set train.log_every=1 --set run.output_dir="$out" --set train.eval_batch_size=16)
+for t in 1 2; do
+  if timeout --kill-after=10 300 $MPIRUN $MPIRUN_FLAGS -np $t "$bin" train input/tinygpt.toml "${tset[@]}" \
+      --set parallel.tensor=$t --set run.name=gpu_tensor$t >"$out/gpu_tensor$t.log" 2>&1; then
+    echo "  t = $t: $(grep -h '^PERF' "$out/gpu_tensor$t.log")"
+    echo "  t = $t: last loss $(grep -o '"loss":[^,]*' "$out/gpu_tensor$t/metrics.jsonl" | tail -1)"
+  else
+    echo "  t = $t FAILED:"; tail -15 "$out/gpu_tensor$t.log"; failed+=("tensor t=$t")
+  fi
+done
 
 section "summary"
 printf "%-22s %-5s %5s %-10s %3s %6s %12s %9s %9s\n" run dev ranks schedule M steps "samples/s" "test acc" "train s"

@@ -214,6 +214,11 @@ class Layer {
   // (kept_weight_layouts, backend.hpp), 2 bytes per value and product, which the memory model
   // counts (the forward's for every layer, the input gradient's for all but the model's first).
   virtual int64_t product_weight_values() const { return 0; }
+  // A split layer (LayerSpec::tensor_parts > 1): the sums over its tensor group a forward
+  // runs, and the floats per sample they sum together; a backward (its input half) runs as
+  // many of the same size (Megatron's g forward, f backward). The simulator costs them.
+  virtual int tensor_sums() const { return 0; }
+  virtual int64_t tensor_sum_floats() const { return 0; }
 
  protected:
   [[noreturn]] void shape_error(const std::string& msg) const;

@@ -38,7 +38,11 @@ class ParallelContext {
   bool holds_first_stage() const { return holds(0); }
   bool holds_last_stage() const { return holds(layout_.stages() - 1); }
   int replicas() const { return layout_.replicas[static_cast<size_t>(group_)]; }  // of this rank's group
-  MPI_Comm world() const { return world_; }  // collectives across all ranks
+  MPI_Comm world() const { return world_; }  // collectives across all ranks (of this pipeline world)
+  // Every rank of the job: the pipeline world, or under parallel.tensor all t of them
+  // (set_job); agreements that every tensor rank must share (the checkpoint to resume from).
+  MPI_Comm job() const { return job_ != MPI_COMM_NULL ? job_ : world_; }
+  void set_job(MPI_Comm job) { job_ = job; }
   MPI_Comm p2p() const { return p2p_; }      // pipeline messages
   MPI_Comm stage_comm(int stage) const;      // the replicas of a stage this rank holds
   // The rank that logs progress and writes metrics: replica 0 of the last stage.
@@ -62,7 +66,7 @@ class ParallelContext {
   void place(int rank);  // group, replica and stages of `rank`
   void require_comms(const char* what) const;
   Layout layout_;
-  MPI_Comm world_ = MPI_COMM_NULL, p2p_ = MPI_COMM_NULL;
+  MPI_Comm world_ = MPI_COMM_NULL, p2p_ = MPI_COMM_NULL, job_ = MPI_COMM_NULL;
   std::vector<MPI_Comm> stage_comms_;  // by stage; MPI_COMM_NULL for stages held elsewhere
   std::vector<int> stages_;
   int rank_ = 0, size_ = 1, group_ = 0, replica_ = 0, tag_mod_ = 8192;

@@ -36,6 +36,11 @@ struct LayerProfile {
   // time applied to the median; 0 where not measured); printed by `pipetrain profile`,
   // informational (the planner does not read them)
   double product_s = 0, convert_s = 0;
+  // measured on one part of a tensor-parallel split (Profile::tensor > 1): the sums over the
+  // tensor group its forward runs (as many in backward) and the bytes they sum together, per
+  // microbatch; its times are the part's compute alone (the simulator adds the sums)
+  int tensor_sums = 0;
+  double tensor_sum_bytes = 0;
 };
 
 struct NetworkPoint {
@@ -58,6 +63,7 @@ struct Profile {
   int64_t microbatch = 0;
   double input_bytes = 0;   // model input per microbatch
   double optimizer_s_per_byte = 0;  // optimizer step cost per parameter byte
+  int tensor = 1;  // parallel.tensor it was measured at: the layers' costs are of one part
   std::vector<LayerProfile> layers;
   NetworkModel network;
 

@@ -53,6 +53,11 @@ struct SimConfig {
   const ScheduleDef* def = &flagged_schedule(&ScheduleDef::deck_default);
   Layout layout;
   int microbatches = 1;     // the deck's M; simulate() takes the entry's units_per_minibatch of it
+  // parallel.tensor: each rank of the layout is t ranks, each running one part (the
+  // profile's costs are one part's, Profile::tensor); every forward and backward of a split
+  // layer adds its tensor sums (LayerProfile::tensor_sums), each an allreduce among t ranks
+  // at the innermost level
+  int tensor = 1;
   int64_t batch_size = 0;   // samples per minibatch; 0 = the profile's microbatch
   double batch_samples() const { return static_cast<double>(batch_size); }
   int64_t minibatches = 0;  // minibatches to replay; 0 = automatic (warm-up + window + drain)
@@ -127,7 +132,7 @@ struct MeasuredRun {
   std::string schedule;
   std::vector<int> split, replicas;  // replicas per rank group
   Placement placement = Placement::contiguous;  // "placement" (absent: the schedule's own, recorded_placement)
-  int microbatches = 1, ranks = 1;
+  int microbatches = 1, ranks = 1, tensor = 1;  // tensor: summary.json's tensor_parallel
   int64_t batch_size = 0, steps = 0;
   double train_wall_s = 0, bubble = 0, bytes_p2p_per_sample = 0, bytes_allreduce_per_sample = 0;
   std::vector<double> forward_s, backward_s;  // per stage: mean per unit from trace.json (B, or I + W)

@@ -227,6 +227,8 @@ class Attention final : public Layer {
   double flops_backward() const override { return 2.0 * core_.flops_forward(); }
   double attention_model_flops() const override { return core_.model_flops(); }
   int64_t product_weight_values() const override { return core_.matrix_values(); }
+  int tensor_sums() const override { return spec_.tensor_parts > 1 ? 1 : 0; }
+  int64_t tensor_sum_floats() const override { return spec_.tensor_parts > 1 ? in_.numel() : 0; }
 
  private:
   AttentionCore core_;

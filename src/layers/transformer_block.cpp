@@ -83,6 +83,9 @@ class TransformerBlock final : public Layer {
   double flops_backward() const override { return 2.0 * flops_forward(); }
   double attention_model_flops() const override { return attn_.model_flops(); }
   int64_t product_weight_values() const override { return attn_.matrix_values() + 2 * D_ * F_; }
+  // split: the attention's and the MLP's row-parallel outputs (backward: their inputs' gradients)
+  int tensor_sums() const override { return spec_.tensor_parts > 1 ? 2 : 0; }
+  int64_t tensor_sum_floats() const override { return spec_.tensor_parts > 1 ? 2 * T_ * D_ : 0; }
 
  private:
   // Parameter offsets: ln1, attention, ln2, fc1, fc2.

@@ -78,6 +78,7 @@ Profile measure_profile(const Deck& deck, const Model& model, int64_t mb, int re
   text.resize(static_cast<size_t>(n));
   MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
   p = Profile::from_json(text, "profile broadcast");
+  p.tensor = model.shard().parts;
   p.network = measure_network(comm, deck.run.comm_timeout_s);
   for (auto& l : p.layers) l.optimizer_bytes = l.param_bytes * static_cast<double>(deck.train.optimizer->state_names(optim_config(deck.train)).size());
   return p;
@@ -89,7 +90,8 @@ int cmd_profile(const ProfileArgs& a) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const Deck deck = load_deck(a.deck, a.sets);
   const DataInfo info = data_info(deck);
-  const Model model(deck, info.shape, info.classes);  // the whole chain, whatever the deck's split
+  // the whole chain, whatever the deck's split; under parallel.tensor = t part 0 of each split layer
+  const Model model(deck, info.shape, info.classes, TensorShard{static_cast<int>(deck.parallel.tensor), 0});
   const int64_t mb = a.microbatch > 0 ? a.microbatch : deck.train.batch_size / deck.parallel.microbatches;
   Profile p = measure_profile(deck, model, mb, a.reps, MPI_COMM_WORLD);
   if (rank == 0) {

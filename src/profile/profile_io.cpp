@@ -18,7 +18,8 @@ std::string Profile::to_json() const {
                         {"backward_s", l.backward_s}, {"backward_weight_s", l.backward_weight_s}, {"output_bytes", l.output_bytes}, {"stash_bytes", l.stash_bytes},
                         {"param_bytes", l.param_bytes}, {"optimizer_bytes", l.optimizer_bytes},
                         {"product_s", l.product_s}, {"convert_s", l.convert_s},
-                        {"selective_backward_s", l.selective_backward()}, {"selective_stash_bytes", l.selective_stash()}});
+                        {"selective_backward_s", l.selective_backward()}, {"selective_stash_bytes", l.selective_stash()},
+                        {"tensor_sums", l.tensor_sums}, {"tensor_sum_bytes", l.tensor_sum_bytes}});
   nlohmann::json net = {{"measured", network.measured}, {"bandwidth", network.bandwidth}, {"latency", network.latency},
                         {"allreduce_ranks", network.allreduce_ranks}};
   nlohmann::json p2p = nlohmann::json::array(), ar = nlohmann::json::array();
@@ -28,7 +29,8 @@ std::string Profile::to_json() const {
   net["allreduce"] = ar;
   nlohmann::json j = {{"format", "pipetrain-profile-1"}, {"source", source}, {"device", device},
                       {"precision", precision_name(precision)}, {"microbatch", microbatch}, {"input_bytes", input_bytes},
-                      {"optimizer_s_per_byte", optimizer_s_per_byte}, {"layers", layers_j}, {"network", net}};
+                      {"optimizer_s_per_byte", optimizer_s_per_byte}, {"tensor", tensor}, {"layers", layers_j},
+                      {"network", net}};
   return j.dump(2) + "\n";
 }
 
@@ -49,6 +51,7 @@ Profile Profile::from_json(const std::string& text, const std::string& path) {
     p.microbatch = j.at("microbatch").get<int64_t>();
     p.input_bytes = j.value("input_bytes", 0.0);
     p.optimizer_s_per_byte = j.value("optimizer_s_per_byte", 0.0);
+    p.tensor = j.value("tensor", 1);  // absent before tensor parallelism: one part
     for (auto& l : j.at("layers")) {
       LayerProfile lp;
       lp.index = l.at("index").get<int>();
@@ -65,6 +68,8 @@ Profile Profile::from_json(const std::string& text, const std::string& path) {
       lp.convert_s = l.value("convert_s", 0.0);
       lp.selective_backward_s = l.value("selective_backward_s", -1.0);  // absent before recomputation: as none
       lp.selective_stash_bytes = l.value("selective_stash_bytes", -1.0);
+      lp.tensor_sums = l.value("tensor_sums", 0);
+      lp.tensor_sum_bytes = l.value("tensor_sum_bytes", 0.0);
       if (lp.forward_s < 0 || lp.backward_s < 0 || lp.output_bytes < 0 || lp.param_bytes < 0)
         fail(Exit::bad_input, path + ": layer " + std::to_string(lp.index) + " has a negative cost", true);
       p.layers.push_back(lp);

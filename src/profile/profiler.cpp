@@ -61,6 +61,8 @@ std::vector<LayerProfile> summarise(const Model& model, const Timings& t, int64_
     const int64_t out_floats = layer.is_view() ? 0 : layer.out_shape().numel();
     p.stash_bytes = static_cast<double>(mb * (out_floats + layer.aux_floats(Recompute::none, prec)) * 4);
     p.param_bytes = static_cast<double>(layer.num_params() * 4);
+    p.tensor_sums = layer.tensor_sums();
+    p.tensor_sum_bytes = static_cast<double>(mb * layer.tensor_sum_floats() * 4);
     if (layer.recomputes_selectively()) {
       p.selective_stash_bytes = static_cast<double>(mb * (out_floats + layer.aux_floats(Recompute::selective, prec)) * 4);
       p.selective_backward_s = median(t.ts[i]);
@@ -148,6 +150,19 @@ std::vector<std::vector<double>> selective_backward_times(Backend& be, const Mod
   return ts;
 }
 
+// The tensor group of a profiled part: its sums do nothing (the part's compute alone; the
+// simulator adds each sum's cost from the network model).
+struct ComputeOnly final : TensorGroup {
+  explicit ComputeOnly(TensorShard s) : shard(s) {}
+  TensorShard shard;
+  int size() const override { return shard.parts; }
+  int rank() const override { return shard.rank; }
+  void sum(Backend&, float*, int64_t) const override {}
+  void gather(const double* mine, double* all, int64_t count) const override {
+    for (int k = 0; k < shard.parts; ++k) std::copy(mine, mine + count, all + k * count);
+  }
+};
+
 }  // namespace
 
 std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, Precision p, int64_t mb, int reps,
@@ -171,6 +186,8 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, Precis
   Buffer dy(be, scratch), dx(be, scratch);
   be.fill(dy.data(), 1e-3f, scratch);
   LayerCtx ctx{be, seed, 0, true, labels, 1.0f / static_cast<float>(mb)};
+  const ComputeOnly part(model.shard());
+  ctx.tensor = &part;  // a split model: one part's compute, its sums costed by the simulator
   std::vector<std::vector<double>> tf(static_cast<size_t>(L)), tb(static_cast<size_t>(L)), tw(static_cast<size_t>(L));
   std::vector<Backend::KernelClock> kc(static_cast<size_t>(L));  // summed over the timed repetitions
   const int warmup = 2;

@@ -74,6 +74,7 @@ MeasuredRun MeasuredRun::load(const std::string& dir) {
     m.placement = recorded_placement(s.value("placement", std::string()), m.schedule, dir + "/summary.json");
     m.microbatches = s.value("microbatches", 1);
     m.ranks = s.value("ranks", 1);
+    m.tensor = s.value("tensor_parallel", 1);
     m.batch_size = s.at("batch_size").get<int64_t>();
     m.steps = s.at("steps").get<int64_t>();
     m.train_wall_s = s.at("train_wall_s").get<double>();

@@ -84,6 +84,21 @@ Reuses forward_reuses(const Schedule& ir) {
   return out;
 }
 
+// Per stage: the seconds of its split layers' tensor sums in one forward of a unit (as many
+// in its backward): each an allreduce among cfg.tensor ranks at the innermost level of the
+// bytes it sums (scaled from the profile's microbatch to the unit).
+std::vector<double> tensor_sum_seconds(const Profile& p, const ClusterModel& c, const SimConfig& cfg, double scale) {
+  std::vector<double> out(static_cast<size_t>(cfg.layout.stages()), 0.0);
+  if (cfg.tensor <= 1) return out;
+  for (int s = 0; s < cfg.layout.stages(); ++s)
+    for (int i = cfg.layout.first_layer(s); i < cfg.layout.end_layer(s); ++i) {
+      const LayerProfile& lp = p.layers[static_cast<size_t>(i)];
+      if (lp.tensor_sums > 0)
+        out[static_cast<size_t>(s)] += lp.tensor_sums * c.allreduce_seconds(0, cfg.tensor, lp.tensor_sum_bytes * scale / lp.tensor_sums);
+    }
+  return out;
+}
+
 }  // namespace
 
 CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConfig& cfg, const Schedule* ir) {
@@ -95,14 +110,16 @@ CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConf
   std::vector<Recompute> rec;
   for (int s = 0; s < L.stages(); ++s) rec.push_back(cfg.recompute_of(s));
   const auto reuses = std::make_shared<const Reuses>(ir ? forward_reuses(*ir) : Reuses());
-  m.compute = [st, scale, opt_per_byte, rec, reuses](int w, const Action& a) {
+  const std::vector<double> ts = tensor_sum_seconds(p, c, cfg, scale);
+  m.compute = [st, scale, opt_per_byte, rec, reuses, ts](int w, const Action& a) {
     const StageSums& t = st[static_cast<size_t>(a.stage)];
     const Recompute r = rec[static_cast<size_t>(a.stage)];
     const bool reuse = static_cast<size_t>(w) < reuses->size() && (*reuses)[static_cast<size_t>(w)].count({a.stage, a.mb});
+    const double sums = ts[static_cast<size_t>(a.stage)], resums = r == Recompute::full && !reuse ? sums : 0.0;
     switch (a.op) {
-      case Op::forward: return t.fwd * scale;
-      case Op::backward: return t.backward(r, false, reuse) * scale;
-      case Op::backward_input: return t.backward(r, true, reuse) * scale;
+      case Op::forward: return t.fwd * scale + sums;
+      case Op::backward: return t.backward(r, false, reuse) * scale + sums + resums;
+      case Op::backward_input: return t.backward(r, true, reuse) * scale + sums + resums;
       case Op::backward_weight: return t.bwd_w * scale;
       case Op::optimizer_step: return opt_per_byte * t.params;
       default: return 0.0;

@@ -37,6 +37,7 @@ int cmd_simulate(const SimulateArgs& a) {
       fail(Exit::bad_input, a.compare + "/summary.json: the run's split " + int_list(run.split) + " needs more layers than the profile's " +
                                 std::to_string(L), true);
     cfg.layout = run.layout(L);  // with the run's placement (looped, V)
+    cfg.tensor = run.tensor;
     cfg.def = &schedule_def(run.schedule);
     cfg.microbatches = run.microbatches;
     cfg.batch_size = run.batch_size;
@@ -64,14 +65,22 @@ int cmd_simulate(const SimulateArgs& a) {
   } else if (in.deck) {
     if (a.ranks <= 0) fail(Exit::bad_input, "command line: simulate: --ranks N is required", true);
     cfg.def = &schedule_def(in.deck->parallel.schedule);
-    cfg.layout = Layout::from_deck(*in.deck, L, a.ranks, *cfg.def);
+    cfg.tensor = static_cast<int>(in.deck->parallel.tensor);
+    if (a.ranks % cfg.tensor != 0)
+      fail(Exit::bad_input, "command line: --ranks " + std::to_string(a.ranks) + " is not a multiple of parallel.tensor = " +
+                                std::to_string(cfg.tensor), true);
+    cfg.layout = Layout::from_deck(*in.deck, L, a.ranks / cfg.tensor, *cfg.def);
     cfg.microbatches = static_cast<int>(in.deck->parallel.microbatches);
     from = in.deck->path;
   } else {
     fail(Exit::bad_input, "command line: simulate needs a deck, --plan FILE or --compare RUN_DIR", true);
   }
   cfg.recompute = a.compare.empty() ? deck_recompute(in.deck.get(), cfg.layout.stages()) : run.recompute;
-  if (a.ranks > 0 && a.compare.empty() && cfg.layout.ranks() != a.ranks)
+  if (in.profile.tensor != cfg.tensor)
+    fail(Exit::bad_input, in.profile.source + ": measured at parallel.tensor = " + std::to_string(in.profile.tensor) +
+                              " (one part's costs), but the simulated run has parallel.tensor = " + std::to_string(cfg.tensor) +
+                              "; profile with --set parallel.tensor=" + std::to_string(cfg.tensor), true);
+  if (a.ranks > 0 && a.compare.empty() && cfg.layout.ranks() * cfg.tensor != a.ranks)
     fail(Exit::bad_input, "command line: --ranks " + std::to_string(a.ranks) + " but the layout from " + from + " has " +
                               std::to_string(cfg.layout.ranks()) + " ranks", true);
   cfg.memory = in.mem.source, cfg.memory_shared = in.mem.shared;  // the deck's model, when there is one

@@ -30,7 +30,7 @@ std::vector<int> needed_ranks(const CheckpointMeta& meta, bool exact, const Para
 bool all_ranks(const ParallelContext& ctx, bool mine) {
   int v = mine ? 1 : 0, all = 0;
   MPI_Request req;
-  MPI_Iallreduce(&v, &all, 1, MPI_INT, MPI_MIN, ctx.world(), &req);
+  MPI_Iallreduce(&v, &all, 1, MPI_INT, MPI_MIN, ctx.job(), &req);  // every tensor rank too
   ctx.wait(&req, [] { return std::string("agreement on the checkpoint to resume from"); });
   return all != 0;
 }
@@ -43,13 +43,6 @@ void check_against_deck(const std::string& dir, const CheckpointMeta& meta, cons
   const std::string diff = model_difference(meta.model_text, deck.model_text());
   if (!diff.empty())
     fail(Exit::bad_input, dir + " was made for a different model:\n" + diff + "resume with the deck that made it, or start a new run", true);
-  const TensorShard shard = setup.model->shard();
-  if (meta.tensor_parts != shard.parts || meta.tensor_rank != shard.rank)
-    fail(Exit::bad_input, dir + ": holds tensor part " + std::to_string(meta.tensor_rank) + " of " +
-                              std::to_string(meta.tensor_parts) + " (parallel.tensor = " + std::to_string(meta.tensor_parts) +
-                              "), this rank runs part " + std::to_string(shard.rank) + " of " + std::to_string(shard.parts) +
-                              ": resuming onto another parallel.tensor is not supported yet; resume with parallel.tensor = " +
-                              std::to_string(meta.tensor_parts), true);
   if (meta.batch_size != deck.train.batch_size || meta.seed != deck.run.seed)
     fail(Exit::bad_input, dir + ": train.batch_size " + std::to_string(meta.batch_size) + " and run.seed " + std::to_string(meta.seed) +
                               " in the checkpoint, " + std::to_string(deck.train.batch_size) + " and " + std::to_string(deck.run.seed) +
@@ -66,7 +59,8 @@ void check_against_deck(const std::string& dir, const CheckpointMeta& meta, cons
 
 bool same_layout(const CheckpointMeta& meta, const ParallelContext& ctx, const TrainSetup& setup) {
   const std::vector<int> split(setup.layout.first.begin() + 1, setup.layout.first.end() - 1);
-  return meta.ranks == ctx.size() && meta.split == split && meta.replicas == setup.layout.replicas &&
+  return meta.ranks == ctx.size() && meta.tensor_parts == setup.model->shard().parts && meta.split == split &&
+         meta.replicas == setup.layout.replicas &&
          enum_from_name<Placement>(meta.placement) == setup.layout.placement && meta.schedule == setup.def->name &&
          meta.microbatches == setup.microbatches;
 }
@@ -80,8 +74,41 @@ int64_t position_in(const TrainSetup& setup, const ParallelContext& ctx, const C
   return static_cast<int64_t>(cut.position[static_cast<size_t>(ctx.rank())]);
 }
 
-std::vector<WorkerState> load_states(const std::string& dir, const CheckpointMeta& meta, bool exact, const TrainSetup& setup,
+// The step folders this rank reads and their manifests: at the checkpoint's parallel.tensor
+// its own part's; under another one every part's (resharded: reshard set).
+struct Parts {
+  std::vector<std::string> dirs;
+  std::vector<CheckpointMeta> metas;
+  bool reshard = false;
+};
+// Part 0 of the checkpoint is step_dir with manifest meta0; "" or why a part is unusable.
+std::string read_parts(const std::string& step_dir, const CheckpointMeta& meta0, TensorShard mine, Parts& out) {
+  out.reshard = meta0.tensor_parts != mine.parts;
+  std::vector<int> want;
+  if (out.reshard)
+    for (int k = 0; k < meta0.tensor_parts; ++k) want.push_back(k);
+  else
+    want.push_back(mine.rank);
+  for (int k : want) {
+    const std::string d = tensor_part_dir(step_dir, k);
+    try {
+      CheckpointMeta m = k == 0 ? meta0 : read_meta(d);
+      if (m.tensor_rank != k || m.tensor_parts != meta0.tensor_parts || m.step != meta0.step)
+        return d + ": holds tensor part " + std::to_string(m.tensor_rank) + " of " + std::to_string(m.tensor_parts) +
+               " at step " + std::to_string(m.step) + ", not part " + std::to_string(k) + " of " +
+               std::to_string(meta0.tensor_parts) + " at step " + std::to_string(meta0.step);
+      out.dirs.push_back(d), out.metas.push_back(std::move(m));
+    } catch (const Error& e) {
+      return e.what();
+    }
+  }
+  return "";
+}
+
+std::vector<WorkerState> load_states(const Parts& parts, bool exact, const Deck& deck, const TrainSetup& setup,
                                      const ParallelContext& ctx, const std::vector<const StageRuntime*>& stages) {
+  const std::string& dir = parts.dirs.front();
+  const CheckpointMeta& meta = parts.metas.front();
   std::vector<WorkerState> out;
   if (exact) {
     out = load_worker_state(dir, ctx.rank());
@@ -98,8 +125,12 @@ std::vector<WorkerState> load_states(const std::string& dir, const CheckpointMet
     return out;
   }
   for (const StageRuntime* r : stages) {
-    WorkerState st = load_resliced_state(dir, meta, r->stage->first(), r->stage->last(), static_cast<size_t>(r->stage->num_params()),
-                                         r->opt->state_names().size(), static_cast<size_t>(r->stage->num_state()));
+    const size_t nopt = r->opt->state_names().size();
+    WorkerState st = parts.reshard ? load_resharded_state(parts.dirs, parts.metas, deck, *setup.model, r->stage->first(),
+                                                          r->stage->last(), nopt)
+                                   : load_resliced_state(dir, meta, r->stage->first(), r->stage->last(),
+                                                         static_cast<size_t>(r->stage->num_params()), nopt,
+                                                         static_cast<size_t>(r->stage->num_state()));
     st.stage = r->id;
     if (!meta.epoch_complete) st.position = position_in(setup, ctx, meta, meta.epoch_steps);
     out.push_back(std::move(st));
@@ -197,15 +228,19 @@ ResumePoint choose_resume(const std::string& path, const Deck& deck, const Train
     } catch (const Error& e) {
       why = e.what(), shared = true;
     }
+    Parts parts;
+    if (why.empty()) why = read_parts(c.step_dir, rp.meta, setup.model->shard(), parts);
     const bool exact = why.empty() && same_layout(rp.meta, ctx, setup);
     if (why.empty()) check_against_deck(c.step_dir, rp.meta, deck, setup, exact);
-    if (why.empty()) why = verify_needed(c.step_dir, rp.meta, exact, ctx, stages);
+    for (size_t k = 0; why.empty() && k < parts.dirs.size(); ++k)
+      why = verify_needed(parts.dirs[k], parts.metas[k], exact, ctx, stages);
     if (!all_ranks(ctx, why.empty())) {
       report_unusable(ctx, c.step_dir, why, shared, tried);
       continue;
     }
-    rp.valid = true, rp.step_dir = c.step_dir, rp.resliced = !exact;
-    rp.states = load_states(c.step_dir, rp.meta, exact, setup, ctx, stages);
+    rp.valid = true, rp.step_dir = c.step_dir, rp.resliced = !exact, rp.resharded = parts.reshard;
+    rp.meta = parts.metas.front();
+    rp.states = load_states(parts, exact, deck, setup, ctx, stages);
     check_recompute(rp, deck, ctx, stages);
     const int64_t segment = fit_segment(rp, setup, ctx, total_steps);
     for (WorkerState& st : rp.states) {

@@ -87,7 +87,6 @@ class Trainer final : public TrainControl {
  private:
   void setup();
   void tensor_rank_files();
-  std::string resume_from() const;
   void fit_memory();
   void build_stages();
   void resume_and_open();
@@ -145,7 +144,7 @@ void Trainer::setup() {
   spe_ = setup_.steps_per_epoch(deck_, N);
   total_steps_ = setup_.total_steps(deck_, N);
   ctx_ = std::make_unique<ParallelContext>(grid_.pipeline, setup_.layout, deck_.run.comm_timeout_s);
-  if (t > 1) tensor_ = std::make_unique<MpiTensorGroup>(grid_, *ctx_);
+  if (t > 1) tensor_ = std::make_unique<MpiTensorGroup>(grid_, *ctx_), ctx_->set_job(MPI_COMM_WORLD);
   run_dir_ = deck_.run.output_dir + "/" + deck_.run.name;
   ckpt_dir_ = deck_.checkpoint.dir.empty() ? run_dir_ + "/checkpoints" : deck_.checkpoint.dir;
   if (grid_.rank > 0) tensor_rank_files();
@@ -159,29 +158,18 @@ void Trainer::setup() {
                                          data_.train->token_unit(), data_.train->label_count());
 }
 
-// Tensor rank k > 0 of a group holds its own part of the split weights: its run files and
-// checkpoints go to <run dir>/tensor<k> (resume with the same parallel.tensor reads them
-// there), and its console output to console.txt there (tensor rank 0 prints the run's).
+// Tensor rank k > 0 of a group holds its own part of the split weights: its run files go to
+// <run dir>/tensor<k>, with its console output in console.txt there (tensor rank 0 prints
+// and writes the run's), and its checkpoints to <checkpoint folder>/tensor<k>/step_N beside
+// part 0's step_N (tensor_part_dir, which --resume reads).
 void Trainer::tensor_rank_files() {
   const std::string sub = "/tensor" + std::to_string(grid_.rank);
-  ckpt_dir_ = deck_.checkpoint.dir.empty() ? run_dir_ + sub + "/checkpoints" : deck_.checkpoint.dir + sub;
+  ckpt_dir_ += sub;
   run_dir_ += sub;
   make_dirs(run_dir_);
   std::fflush(stdout);
   if (!std::freopen((run_dir_ + "/console.txt").c_str(), "a", stdout))
     fail(Exit::io, run_dir_ + "/console.txt: cannot open for tensor rank " + std::to_string(grid_.rank) + "'s output");
-}
-
-// --resume RUN_DIR: tensor rank k > 0 resumes from its own files, RUN_DIR/tensor<k>.
-std::string Trainer::resume_from() const {
-  if (grid_.rank == 0) return args_.resume;
-  const std::string mine = args_.resume + "/tensor" + std::to_string(grid_.rank);
-  if (!file_exists(mine))
-    fail(Exit::bad_input, "--resume " + args_.resume + ": with parallel.tensor = " + std::to_string(grid_.parts) +
-                              " tensor rank " + std::to_string(grid_.rank) + " resumes from its part in " + mine +
-                              ", which does not exist: give the run directory of a run with parallel.tensor = " +
-                              std::to_string(grid_.parts));
-  return mine;
 }
 
 // Before anything is allocated: every rank's estimate (memory_model.hpp) against every rank's
@@ -259,7 +247,7 @@ std::vector<const StageRuntime*> Trainer::held() const {
 // checkpoint at or past the run's last step leaves nothing to do: the run's files stay as
 // they are (nothing_left).
 void Trainer::resume_and_open() {
-  if (!args_.resume.empty()) resume_ = choose_resume(resume_from(), deck_, setup_, *ctx_, held(), total_steps_);
+  if (!args_.resume.empty()) resume_ = choose_resume(args_.resume, deck_, setup_, *ctx_, held(), total_steps_);
   if (nothing_left()) return;
   policy_->prepare(ckpt_dir_);  // before step 1: the directory exists and every rank can write it
   if (ctx_->is_reporter()) {
@@ -309,7 +297,9 @@ void Trainer::banner() const {
   std::printf("%s", warmup_warning(deck_, total_steps_).c_str());
   if (resume_.valid)
     std::printf("resuming from %s (step %lld, epoch %lld%s)\n", resume_.step_dir.c_str(), static_cast<long long>(resume_.meta.step),
-                static_cast<long long>(resume_.meta.epoch + 1), resume_.resliced ? ", re-sliced for this layout" : "");
+                static_cast<long long>(resume_.meta.epoch + 1),
+                resume_.resharded ? (", resharded from parallel.tensor = " + std::to_string(resume_.meta.tensor_parts)).c_str()
+                : resume_.resliced ? ", re-sliced for this layout" : "");
   std::fflush(stdout);
 }
 

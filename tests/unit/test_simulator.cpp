@@ -381,3 +381,35 @@ TEST(Simulator, RecomputationCostsForwardTimeAndSavesBytes) {
 }
 
 }  // namespace pt
+
+namespace pt {
+
+// parallel.tensor: a split layer's forward and backward each add its tensor sums, an
+// allreduce among t ranks of the bytes they sum (ClusterModel::allreduce_seconds at the
+// innermost level, the bytes scaled to the unit), and nothing else changes. One stage of 2
+// layers at t = 2, one of them split with 2 sums of 4 MB per sample: F grows by 2 x
+// allreduce(2 ranks, 4 MB) per sample, B by the same.
+TEST(Simulator, TensorSumsCostAnAllreduceEachWayPerSplitLayer) {
+  const double bw = 1e9, lat = 1e-5;
+  const ClusterModel net = ClusterModel::single(bw, lat);
+  Profile p = equal_layers(2);
+  p.tensor = 2;
+  p.layers[1].tensor_sums = 2;
+  p.layers[1].tensor_sum_bytes = 8e6;  // per microbatch of 1 sample: 2 sums of 4 MB
+  SimConfig c;
+  c.def = &schedule_def("1f1b");
+  c.layout = Layout::make({0}, 2, {1});
+  c.microbatches = 2;
+  c.batch_size = 4;  // units of 2 samples: each sum 8 MB
+  const SimResult plain = simulate(equal_layers(2), net, c);
+  c.tensor = 2;
+  const SimResult split = simulate(p, net, c);
+  ASSERT_TRUE(plain.ok && split.ok) << plain.error << split.error;
+  const double sum = net.allreduce_seconds(0, 2, 8e6);
+  EXPECT_NEAR(sum, 8e6 / bw + 2 * lat, 1e-12);  // ring factor 1 at 2 ranks
+  // per unit: F + B = 3 s x 2 layers x 2 samples; the split adds 2 sums in F and 2 in B; 2 units
+  EXPECT_NEAR(plain.time_per_minibatch, 2 * 12.0, 1e-9);
+  EXPECT_NEAR(split.time_per_minibatch - plain.time_per_minibatch, 2 * 4 * sum, 1e-9);
+}
+
+}  // namespace pt
