@@ -93,7 +93,8 @@ struct Deck {
     Allreduce allreduce = Allreduce::mpi;
     std::optional<Placement> placement;  // none: "auto", the schedule's
     int64_t microbatches = 1;
-    // tensor parallelism: ranks per tensor group (parallel.hpp, TensorGrid), 1 = none
+    // tensor parallelism: ranks per tensor group (parallel.hpp, TensorGrid), 1 = none, 0 = the
+    // planner's choice (split = "auto"; resolve_auto_split sets it)
     int64_t tensor = 1;
     // activation recomputation: one mode for every stage, or one per stage (recompute.hpp)
     PerStage<Recompute> recompute = Recompute::none;

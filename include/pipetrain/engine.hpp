@@ -298,6 +298,9 @@ class Executor {
   EvalResult evaluate(const Schedule& eval_ir);
 
   const ExecutorStats& stats() const { return stats_; }
+  // Its transport (the host's MPI, or the CUDA one with NCCL under parallel.allreduce =
+  // "nccl"): the CUDA backend's tensor group sums device buffers through it.
+  Transport& transport() { return *tr_; }
   const std::vector<TimelineEvent>& timeline() const { return timeline_; }
   // Version log: (stage, microbatch, forward version, backward version) in absolute ids.
   struct VersionRecord {
@@ -321,6 +324,13 @@ class Executor {
   void post_receive(const Action& a);
   int64_t isend_message(const MessageBuffer& m, int64_t n, int peer, int tag);
   void finish_message(const MessageBuffer& m, int64_t n);
+  // Megatron's scatter/gather of pipeline messages under parallel.tensor = t: this tensor
+  // rank's part of a message of `words` words on the wire, [k c, k c + len) with c = ceil(words
+  // / t) (the whole message when t = 1); the receiver's group all-gathers the rest.
+  struct WirePart {
+    size_t off = 0, len = 0, chunk = 0;
+  };
+  WirePart wire_part(size_t words) const;
   // Wait for a request through the transport, with run.comm_timeout_s's deadline.
   void wait(Request* q, const std::function<std::string()>& what) { tr_->wait(q, ctx_.timeout(), what); }
   void progress();  // between layers: post receives, reap finished sends and reductions

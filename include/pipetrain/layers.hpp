@@ -38,7 +38,7 @@ struct ParamTensor {
   // when replicated or t = 1).
   int split_dim = -1;
   int split_chunks = 1;
-  std::vector<int64_t> full_shape;
+  std::vector<int64_t> full_shape = {};
 };
 
 // The tensor-parallel cut of parameter tensor p (ParamTensor::split_dim) between the whole
@@ -60,6 +60,9 @@ class TensorGroup {
   virtual void sum(Backend& be, float* x, int64_t count) const = 0;
   // all[k * count + i] = rank k's mine[i] (host memory): the gradient norm's per-tensor sums.
   virtual void gather(const double* mine, double* all, int64_t count) const = 0;
+  // x (count floats in backend memory) holds this rank's part [k part, (k + 1) part) (the last
+  // part shorter); afterwards every part (a pipeline message scattered over the group).
+  virtual void allgather(Backend& be, float* x, int64_t count, int64_t part) const = 0;
 };
 
 struct LayerCtx {

@@ -86,21 +86,30 @@ struct TensorGrid {
 TensorGrid split_tensor_grid(MPI_Comm world, int t);
 void free_tensor_grid(TensorGrid& g);
 
-// The TensorGroup of a rank on its grid's tensor communicator: sum() stages x through host
-// memory, all-gathers every rank's x (nonblocking, under the context's deadline) and adds
-// them in tensor-rank order on every rank, so all hold the same bits. bytes(): what it sent.
+class Transport;  // transport.hpp
+
+// The TensorGroup of a rank on its grid's tensor communicator. sum() on the host stages x
+// through host memory, all-gathers every rank's x (nonblocking, under the context's deadline)
+// and adds them in tensor-rank order on every rank, so all hold the same bits. Given a
+// transport (use_transport: the CUDA backend's), it sums the device buffer in place through
+// the transport's allreduce instead: NCCL under parallel.allreduce = "nccl", else MPI
+// (CUDA-aware or staged); at t = 2 both ranks add the same two values, so they agree bitwise.
+// bytes(): what it sent.
 class MpiTensorGroup final : public TensorGroup {
  public:
   MpiTensorGroup(const TensorGrid& grid, const ParallelContext& ctx) : grid_(grid), ctx_(ctx) {}
+  void use_transport(Transport* tr) { tr_ = tr; }
   int size() const override { return grid_.parts; }
   int rank() const override { return grid_.rank; }
   void sum(Backend& be, float* x, int64_t count) const override;
   void gather(const double* mine, double* all, int64_t count) const override;
+  void allgather(Backend& be, float* x, int64_t count, int64_t part) const override;
   int64_t bytes() const { return bytes_; }
 
  private:
   TensorGrid grid_;
   const ParallelContext& ctx_;
+  Transport* tr_ = nullptr;
   mutable std::vector<float> all_, out_;
   mutable int64_t bytes_ = 0;
 };

@@ -168,6 +168,9 @@ struct PlanOptions {
   // why the model cannot train `def` on `layout` (e.g. tie_conflict), "" when it can; a
   // vetoed candidate is listed with the reason and never chosen. Empty function = no veto.
   std::function<std::string(const ScheduleDef& def, const Layout& layout)> veto;
+  // parallel.tensor of the plan being made: every rank of its layouts stands for t ranks, the
+  // profile and memory source are one part's (SimConfig::tensor)
+  int tensor = 1;
 };
 
 struct PlanCandidate {
@@ -204,6 +207,7 @@ struct Plan {
   bool fits = true;
   bool no_split_fits = false;  // the DP found no layout under the memory cap (not simulated)
   Recompute recompute = Recompute::none;  // parallel.recompute of every stage
+  int tensor = 1;  // parallel.tensor: the layout's ranks are groups of this many (choose_tensor_plan)
   // baselines and everything evaluated
   bool has_bsp = false, has_straight = false;
   PlanCandidate bsp, straight;
@@ -230,6 +234,22 @@ struct Plan {
 std::vector<Recompute> planner_recompute_modes(const Deck& deck);
 
 Plan choose_plan(const Profile& p, const ClusterModel& net, int ranks, int64_t batch_size, const PlanOptions& o);
+
+// parallel.tensor = 0 ("auto", with split = "auto"): t as a decision beside the rest. One
+// candidate per t: the profile of one part of the split layers (Profile::tensor = t) and the
+// memory source of that part's model; each is planned on ranks / t ranks (choose_plan with
+// PlanOptions::tensor = t, so the simulator adds the tensor sums) and the fastest plan that
+// fits wins, t = 1 on a tie. A candidate whose t does not divide the ranks is skipped. The
+// plan's choice_note says which t were tried and why the others lost; with none fitting the
+// error lists each t's.
+struct TensorCandidate {
+  int t = 1;
+  Profile profile;
+  std::shared_ptr<const FootprintSource> memory;
+  MemoryShared memory_shared;
+};
+Plan choose_tensor_plan(const std::vector<TensorCandidate>& candidates, const ClusterModel& net, int ranks, int64_t batch_size,
+                        PlanOptions o);
 
 // plan.json read back (simulate --plan, train with a stored plan).
 struct PlanFile {

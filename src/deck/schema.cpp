@@ -125,10 +125,11 @@ std::vector<Key<Deck>> parallel_keys() {
            "the schedule's"),
        key("microbatches", &P::microbatches, 1, key_between(1, 1e6),
            "microbatches per minibatch (flush schedules and 2bw); must divide train.batch_size"),
-       key("tensor", &P::tensor, 1, key_between(1, 1024),
+       key("tensor", &P::tensor, 1, key_between(0, 1024),
            "tensor parallelism: ranks per tensor group, adjacent in rank order; attention and transformer_block layers "
            "split their heads and MLP across them (Megatron's column/row split), other layers are replicated; the "
-           "layout then places world size / tensor ranks (docs/ARCHITECTURE.md \"Tensor parallelism\")"),
+           "layout then places world size / tensor ranks (docs/ARCHITECTURE.md \"Tensor parallelism\"); 0 = auto: with "
+           "split = \"auto\" the planner chooses it among the divisors of the ranks the model's heads allow"),
        key("profile", &P::profile, "", "split = \"auto\": read this profile.json instead of profiling"),
        key("allreduce", &P::allreduce, Allreduce::mpi,
            "replica gradient reduction (nccl needs CUDA=1 and run.device = \"cuda\")"),

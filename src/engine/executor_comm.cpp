@@ -1,6 +1,8 @@
 // The executor's messages: tags (kind, boundary, unit), receives posted ahead in IR order
 // into buffers the pools hand out, progress between layers, and the four communication
 // handlers. Every transfer goes through the Transport.
+#include <algorithm>
+
 #include "executor_internal.hpp"
 #include "pipetrain/error.hpp"
 
@@ -36,26 +38,41 @@ void Executor::post_receive(const Action& a) {
   if (a.op == Op::recv_act) {
     r.pools.claim(a.mb);
     const MessageBuffer m = r.pools.act_in(a.mb);
-    tr_->irecv(m.words(), static_cast<size_t>(r.in.words(mb_size_, false)), a.peer, tag(kTagAct, a.stage - 1, a.mb), ctx_.p2p(), m.req);
+    const WirePart p = wire_part(static_cast<size_t>(r.in.words(mb_size_, false)));
+    tr_->irecv(m.words() + p.off, p.len, a.peer, tag(kTagAct, a.stage - 1, a.mb), ctx_.p2p(), m.req);
     return;
   }
   const MessageBuffer m = r.pools.claim_grad_in(a.mb);
-  tr_->irecv(m.words(), static_cast<size_t>(r.out.words(mb_size_, true)), a.peer, tag(kTagGrad, a.stage, a.mb), ctx_.p2p(), m.req);
+  const WirePart p = wire_part(static_cast<size_t>(r.out.words(mb_size_, true)));
+  tr_->irecv(m.words() + p.off, p.len, a.peer, tag(kTagGrad, a.stage, a.mb), ctx_.p2p(), m.req);
 }
 
-// Start sending n floats of m's buffer, packed into its wire copy first where it has one
-// (bf16); returns the bytes on the wire.
+Executor::WirePart Executor::wire_part(size_t words) const {
+  const size_t t = cfg_.tensor ? static_cast<size_t>(cfg_.tensor->size()) : 1;
+  if (t == 1) return {0, words, words};
+  const size_t k = static_cast<size_t>(cfg_.tensor->rank()), c = (words + t - 1) / t;
+  const size_t off = std::min(words, k * c);
+  return {off, std::min(words, off + c) - off, c};
+}
+
+// Start sending n floats of m's buffer (this tensor rank's part of them), packed into its
+// wire copy first where it has one (bf16); returns the bytes on the wire.
 int64_t Executor::isend_message(const MessageBuffer& m, int64_t n, int peer, int t) {
   const size_t words = static_cast<size_t>(m.wire ? (n + 1) / 2 : n);
   if (m.wire) be_.pack_bf16(static_cast<size_t>(n), m.data, m.wire->data());
-  tr_->isend(m.words(), words, peer, t, ctx_.p2p(), m.req);
-  return static_cast<int64_t>(words) * 4;
+  const WirePart p = wire_part(words);
+  tr_->isend(m.words() + p.off, p.len, peer, t, ctx_.p2p(), m.req);
+  return static_cast<int64_t>(p.len) * 4;
 }
 
-// A receive has completed: into m's buffer itself, or into its wire copy (bf16) then unpacked to n floats.
+// A receive has completed: into m's buffer itself, or into its wire copy (bf16) then unpacked
+// to n floats; under parallel.tensor the tensor group then gathers the other ranks' parts.
 void Executor::finish_message(const MessageBuffer& m, int64_t n) {
-  tr_->finish_recv(m.words());
+  const WirePart p = wire_part(static_cast<size_t>(m.wire ? (n + 1) / 2 : n));
+  tr_->finish_recv(m.words() + p.off);
   if (m.wire) be_.unpack_bf16(static_cast<size_t>(n), m.wire->data(), m.data);
+  if (p.chunk < static_cast<size_t>(m.wire ? (n + 1) / 2 : n))
+    cfg_.tensor->allgather(be_, m.data, n, static_cast<int64_t>(m.wire ? 2 * p.chunk : p.chunk));
 }
 
 void Executor::progress() {

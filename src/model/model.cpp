@@ -58,6 +58,8 @@ void check_tie_shapes(const LayerSpec& s, const Layer& head, const Layer& emb) {
 
 Model::Model(const Deck& deck, Shape input, int64_t classes, TensorShard shard)
     : input_(input), classes_(classes), shard_(shard) {
+  PT_CHECK(shard.parts >= 1 && 0 <= shard.rank && shard.rank < shard.parts,
+           "tensor part " << shard.rank << " of " << shard.parts);
   Shape cur = input;
   std::string prev = "the data";
   for (LayerSpec spec : deck.model.layers) {

@@ -6,6 +6,7 @@
 
 #include "pipetrain/error.hpp"
 #include "pipetrain/parallel.hpp"
+#include "pipetrain/transport.hpp"
 
 namespace pt {
 
@@ -28,6 +29,16 @@ void free_tensor_grid(TensorGrid& g) {
 
 void MpiTensorGroup::sum(Backend& be, float* x, int64_t count) const {
   const size_t n = static_cast<size_t>(count), t = static_cast<size_t>(grid_.parts);
+  if (tr_) {  // device buffers: the transport's allreduce (NCCL or MPI)
+    Request req;
+    tr_->iallreduce(x, n, grid_.tensor, &req);
+    wait_until([&] { return tr_->test(&req); }, ctx_.timeout(), [&] {
+      return "the tensor group's allreduce of " + std::to_string(count) + " floats (tensor rank " + std::to_string(grid_.rank) + ")";
+    });
+    tr_->finish_allreduce(x);
+    bytes_ += static_cast<int64_t>(n * (t - 1) * sizeof(float));
+    return;
+  }
   PT_CHECK(count <= (1LL << 31) / static_cast<int64_t>(t), "tensor sum of " << count << " floats exceeds one MPI message");
   all_.resize(n * t);
   out_.resize(n);
@@ -50,6 +61,23 @@ void MpiTensorGroup::gather(const double* mine, double* all, int64_t count) cons
   MPI_Iallgather(mine, static_cast<int>(count), MPI_DOUBLE, all, static_cast<int>(count), MPI_DOUBLE, grid_.tensor, &req);
   ctx_.wait(&req, [&] { return "the tensor group's gather of " + std::to_string(count) + " gradient-norm sums"; });
   bytes_ += count * static_cast<int64_t>((grid_.parts - 1) * sizeof(double));
+}
+
+void MpiTensorGroup::allgather(Backend& be, float* x, int64_t count, int64_t part) const {
+  const size_t n = static_cast<size_t>(count);
+  all_.resize(n);
+  std::vector<int> counts(static_cast<size_t>(grid_.parts)), displs(counts.size());
+  for (int k = 0; k < grid_.parts; ++k) {
+    const int64_t a = std::min(count, k * part), b = std::min(count, a + part);
+    displs[static_cast<size_t>(k)] = static_cast<int>(a), counts[static_cast<size_t>(k)] = static_cast<int>(b - a);
+  }
+  const size_t mine = static_cast<size_t>(grid_.rank);
+  be.to_host(all_.data() + displs[mine], x + displs[mine], static_cast<size_t>(counts[mine]));
+  MPI_Request req;
+  MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all_.data(), counts.data(), displs.data(), MPI_FLOAT, grid_.tensor, &req);
+  ctx_.wait(&req, [&] { return "the tensor group's gather of a pipeline message of " + std::to_string(count) + " floats"; });
+  be.from_host(x, all_.data(), n);
+  bytes_ += static_cast<int64_t>((n - static_cast<size_t>(counts[mine])) * sizeof(float));
 }
 
 }  // namespace pt

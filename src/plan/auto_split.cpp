@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "pipetrain/checkpoint.hpp"
@@ -141,7 +142,10 @@ bool checkpoint_layout(const Deck& deck, int world_size, const std::string& resu
     return false;  // the resume reports the unreadable manifest and tries older ones
   }
   const bool schedule_given = set_by_deck(deck, "parallel.schedule");
-  if (m.ranks != world_size || (schedule_given && m.schedule != deck.parallel.schedule)) return false;
+  const bool tensor_given = deck.parallel.tensor > 0;
+  if (m.ranks * m.tensor_parts != world_size || (schedule_given && m.schedule != deck.parallel.schedule) ||
+      (tensor_given && m.tensor_parts != deck.parallel.tensor))
+    return false;
   d = deck;
   d.parallel.split_auto = false;
   d.parallel.split = std::vector<int64_t>(m.split.begin(), m.split.end());
@@ -152,6 +156,7 @@ bool checkpoint_layout(const Deck& deck, int world_size, const std::string& resu
   d.parallel.schedule = m.schedule;
   d.parallel.microbatches = m.microbatches;
   d.parallel.placement = placement_from_name(m.placement);
+  if (d.parallel.tensor == 0) d.parallel.tensor = m.tensor_parts, d.locations["parallel.tensor"] = "the checkpoint";
   for (const char* k : {"parallel.split", "parallel.replicas", "parallel.schedule", "parallel.microbatches", "parallel.placement"})
     d.locations[k] = "the layout of checkpoint " + refs.front().step_dir + " (parallel.split = \"auto\", --resume)";
   if (rank == 0) {
@@ -165,50 +170,98 @@ bool checkpoint_layout(const Deck& deck, int world_size, const std::string& resu
 
 }  // namespace
 
+namespace {
+
+// parallel.tensor's candidates: the deck's t, or with 0 (auto) 1 and every power of two that
+// divides the ranks and that every split layer accepts (heads, MLP width: the model builds).
+std::vector<int> tensor_degrees(const Deck& deck, const DataInfo& info, int world_size) {
+  if (deck.parallel.tensor > 0) return {static_cast<int>(deck.parallel.tensor)};
+  std::vector<int> out = {1};
+  for (int t = 2; t <= world_size; t *= 2) {
+    if (world_size % t != 0) continue;
+    try {
+      const Model m(deck, info.shape, info.classes, TensorShard{t, 0});
+    } catch (const Error&) {
+      continue;  // the heads or the MLP do not split t ways
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+// The profile the planner reads for `model` (one part under a tensor split): the deck's
+// parallel.profile when it was measured at that t, else measured now on every rank.
+Profile auto_profile(const Deck& deck, const Model& model, int world_size, int rank) {
+  const int t = model.shard().parts;
+  if (!deck.parallel.profile.empty()) {
+    Profile prof = Profile::load(deck.parallel.profile);
+    if (static_cast<int>(prof.layers.size()) != model.size())
+      fail(Exit::bad_input, deck.where("parallel.profile") + ": key 'parallel.profile': " + deck.parallel.profile + " has " +
+                                std::to_string(prof.layers.size()) + " layers, the deck's model " + std::to_string(model.size()),
+           true);
+    if (prof.tensor == t) return prof;
+    if (t == 1 || deck.parallel.tensor > 0)
+      fail(Exit::bad_input, deck.where("parallel.profile") + ": key 'parallel.profile': " + deck.parallel.profile +
+                                " was measured at parallel.tensor = " + std::to_string(prof.tensor) + ", the plan needs " +
+                                std::to_string(t), true);
+  }
+  const int64_t mb = deck.train.batch_size / deck.parallel.microbatches;
+  if (rank == 0) {
+    const std::string part = t > 1 ? ", as part 0 of parallel.tensor = " + std::to_string(t) : "";
+    std::printf("parallel.split = \"auto\": profiling %d layers at microbatch %lld%s%s\n", model.size(),
+                static_cast<long long>(mb), world_size > 1 ? " and the network between ranks" : "", part.c_str());
+    std::fflush(stdout);
+  }
+  Profile p = measure_profile(deck, model, mb, 5, MPI_COMM_WORLD);
+  p.tensor = t;
+  return p;
+}
+
+}  // namespace
+
 std::vector<Recompute> planner_recompute_modes(const Deck& deck) {
   if (set_by_deck(deck, "parallel.recompute")) return {deck.parallel.recompute.values.front()};
   return {Recompute::none, Recompute::selective, Recompute::full};
 }
 
-Deck resolve_auto_split(const Deck& deck, int world_size, std::string* plan_json, const std::string& resume) {
+Deck resolve_auto_split(const Deck& given, int world_size, std::string* plan_json, const std::string& resume) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  Deck deck = given;
+  if (deck.parallel.tensor == 0 && !deck.parallel.split_auto)
+    fail(Exit::bad_input, deck.where("parallel.tensor") + ": key 'parallel.tensor': 0 (the planner's choice) needs "
+                              "parallel.split = \"auto\"", true);
+  if (deck.parallel.tensor == 0 && world_size == 1) deck.parallel.tensor = 1;
   if (world_size == 1) return resolve_one_rank(deck, rank);
   if (!deck.parallel.split_auto) return deck;
   if (Deck d; checkpoint_layout(deck, world_size, resume, rank, d)) return d;
   const DataInfo info = data_info(deck);
-  const Model model(deck, info.shape, info.classes);
   const bool schedule_given = set_by_deck(deck, "parallel.schedule");
   const bool microbatches_given = set_by_deck(deck, "parallel.microbatches");
-  Profile prof;
-  if (!deck.parallel.profile.empty()) {
-    prof = Profile::load(deck.parallel.profile);
-    if (static_cast<int>(prof.layers.size()) != model.size())
-      fail(Exit::bad_input, deck.where("parallel.profile") + ": key 'parallel.profile': " + deck.parallel.profile + " has " +
-                                std::to_string(prof.layers.size()) + " layers, the deck's model " + std::to_string(model.size()),
-           true);
-  } else {
-    const int64_t mb = deck.train.batch_size / deck.parallel.microbatches;
-    if (rank == 0) {
-      std::printf("parallel.split = \"auto\": profiling %d layers at microbatch %lld%s\n", model.size(),
-                  static_cast<long long>(mb), world_size > 1 ? " and the network between ranks" : "");
-      std::fflush(stdout);
-    }
-    prof = measure_profile(deck, model, mb, 5, MPI_COMM_WORLD);
-  }
-  const ClusterModel net = ClusterModel::from_deck(deck, prof);
   PlanOptions o;
   // the memory model with values every rank agrees on: the least budget, the largest base
   const int64_t budget = deck.cluster.memory > 0 ? static_cast<int64_t>(deck.cluster.memory)
                                                  : agreed(memory_budget(deck, ranks_on_node(MPI_COMM_WORLD)).bytes, MPI_MIN);
   o.memory_cap = static_cast<double>(budget);
-  const DeckMemory mem = deck_memory(deck, model, budget, agreed(startup_resident_bytes(), MPI_MAX));
-  o.memory = mem.source, o.memory_shared = mem.shared;
+  const int64_t base = agreed(startup_resident_bytes(), MPI_MAX);
   o.veto = [&deck](const ScheduleDef& def, const Layout& layout) { return tie_conflict(deck, def, layout); };
   if (schedule_given) o.schedules = {deck.parallel.schedule};
   if (microbatches_given) o.microbatches = {static_cast<int>(deck.parallel.microbatches)};
   o.recompute_modes = planner_recompute_modes(deck);
-  const Plan plan = choose_plan(prof, net, world_size, deck.train.batch_size, o);
+  std::vector<TensorCandidate> cands;
+  std::vector<std::unique_ptr<Model>> models;  // the memory sources read them until the plan is made
+  for (int t : tensor_degrees(deck, info, world_size)) {
+    models.push_back(std::make_unique<Model>(deck, info.shape, info.classes, TensorShard{t, 0}));
+    const Model& model = *models.back();
+    TensorCandidate c;
+    c.t = t;
+    c.profile = auto_profile(deck, model, world_size, rank);
+    const DeckMemory mem = deck_memory(deck, model, budget, base);
+    c.memory = mem.source, c.memory_shared = mem.shared;
+    cands.push_back(std::move(c));
+  }
+  const ClusterModel net = ClusterModel::from_deck(deck, cands.front().profile);
+  const Plan plan = choose_tensor_plan(cands, net, world_size, deck.train.batch_size, o);
   if (!plan.ok)
     fail(Exit::bad_input, deck.where("parallel.split") + ": key 'parallel.split': \"auto\" found no plan for " +
                               std::to_string(world_size) + " ranks: " + plan.error, true);
@@ -221,13 +274,17 @@ Deck resolve_auto_split(const Deck& deck, int world_size, std::string* plan_json
   d.parallel.schedule = plan.schedule;
   d.parallel.microbatches = plan.microbatches;
   d.parallel.recompute = PerStage<Recompute>(plan.recompute);
-  for (const char* k : {"parallel.split", "parallel.replicas", "parallel.schedule", "parallel.microbatches", "parallel.recompute"})
+  d.parallel.tensor = plan.tensor;
+  for (const char* k : {"parallel.split", "parallel.replicas", "parallel.schedule", "parallel.microbatches", "parallel.recompute",
+                        "parallel.tensor"})
     d.locations[k] = "the plan of parallel.split = \"auto\" (" + deck.where("parallel.split") + ")";
   if (rank == 0) {
     std::printf("%s", plan.table().c_str());
-    std::printf("plan: %s, split %s, replicas %s, %d microbatch%s, recompute %s; predicted %.3g ms per sample\n",
+    std::printf("plan: %s, split %s, replicas %s, %d microbatch%s, recompute %s, tensor %d; predicted %.3g ms per sample\n",
                 plan.schedule.c_str(), nlohmann::json(plan.split()).dump().c_str(), plan.layout.replication().c_str(),
-                plan.microbatches, plan.microbatches == 1 ? "" : "es", enum_name(plan.recompute), plan.sim.time_per_sample * 1e3);
+                plan.microbatches, plan.microbatches == 1 ? "" : "es", enum_name(plan.recompute), plan.tensor,
+                plan.sim.time_per_sample * 1e3);
+    if (!plan.choice_note.empty()) std::printf("plan: %s\n", plan.choice_note.c_str());
     std::fflush(stdout);
   }
   if (plan_json) *plan_json = plan.to_json();

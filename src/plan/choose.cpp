@@ -66,6 +66,7 @@ PlanCandidate run_candidate(const Profile& p, const ClusterModel& net, const std
   cfg.max_actions = o.sim_budget;
   cfg.memory = o.memory, cfg.memory_shared = o.memory_shared;
   cfg.recompute.assign(static_cast<size_t>(layout.stages()), o.recompute);
+  cfg.tensor = o.tensor;
   c.recompute = o.recompute;
   c.sim = simulate(p, net, cfg);
   if (!c.sim.ok) {
@@ -522,6 +523,31 @@ Plan choose_plan(const Profile& p, const ClusterModel& net, int N, int64_t batch
   plan.recompute = best.recompute;
   plan.choice_note = join_notes(recompute_note(plan, best), margin_note(plan, best, o.batch_growth_margin));
   return plan;
+}
+
+Plan choose_tensor_plan(const std::vector<TensorCandidate>& candidates, const ClusterModel& net, int N, int64_t batch,
+                        PlanOptions o) {
+  Plan best;
+  std::string tried, errors;
+  for (const TensorCandidate& c : candidates) {
+    if (c.t < 1 || N % c.t != 0) continue;
+    o.tensor = c.t, o.memory = c.memory, o.memory_shared = c.memory_shared;
+    Plan p = choose_plan(c.profile, net, N / c.t, batch, o);
+    p.tensor = c.t, p.ranks = N;
+    char b[160];
+    if (p.ok) std::snprintf(b, sizeof b, "t = %d: %.4g ms per sample", c.t, p.sim.time_per_sample * 1e3);
+    else std::snprintf(b, sizeof b, "t = %d: no plan", c.t);
+    tried += (tried.empty() ? "" : ", ") + std::string(b);
+    if (!p.ok) errors += "\n  t = " + std::to_string(c.t) + ": " + p.error;
+    if (p.ok && (!best.ok || p.sim.time_per_sample < best.sim.time_per_sample)) best = std::move(p);
+  }
+  if (!best.ok) {
+    best.ranks = N;
+    best.error = "no tensor-parallel degree gives a plan:" + errors;
+    return best;
+  }
+  best.choice_note = join_notes(best.choice_note, "parallel.tensor = " + std::to_string(best.tensor) + " (" + tried + ")");
+  return best;
 }
 
 int64_t PlanCandidate::samples_per_update() const {

@@ -76,6 +76,7 @@ std::string Plan::to_json() const {
     j["error"] = error;
   } else {
     j["schedule"] = schedule;
+    j["tensor"] = tensor;
     j["recompute"] = enum_name(recompute);
     j["microbatches"] = microbatches;
     j["microbatch_size"] = schedule_def(schedule).unit_size(batch_size, microbatches);
@@ -141,6 +142,7 @@ std::string Plan::table() const {
   o << "plan for " << ranks << " ranks, " << layers << " layers, minibatch " << batch_size << "; memory cap "
     << (memory_cap > 0 ? bytes_str(memory_cap) : std::string("none")) << "\n";
   o << "cluster: " << cluster << "\n";
+  if (tensor > 1) o << "parallel.tensor = " << tensor << ": the layout's " << ranks / tensor << " ranks are groups of " << tensor << "\n";
   if (!ok) {
     o << "NO PLAN: " << error << "\n";
   }

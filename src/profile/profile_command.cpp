@@ -91,7 +91,7 @@ int cmd_profile(const ProfileArgs& a) {
   const Deck deck = load_deck(a.deck, a.sets);
   const DataInfo info = data_info(deck);
   // the whole chain, whatever the deck's split; under parallel.tensor = t part 0 of each split layer
-  const Model model(deck, info.shape, info.classes, TensorShard{static_cast<int>(deck.parallel.tensor), 0});
+  const Model model(deck, info.shape, info.classes, TensorShard{std::max(1, static_cast<int>(deck.parallel.tensor)), 0});
   const int64_t mb = a.microbatch > 0 ? a.microbatch : deck.train.batch_size / deck.parallel.microbatches;
   Profile p = measure_profile(deck, model, mb, a.reps, MPI_COMM_WORLD);
   if (rank == 0) {

@@ -125,10 +125,14 @@ CostModel make_cost_model(const Profile& p, const ClusterModel& c, const SimConf
       default: return 0.0;
     }
   };
-  m.transfer = [st, scale, c](int src, int dst, const Action& a) {
+  const int tp = cfg.tensor;
+  m.transfer = [st, scale, c, tp](int src, int dst, const Action& a) {
     const StageSums& t = st[static_cast<size_t>(a.stage)];
     const double bytes = (a.op == Op::send_act ? t.out : t.in) * scale;
-    return c.p2p_seconds(c.level_of(std::min(src, dst), std::max(src, dst)), bytes);
+    // under parallel.tensor each tensor rank sends its 1/t part and the receivers all-gather
+    // (half a ring allreduce's traffic)
+    const double gather = tp > 1 ? 0.5 * c.allreduce_seconds(0, tp, bytes) : 0.0;
+    return c.p2p_seconds(c.level_of(std::min(src, dst), std::max(src, dst)), bytes / tp) + gather;
   };
   std::vector<double> ar;
   for (int s = 0; s < L.stages(); ++s) {

@@ -1,6 +1,7 @@
 // `pipetrain simulate`: replay a configuration (the deck's, a plan.json, or a measured
 // run's) with the profile's costs; print the prediction, optionally a Chrome trace and the
 // comparison with the measured run.
+#include <algorithm>
 #include <mpi.h>
 
 #include <cstdio>
@@ -65,7 +66,7 @@ int cmd_simulate(const SimulateArgs& a) {
   } else if (in.deck) {
     if (a.ranks <= 0) fail(Exit::bad_input, "command line: simulate: --ranks N is required", true);
     cfg.def = &schedule_def(in.deck->parallel.schedule);
-    cfg.tensor = static_cast<int>(in.deck->parallel.tensor);
+    cfg.tensor = std::max(1, static_cast<int>(in.deck->parallel.tensor));  // 0 (the planner's): as 1 here
     if (a.ranks % cfg.tensor != 0)
       fail(Exit::bad_input, "command line: --ranks " + std::to_string(a.ranks) + " is not a multiple of parallel.tensor = " +
                                 std::to_string(cfg.tensor), true);

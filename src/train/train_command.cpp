@@ -53,7 +53,7 @@ DataSplit open_data_everywhere(const Deck& deck, int rank) {
 }
 
 // parallel.tensor: it must divide the ranks, and what does not work with it yet is refused
-// by key (issue 25: an asynchronous stage's own clipping norm over parts, "auto" choosing t).
+// by key (issue 25: an asynchronous stage's own clipping norm over parts).
 int tensor_parts(const Deck& deck, int world_size) {
   const int t = static_cast<int>(deck.parallel.tensor);
   auto refuse = [&](const std::string& key, const std::string& why) {
@@ -66,9 +66,6 @@ int tensor_parts(const Deck& deck, int world_size) {
     refuse("train.clip_grad_norm", "gradient clipping with parallel.tensor = " + std::to_string(t) + " under " +
                                        deck.parallel.schedule + " is not supported yet (each stage's own norm over its "
                                        "parts); use a flush schedule (1f1b, gpipe, zb-*)");
-  if (t > 1 && deck.parallel.split_auto)
-    refuse("parallel.split", "\"auto\" with parallel.tensor = " + std::to_string(t) +
-                                 " is not supported yet: give the split for the world size / tensor ranks");
   return t;
 }
 
@@ -132,8 +129,8 @@ void Trainer::setup() {
   int world_size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   deck_ = load_deck(args_.deck, args_.sets);
+  deck_ = resolve_auto_split(deck_, world_size, &plan_json_, args_.resume);  // parallel.split = "auto" (and tensor = 0)
   const int t = tensor_parts(deck_, world_size);
-  deck_ = resolve_auto_split(deck_, world_size, &plan_json_, args_.resume);  // parallel.split = "auto"
   grid_ = split_tensor_grid(MPI_COMM_WORLD, t);
   setup_ = TrainSetup::from_deck(deck_, world_size / t, TensorShard{t, grid_.rank});
   int rank = 0;
@@ -233,6 +230,7 @@ void Trainer::build_stages() {
   std::vector<StageRuntime*> rts;
   for (auto& r : stages_) rts.push_back(r.get());
   ex_ = std::make_unique<Executor>(*ctx_, rts, *be_, *data_.train, *data_.test, cfg);
+  if (tensor_ && deck_.run.device == Device::cuda) tensor_->use_transport(&ex_->transport());
   eval_ir_ = std::make_unique<Schedule>(make_eval_schedule(setup_.layout, (data_.test->size() + eval_mb - 1) / eval_mb));
   if (std::string err = validate(*eval_ir_); !err.empty()) fail(Exit::internal, "evaluation schedule invalid: " + err);
 }

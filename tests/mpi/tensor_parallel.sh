@@ -14,14 +14,16 @@
 # typically); averaged over every token of the loss and carried through 50 AdamW steps the
 # measured per-step difference is about 1e-7 (see docs/ARCHITECTURE.md), so 1e-5 is the
 # issue's bound with two orders of margin.
-# Also: a repeated t = 2 run is bitwise identical (the group's sum is added in rank order);
+# Also: a repeated t = 2 run is bitwise identical (the group's sum is added in rank order),
+# and so is t = 2 x p = 2 against t = 2, with half the point-to-point bytes of a t = 1
+# pipeline (the scatter/gather of messages);
 # --stop-at-step then --resume at t = 2 continues bitwise; resuming onto another t (2 -> 1,
 # 1 -> 2, 2 -> 4) loads bitwise the checkpoint's weights and continues within 1e-5; clipping at t = 2 (the norm over parts
 # and replicated tensors) gives every step's loss and grad_norm within 1e-5 of one process;
 # the PyTorch twin agrees with the t = 2 run within 1e-5; gpt2_small at t = 2 takes 2 steps
 # within 1e-5 of one process in fp32 and completes in bf16; and bad grids (t not dividing
 # the ranks or the heads, clipping under an asynchronous schedule) are refused with the key
-# named (exit 2). About 2.5 minutes on 2 cores.
+# named (exit 2); parallel.tensor = 0 plans t with split = "auto". About 5 minutes on 2 cores.
 set -u
 source "$(dirname "$0")/lib.sh"
 out=$(mktemp -d /tmp/pt_tensor.XXXXXX)
@@ -76,6 +78,14 @@ weights_within "$out/ref" "$out/t2"
 weights_within "$out/ref" "$out/t2p2"
 weights_within "$out/ref20" "$out/t2p2d2"
 same_losses "$out/t2" "$out/t2_again"
+# Megatron's scatter/gather: between the t = 2 stages each tensor rank sends half of every
+# message and the receivers all-gather; the result is the unsplit message exactly (t = 2 x
+# p = 2 gives t = 2's losses bit for bit) at half the point-to-point bytes of a t = 1 pipeline
+train "$out" p2 2 "${base[@]}" --set train.max_steps=20 --set parallel.split=[4]
+same_losses "$out/t2" "$out/t2p2"
+p2p() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_p2p_per_sample'])" "$1/summary.json"; }
+expect "t = 2 x p = 2 sends half the p2p bytes per sample of p = 2 ($(p2p "$out/t2p2") vs $(p2p "$out/p2"))" \
+  python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(not (b > 0 and a == b / 2))" "$(p2p "$out/t2p2")" "$(p2p "$out/p2")"
 compare "$out/t2/weights.h5" "$out/t2_again/weights.h5" 0
 
 # resume at t = 2 continues bitwise
@@ -134,6 +144,14 @@ import json, sys
 n = [{j["step"]: j["grad_norm"] for j in map(json.loads, open(d + "/metrics.jsonl")) if j.get("type") == "step"} for d in sys.argv[1:]]
 sys.exit(not (len(n[0]) == 20 and all(abs(n[0][k] - n[1][k]) <= 1e-5 * n[0][k] for k in n[0]) and min(n[0].values()) > 0.05))
 EOF
+
+# parallel.tensor = 0: split = "auto" plans every t the heads allow (here 1 and 2, each
+# profiled as one part) and says which it chose and why; without "auto" 0 is refused
+train "$out" auto_t 2 "${base[@]}" --set train.max_steps=3 --set parallel.split='"auto"' --set parallel.tensor=0
+expect "tensor = 0 plans t = 1 and t = 2 and names its choice" \
+  grep -qE '^plan: parallel.tensor = [12] \(t = 1: .* ms per sample, t = 2: .* ms per sample\)' "$out/auto_t.log"
+refuse bad_auto 2 "key 'parallel.tensor': 0 (the planner's choice) needs parallel.split" \
+  --set parallel.split=[] --set parallel.tensor=0
 
 # the PyTorch twin against the t = 2 run
 PY=${PT_PYTHON:-/usr/bin/python3}

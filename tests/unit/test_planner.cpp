@@ -583,3 +583,64 @@ TEST(Planner, TriesEveryRecomputeModeWhenNoSplitFitsWithout) {
 
 }  // namespace
 }  // namespace pt
+
+namespace pt {
+
+// parallel.tensor = 0 with split = "auto" (issue 25): t is chosen beside the rest. A chain of
+// 3 layers whose middle layer alone (weights, AdamW state, what it keeps per unit) exceeds the
+// per-rank cap: no pipeline split of 2 ranks fits (some stage holds that layer whole) and no
+// recomputation is allowed, while its half under t = 2 (one part's profile: times, bytes and
+// parameters halved, 2 sums each way) fits on one stage of 2 tensor ranks.
+TEST(Planner, ChoosesTensorParallelismWhenNoPipelineSplitFits) {
+  Profile whole = synthetic_chain(3, 7);
+  whole.input_bytes = 1e5;
+  for (LayerProfile& l : whole.layers) l.output_bytes = 1e6, l.stash_bytes = 2e6, l.param_bytes = 1e6, l.optimizer_bytes = 2e6;
+  LayerProfile& big = whole.layers[1];
+  big.param_bytes = 4e8, big.optimizer_bytes = 8e8, big.stash_bytes = 1e8;
+  Profile part = whole;
+  part.tensor = 2;
+  LayerProfile& half = part.layers[1];
+  half.forward_s /= 2, half.backward_s /= 2, half.backward_weight_s /= 2;
+  half.param_bytes /= 2, half.optimizer_bytes /= 2, half.stash_bytes /= 2;
+  half.tensor_sums = 2, half.tensor_sum_bytes = 2 * half.output_bytes;
+  const ClusterModel net = ClusterModel::single(1e10, 1e-6);
+  PlanOptions o;
+  o.schedules = {"1f1b"};
+  o.microbatches = {2};
+  o.baselines = false;
+  o.recompute_modes = {Recompute::none};
+  // the whole layer: 1.6 GB of weights, gradient and AdamW state and 0.8 GB per unit it keeps
+  // (1e8 per sample, 8 samples), 2.4 GB at least on any stage; its half: 1.63 GB with 2 units
+  o.memory_cap = 2.0e9;
+  std::vector<TensorCandidate> cands(2);
+  cands[0].t = 1, cands[0].profile = whole;
+  cands[1].t = 2, cands[1].profile = part;
+  const Plan only1 = choose_tensor_plan({cands[0]}, net, 2, 16, o);
+  EXPECT_FALSE(only1.ok) << "a pipeline split alone should not fit";
+  const Plan p = choose_tensor_plan(cands, net, 2, 16, o);
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.tensor, 2);
+  EXPECT_EQ(p.layout.ranks(), 1) << "one stage, its rank a group of 2";
+  EXPECT_EQ(p.ranks, 2);
+  EXPECT_LE(p.sim.max_memory, o.memory_cap);
+  EXPECT_NE(p.choice_note.find("parallel.tensor = 2 (t = 1: no plan, t = 2:"), std::string::npos) << p.choice_note;
+  EXPECT_NE(p.to_json().find("\"tensor\": 2"), std::string::npos);
+  // without the cap both are planned and the faster wins: here halving the big layer beats
+  // the 2-stage pipeline's bubble; on a network 10^4 times slower its sums cost more than that
+  o.memory_cap = 0;
+  const Plan fast = choose_tensor_plan(cands, net, 2, 16, o);
+  ASSERT_TRUE(fast.ok) << fast.error;
+  EXPECT_EQ(fast.tensor, 2) << fast.choice_note;
+  const Plan slow = choose_tensor_plan(cands, ClusterModel::single(1e6, 1e-6), 2, 16, o);
+  ASSERT_TRUE(slow.ok) << slow.error;
+  EXPECT_EQ(slow.tensor, 1) << slow.choice_note;
+  // the sums are costed: t = 2's prediction includes them (a part without them is faster)
+  Profile nosums = part;
+  nosums.layers[1].tensor_sums = 0, nosums.layers[1].tensor_sum_bytes = 0;
+  o.tensor = 2;
+  const Plan with = choose_plan(part, net, 1, 16, o), without = choose_plan(nosums, net, 1, 16, o);
+  ASSERT_TRUE(with.ok && without.ok);
+  EXPECT_GT(with.sim.time_per_minibatch, without.sim.time_per_minibatch);
+}
+
+}  // namespace pt

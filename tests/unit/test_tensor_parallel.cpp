@@ -64,6 +64,7 @@ class ThreadGroup {
       std::copy(s.begin(), s.end(), x);
     }
     void gather(const double*, double*, int64_t) const override { FAIL() << "not used by layers"; }
+    void allgather(Backend&, float*, int64_t, int64_t) const override { FAIL() << "not used by layers"; }
   };
   Rank rank(int r) { return Rank(this, r); }
 
