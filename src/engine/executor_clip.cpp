@@ -6,7 +6,8 @@
 // exact in any order) through one host allreduce over all ranks, and every stage of the
 // group scales by the same coefficient. Under parallel.tensor a split tensor's entry is the
 // sum of its parts over the tensor group (gathered, added in tensor-rank order), a replicated
-// one's counted once. An asynchronous stage clips its own update against
+// one's counted once, and the skip of a non-finite update is the group's (any part's skips
+// every part). An asynchronous stage clips its own update against
 // its share of the threshold (docs/ARCHITECTURE.md, "Gradient clipping").
 #include <algorithm>
 #include <cmath>
@@ -28,6 +29,12 @@ void Executor::reduce_group(StageRuntime& r, const Action& a) {
     r.group.loss = l;
   }
   r.group.skip = cfg_.skip_nonfinite && (r.group.nonfinite || !be_.all_finite(n, r.grads.data()));
+  if (cfg_.skip_nonfinite && cfg_.tensor && cfg_.tensor->size() > 1) {  // a part's non-finite gradient skips every part
+    const double mine = r.group.skip ? 1.0 : 0.0;
+    std::vector<double> all(static_cast<size_t>(cfg_.tensor->size()));
+    cfg_.tensor->gather(&mine, all.data(), 1);
+    r.group.skip = std::any_of(all.begin(), all.end(), [](double v) { return v != 0.0; });
+  }
   apply_ties({Op::optimizer_step, static_cast<int16_t>(r.id), a.mb, -1, -1});
   r.group.reduced = true;
 }

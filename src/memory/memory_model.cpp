@@ -143,7 +143,9 @@ void add_rank_terms(RankMemory& m, const std::vector<const StageFootprint*>& hel
   m[C::workspace] += kernel + R(pad) + Rv(scratch);
   int64_t outputs = 0;
   const int64_t remote = s.largest_stage_params > 0 ? s.largest_stage_params : std::max<int64_t>(0, s.model_params - held_params);
-  if (role.reporter) outputs = Rv(s.model_params * 4) + Rv(remote * 4) + Rv(s.tensor_whole * 4);
+  // the reporter's own parts and a remote stage's at once; then (tensor rank 0) the whole
+  // tensors replacing its parts layer by layer, beside one split layer's gathered parts
+  if (role.reporter) outputs = std::max(Rv(s.model_params * 4) + Rv(remote * 4), Rv(s.tensor_whole * 4));
   else if (role.replica0) outputs = own;
   m[C::snapshots] += std::max(s.checkpoints ? ckpt + own : 0, outputs);
 }

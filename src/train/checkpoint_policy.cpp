@@ -14,7 +14,7 @@ namespace pt {
 CheckpointPolicy::CheckpointPolicy(const Deck& deck, const TrainArgs& args, const ParallelContext& ctx, int64_t stride, size_t lag,
                                    const volatile std::sig_atomic_t* signal)
     : deck_(deck), args_(args), ctx_(ctx), stride_(stride), lag_(lag), signal_(signal), last_time_(now_s()) {
-  MPI_Comm_dup(ctx.world(), &control_);
+  MPI_Comm_dup(ctx.job(), &control_);  // every tensor rank too: all agree on each cut
 }
 
 CheckpointPolicy::~CheckpointPolicy() {
