@@ -47,6 +47,15 @@ struct ParamTensor {
 void take_shard(const ParamTensor& p, int t, int k, const float* full, float* shard);
 void place_shard(const ParamTensor& p, int t, int k, const float* shard, float* full);
 
+class Layer;
+// The same over a whole layer (every tensor of Layer::params), between its whole form
+// (layout of `whole`, the layer of one process) and the parts of a split: `part`'s own part
+// (its LayerSpec::tensor_parts and tensor_rank) taken from the whole layer's values, and the
+// whole laid out from every rank's part (parts[k], rank k's; a part has the same layout on
+// every rank). A layer that does not split is copied whole (from parts[0]).
+void take_layer_part(const Layer& part, const Layer& whole, const float* whole_values, float* out);
+void place_layer_parts(const Layer& part, const Layer& whole, const std::vector<const float*>& parts, float* out);
+
 // The tensor group of a stage replica (parallel.tensor = t): the t ranks that each hold one
 // part of the split layers' weights and run the same units in the same order. Layers reach
 // it through LayerCtx::tensor (null: t = 1). sum() is the all-reduce of Megatron's f and g

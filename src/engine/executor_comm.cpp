@@ -57,8 +57,13 @@ Executor::WirePart Executor::wire_part(size_t words) const {
 
 // Start sending n floats of m's buffer (this tensor rank's part of them), packed into its
 // wire copy first where it has one (bf16); returns the bytes on the wire.
+namespace {
+// Words on the wire of n floats in m: packed two per word when it has a wire copy (bf16).
+size_t wire_words(const MessageBuffer& m, int64_t n) { return static_cast<size_t>(m.wire ? (n + 1) / 2 : n); }
+}  // namespace
+
 int64_t Executor::isend_message(const MessageBuffer& m, int64_t n, int peer, int t) {
-  const size_t words = static_cast<size_t>(m.wire ? (n + 1) / 2 : n);
+  const size_t words = wire_words(m, n);
   if (m.wire) be_.pack_bf16(static_cast<size_t>(n), m.data, m.wire->data());
   const WirePart p = wire_part(words);
   tr_->isend(m.words() + p.off, p.len, peer, t, ctx_.p2p(), m.req);
@@ -68,10 +73,11 @@ int64_t Executor::isend_message(const MessageBuffer& m, int64_t n, int peer, int
 // A receive has completed: into m's buffer itself, or into its wire copy (bf16) then unpacked
 // to n floats; under parallel.tensor the tensor group then gathers the other ranks' parts.
 void Executor::finish_message(const MessageBuffer& m, int64_t n) {
-  const WirePart p = wire_part(static_cast<size_t>(m.wire ? (n + 1) / 2 : n));
+  const size_t words = wire_words(m, n);
+  const WirePart p = wire_part(words);
   tr_->finish_recv(m.words() + p.off);
   if (m.wire) be_.unpack_bf16(static_cast<size_t>(n), m.wire->data(), m.data);
-  if (p.chunk < static_cast<size_t>(m.wire ? (n + 1) / 2 : n))
+  if (p.chunk < words)
     cfg_.tensor->allgather(be_, m.data, n, static_cast<int64_t>(m.wire ? 2 * p.chunk : p.chunk));
 }
 

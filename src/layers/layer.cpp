@@ -96,6 +96,29 @@ void place_shard(const ParamTensor& p, int t, int k, const float* shard, float* 
   shard_runs(p, t, k, [&](int64_t f, int64_t s, int64_t n) { std::copy(shard + s, shard + s + n, full + f); });
 }
 
+namespace {
+// The tensors of a part and of the whole layer, pairwise.
+std::pair<std::vector<ParamTensor>, std::vector<ParamTensor>> paired_tensors(const Layer& part, const Layer& whole) {
+  std::pair<std::vector<ParamTensor>, std::vector<ParamTensor>> t{part.params(), whole.params()};
+  PT_CHECK(t.first.size() == t.second.size(), "layer " << part.index() << ": its part and the whole differ in tensors");
+  return t;
+}
+}  // namespace
+
+void take_layer_part(const Layer& part, const Layer& whole, const float* whole_values, float* out) {
+  const auto [ps, ws] = paired_tensors(part, whole);
+  for (size_t i = 0; i < ps.size(); ++i)
+    take_shard(ps[i], part.spec().tensor_parts, part.spec().tensor_rank, whole_values + ws[i].offset, out + ps[i].offset);
+}
+
+void place_layer_parts(const Layer& part, const Layer& whole, const std::vector<const float*>& parts, float* out) {
+  const auto [ps, ws] = paired_tensors(part, whole);
+  const int t = part.spec().tensor_parts;
+  PT_CHECK(static_cast<int>(parts.size()) >= t, "layer " << part.index() << ": " << parts.size() << " parts of " << t);
+  for (size_t i = 0; i < ps.size(); ++i)
+    for (int k = 0; k < t; ++k) place_shard(ps[i], t, k, parts[static_cast<size_t>(k)] + ps[i].offset, out + ws[i].offset);
+}
+
 namespace layers {
 
 void init_uniform(float* host, int64_t count, float bound, uint64_t seed, int layer, int tensor) {
@@ -155,10 +178,7 @@ void init_part_of_whole(const Layer& l, float* host, uint64_t seed) {
   const std::unique_ptr<Layer> w = make_layer(whole, l.in_shape(), "the same input");
   std::vector<float> all(static_cast<size_t>(w->num_params()));
   w->init_params(all.data(), seed);
-  const std::vector<ParamTensor> mine = l.params(), full = w->params();
-  PT_CHECK(mine.size() == full.size(), "layer " << l.index() << ": its part and the whole differ in tensors");
-  for (size_t i = 0; i < mine.size(); ++i)
-    take_shard(mine[i], l.spec().tensor_parts, l.spec().tensor_rank, all.data() + full[i].offset, host + mine[i].offset);
+  take_layer_part(l, *w, all.data(), host);
 }
 void RowLinear::backward_weight(const LayerCtx& c, CView x, CView dy, float* dw, int64_t rows) const {
   c.be.gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in, c.precision);

@@ -34,16 +34,11 @@ MemoryShared shared_terms(const Deck& deck, const Model& model, int64_t data_byt
   sh.mid_segment = every || resuming;
   sh.model_params = model.num_params(0, model.size());
   if (model.shard().parts > 1 && model.shard().rank == 0) {  // weights.h5's whole tensors (run_outputs.cpp)
-    int64_t whole = 0, gather = 0;
-    for (int l = 0; l < model.size(); ++l) {
-      for (const ParamTensor& p : model.layer(l).params()) {
-        int64_t n = 1;
-        for (int64_t d : p.full_shape.empty() ? p.shape : p.full_shape) n *= d;
-        whole += n;
-      }
+    const Model whole(deck, model.input_shape(), model.classes());
+    int64_t gather = 0;
+    for (int l = 0; l < model.size(); ++l)
       if (model.layer(l).spec().tensor_parts > 1) gather = std::max(gather, model.layer(l).num_params() * model.shard().parts);
-    }
-    sh.tensor_whole = whole + gather;
+    sh.tensor_whole = whole.num_params(0, whole.size()) + gather;
   }
   return sh;
 }

@@ -182,12 +182,10 @@ std::vector<std::vector<float>> whole_weights(const RunOutputs& o, std::vector<s
                 o.grid.tensor, &req);
     o.ctx.wait(&req, [&] { return "the tensor group's parts of layer " + std::to_string(l) + " for weights.h5"; });
     if (me != 0) continue;
+    std::vector<const float*> from;
+    for (int k = 0; k < t; ++k) from.push_back(all.data() + static_cast<size_t>(k) * v.size());
     v.assign(static_cast<size_t>(whole.layer(l).num_params()), 0.0f);
-    const std::vector<ParamTensor> ps = mine.params(), ws = whole.layer(l).params();
-    for (size_t i = 0; i < ps.size(); ++i)
-      for (int k = 0; k < t; ++k)
-        place_shard(ps[i], t, k, all.data() + static_cast<size_t>(k) * static_cast<size_t>(mine.num_params()) + ps[i].offset,
-                    v.data() + ws[i].offset);
+    place_layer_parts(mine, whole.layer(l), from, v.data());
   }
   if (me != 0) parts.assign(parts.size(), {});
   return parts;
