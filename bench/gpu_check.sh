@@ -9,7 +9,7 @@
 #      1 rank and on 2 ranks sharing the GPU (1f1b with 4 microbatches, and pipedream), and
 #      the same runs on the CPU for CPU_STEPS steps (default 60: a rate needs fewer), and
 #      prints samples/s for each,
-#   6. tensor parallelism: tinygpt at t = 1 and t = 2 (both tensor ranks on device 0),
+#   6. tensor parallelism: tinygpt at t = 1 and t = 2 (device = node-local rank mod GPUs),
 #   5. the bf16 pass (docs/PRECISION.md): the CudaBf16* unit tests by name (cuBLAS GemmEx and
 #      cuDNN bf16 against the host's oneDNN bf16), both precisions' 1024^3 matmul peak of the
 #      GPU and of the CPU (pipetrain profile prints them), and, when the decks have
@@ -131,10 +131,10 @@ else
 fi
 
 section "tensor parallelism (parallel.tensor, issue 25): tinygpt t = 1 on 1 rank, t = 2 on 2 ranks"
-# Every rank uses device 0 (make_cuda_backend(0)): with one GPU the two tensor ranks share it,
-# which checks the split layers and the tensor sums (staged through the host) on device
-# buffers, not a speed-up; a machine with 2 GPUs would need per-rank device selection first.
-echo "  GPUs: $(nvidia-smi -L 2>/dev/null | wc -l); both tensor ranks on device 0 (no per-rank device selection yet)"
+# Each rank takes device (node-local rank) mod (visible GPUs) (cuda::choose_device): with 2
+# GPUs the two tensor ranks have one each; with one they share it, which checks the split
+# layers and the tensor sums (the transport's allreduce) on device buffers, not a speed-up.
+echo "  GPUs: $(nvidia-smi -L 2>/dev/null | wc -l); tensor rank k on device k mod that"
 tcorpus="$out/tensor_corpus.txt"
 cat $(ls -d /usr/share/games/fortunes/* 2>/dev/null | grep -v "\.") 2>/dev/null | head -c 65536 >"$tcorpus"
 [ -s "$tcorpus" ] || head -c 65536 /dev/urandom | base64 >"$tcorpus"

@@ -184,7 +184,9 @@ int run_emulate(Cli& cli) {
 // Options shared by plan and simulate (PlannerArgs).
 Flags planner_flags(Cli& cli, pt::PlannerArgs& p) {
   return deck_flags(cli, p) + Flags{{"--ranks", [&] { p.ranks = static_cast<int>(cli.number("--ranks")); }},
-                                    {"--profile", [&] { p.profile = cli.next("--profile"); }},
+                                    {"--profile", [&] {
+                                       (p.profile.empty() ? p.profile : p.more_profiles.emplace_back()) = cli.next("--profile");
+                                     }},
                                     {"--bandwidth", [&] { p.bandwidths.push_back(cli.next("--bandwidth")); }},
                                     {"--latency", [&] { p.latency = cli.real("--latency"); }},
                                     {"--memory", [&] { p.memory = cli.real("--memory"); }},
@@ -234,6 +236,7 @@ int run_simulate(Cli& cli) {
                                                 {"--trace", [&] { s.trace = cli.next("--trace"); }}};
   if (!parse(cli, "simulate", f, deck_positional(s))) return 0;
   if (s.deck.empty() && s.profile.empty()) usage_error("simulate: give a deck or --profile FILE");
+  if (!s.more_profiles.empty()) usage_error("simulate: one --profile FILE (plan takes one per parallel.tensor)");
   return pt::cmd_simulate(s);
 }
 

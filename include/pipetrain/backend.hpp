@@ -218,13 +218,17 @@ class Backend {
   virtual void causal_softmax_forward(int64_t batches, int64_t T, const float* s, float* p) = 0;
   // ds = p * (dp - sum_j p * dp) row by row (0 above the diagonal); ds may alias dp.
   virtual void causal_softmax_backward(int64_t batches, int64_t T, const float* p, const float* dp, float* ds) = 0;
-  // y[s, t, :] = wte[tokens[s, t], :] + wpe[t, :] (tokens are exact floats in [0, V)).
-  virtual void embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* wte,
-                                 const float* wpe, float* y) = 0;
-  // dwte[tokens[s, t], :] += dy[s, t, :] and dwpe[t, :] += dy[s, t, :], every element's
-  // additions in (s, t) order on every backend (deterministic, no atomics).
-  virtual void embedding_backward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* dy, float* dwte,
-                                  float* dwpe) = 0;
+  // y[s, t, :] = wte[tokens[s, t], :] + wpe[t, :] (tokens are exact floats in [0, V)). A
+  // vocabulary-parallel part holds the rows [v0, v0 + rows) of the token table (wte: its
+  // row 0 is token v0): a token outside them adds nothing, and wpe may be null (no position
+  // term). The whole table is v0 = 0, rows = V.
+  virtual void embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, int64_t v0, int64_t rows,
+                                 const float* wte, const float* wpe, float* y) = 0;
+  // dwte[tokens[s, t] - v0, :] += dy[s, t, :] (tokens in the part's rows only) and
+  // dwpe[t, :] += dy[s, t, :], every element's additions in (s, t) order on every backend
+  // (deterministic, no atomics).
+  virtual void embedding_backward(int64_t n, int64_t T, int64_t D, const float* tokens, int64_t v0, int64_t rows,
+                                  const float* dy, float* dwte, float* dwpe) = 0;
   // y[r] = mean of x[r, 0..cols) (global average pooling, per-sample mean of token losses);
   // backward: dx[r, c] = dy[r] / cols.
   virtual void mean_rows(int64_t rows, int64_t cols, const float* x, float* y) = 0;

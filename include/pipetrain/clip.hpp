@@ -29,9 +29,11 @@ int norm_tensor_count(const Model& model);
 // head's mirror of the embedding matrix (the tied tensor counts once, at the embedding,
 // after the two gradients are summed).
 std::vector<NormTensor> norm_tensors(const Stage& stage);
-// Floats of these tensors.
-int64_t norm_floats(const std::vector<NormTensor>& tensors);
-// The model's floats that count (a stage's share of the threshold divides by it).
+// Floats of these tensors, of the whole tensors under parallel.tensor = t (split: the
+// model's split_tensors; a split tensor's part counts t times).
+int64_t norm_floats(const std::vector<NormTensor>& tensors, const std::vector<bool>& split = {}, int t = 1);
+// The model's floats that count (a stage's share of the threshold divides by it), of the
+// whole tensors when the model is a tensor-parallel part.
 int64_t model_norm_floats(const Model& model);
 // sums[t.index] = sum of squares of the stage's gradient over tensor t, for each t.
 void sums_of_squares(Backend& be, const float* grads, const std::vector<NormTensor>& tensors, std::vector<double>& sums);

@@ -41,6 +41,8 @@ struct ProfileArgs : DeckArgs {
 struct PlannerArgs : DeckArgs {
   int ranks = 0;
   std::string profile;                  // profile.json or graph.txt
+  // plan: --profile given again, one profile per tensor degree (Profile::tensor): t is planned
+  std::vector<std::string> more_profiles;
   std::vector<std::string> bandwidths;  // --bandwidth B[:RANKS], one per level, innermost first
   double latency = 0;                   // --latency seconds per message, every --bandwidth level
   double memory = -1;                   // --memory bytes per rank (-1: the deck's cluster.memory)

@@ -67,6 +67,9 @@ class TensorGroup {
   virtual int size() const = 0;
   virtual int rank() const = 0;
   virtual void sum(Backend& be, float* x, int64_t count) const = 0;
+  // x <- its elementwise maximum over the group (order-free: every rank the same bits); the
+  // vocabulary-parallel head's row maxima.
+  virtual void max(Backend& be, float* x, int64_t count) const = 0;
   // all[k * count + i] = rank k's mine[i] (host memory): the gradient norm's per-tensor sums.
   virtual void gather(const double* mine, double* all, int64_t count) const = 0;
   // x (count floats in backend memory) holds this rank's part [k part, (k + 1) part) (the last

@@ -94,7 +94,8 @@ class Transport;  // transport.hpp
 // transport (use_transport: the CUDA backend's), it sums the device buffer in place through
 // the transport's allreduce instead: NCCL under parallel.allreduce = "nccl", else MPI
 // (CUDA-aware or staged); at t = 2 both ranks add the same two values, so they agree bitwise.
-// bytes(): what it sent.
+// max() stages through host memory on every backend (MPI_MAX: order-free; a few floats per
+// token). bytes(): what it sent.
 class MpiTensorGroup final : public TensorGroup {
  public:
   MpiTensorGroup(const TensorGrid& grid, const ParallelContext& ctx) : grid_(grid), ctx_(ctx) {}
@@ -102,6 +103,7 @@ class MpiTensorGroup final : public TensorGroup {
   int size() const override { return grid_.parts; }
   int rank() const override { return grid_.rank; }
   void sum(Backend& be, float* x, int64_t count) const override;
+  void max(Backend& be, float* x, int64_t count) const override;
   void gather(const double* mine, double* all, int64_t count) const override;
   void allgather(Backend& be, float* x, int64_t count, int64_t part) const override;
   int64_t bytes() const { return bytes_; }

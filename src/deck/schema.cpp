@@ -127,7 +127,8 @@ std::vector<Key<Deck>> parallel_keys() {
            "microbatches per minibatch (flush schedules and 2bw); must divide train.batch_size"),
        key("tensor", &P::tensor, 1, key_between(0, 1024),
            "tensor parallelism: ranks per tensor group, adjacent in rank order; attention and transformer_block layers "
-           "split their heads and MLP across them (Megatron's column/row split), other layers are replicated; the "
+           "split their heads and MLP across them (Megatron's column/row split), embedding and lm_head their "
+           "vocabulary, linear layers by their `tensor` key; other layers are replicated; the "
            "layout then places world size / tensor ranks (docs/ARCHITECTURE.md \"Tensor parallelism\"); 0 = auto: with "
            "split = \"auto\" the planner chooses it among the divisors of the ranks the model's heads allow"),
        key("profile", &P::profile, "", "split = \"auto\": read this profile.json instead of profiling"),

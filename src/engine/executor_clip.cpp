@@ -7,8 +7,10 @@
 // group scales by the same coefficient. Under parallel.tensor a split tensor's entry is the
 // sum of its parts over the tensor group (gathered, added in tensor-rank order), a replicated
 // one's counted once, and the skip of a non-finite update is the group's (any part's skips
-// every part). An asynchronous stage clips its own update against
-// its share of the threshold (docs/ARCHITECTURE.md, "Gradient clipping").
+// every part). An asynchronous stage clips its own update against its share of the
+// threshold (docs/ARCHITECTURE.md, "Gradient clipping"); under parallel.tensor its norm is
+// that of its whole tensors (its split tensors' sums gathered over the group), and its share
+// counts whole tensors, so a part clips as the unsplit stage does.
 #include <algorithm>
 #include <cmath>
 
@@ -17,6 +19,24 @@
 #include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
+
+namespace {
+// A stage's own gradient norm (an asynchronous update): its tensors' sums of squares, under
+// parallel.tensor the split ones summed over the group, added in index order.
+// sums and parts: scratch of the model's tensor count (and t times it).
+double own_stage_norm(Backend& be, const TensorGroup* tensor, const std::vector<bool>& split, const float* grads,
+                      const std::vector<NormTensor>& tensors, std::vector<double>& sums, std::vector<double>& parts) {
+  if (!tensor || tensor->size() <= 1) return stage_norm(be, grads, tensors);
+  std::fill(sums.begin(), sums.end(), 0.0);
+  sums_of_squares(be, grads, tensors, sums);
+  parts.resize(sums.size() * static_cast<size_t>(tensor->size()));
+  tensor->gather(sums.data(), parts.data(), static_cast<int64_t>(sums.size()));
+  combine_tensor_parts(parts, tensor->size(), split, sums);
+  double s = 0;
+  for (const NormTensor& t : tensors) s += sums[static_cast<size_t>(t.index)];
+  return std::sqrt(s);
+}
+}  // namespace
 
 void Executor::reduce_group(StageRuntime& r, const Action& a) {
   if (r.group.reduced) return;
@@ -43,13 +63,14 @@ void Executor::init_clipping() {
   if (cfg_.clip_grad_norm <= 0 || stages_.empty()) return;
   norm_ = std::make_unique<GradNorm>();
   const Model& model = stages_.front()->stage->model();
+  norm_->split = split_tensors(model);
+  const int t = cfg_.tensor ? cfg_.tensor->size() : 1;
   for (StageRuntime* r : stages_) {
     norm_->tensors.push_back(norm_tensors(*r->stage));
-    norm_->floats.push_back(norm_floats(norm_->tensors.back()));
+    norm_->floats.push_back(norm_floats(norm_->tensors.back(), norm_->split, t));
   }
   norm_->model_floats = model_norm_floats(model);
   norm_->sums.assign(static_cast<size_t>(norm_tensor_count(model)), 0.0);
-  norm_->split = split_tensors(model);
 }
 
 /// GRAD_NORM: every held stage's group reduced (replicas, ties), its tensors' sums of
@@ -87,7 +108,9 @@ float Executor::clip_coefficient_of(StageRuntime& r, const Action& a, double* no
   // asynchronous: this update's own gradient, g / stride, against the stage's share
   size_t k = 0;
   while (stages_[k] != &r) ++k;
-  *norm = stage_norm(be_, r.grads.data(), norm_->tensors[k]) / static_cast<double>(ir_->version_stride(r.id));
+  GradNorm& g = *norm_;
+  *norm = own_stage_norm(be_, cfg_.tensor, g.split, r.grads.data(), g.tensors[k], g.sums, g.parts) /
+          static_cast<double>(ir_->version_stride(r.id));
   return clip_coefficient(*norm, stage_clip_threshold(cfg_.clip_grad_norm, norm_->floats[k], norm_->model_floats));
 }
 

@@ -15,7 +15,7 @@ constexpr uint64_t kProbDropout = 3;  // dropout stream slot of the attention pr
 
 AttentionCore::AttentionCore(int64_t T, int64_t D, int64_t heads, float p, int layer, int parts)
     : T_(T), D_(D), E_(D / parts), H_(heads / parts), dh_(D / heads), p_(p),
-      scale_(1.0f / std::sqrt(static_cast<float>(D / heads))), layer_(layer),
+      scale_(1.0f / std::sqrt(static_cast<float>(D / heads))), layer_(layer), parts_(parts),
       qkv_{D, 3 * (D / parts), true, parts > 1 ? TensorSplit::column : TensorSplit::none},
       proj_{D / parts, D, true, parts > 1 ? TensorSplit::row : TensorSplit::none} {}
 
@@ -60,7 +60,7 @@ void AttentionCore::heads_gemm(const LayerCtx& c, bool ta, bool tb, int64_t M, i
 // The probabilities after dropout: P itself, or its dropped copy in buf.
 const float* AttentionCore::dropped(const LayerCtx& c, const float* P, float* buf, int64_t n) const {
   if (!c.training || p_ == 0.0f) return P;
-  dropout_apply(c, layer_, kProbDropout, p_, H_ * T_ * T_, P, buf, n);
+  dropout_apply(c, layer_, kProbDropout, p_, H_ * T_ * T_, P, buf, n, part(c), parts_);
   return buf;
 }
 
@@ -156,7 +156,7 @@ void AttentionCore::input_half(const LayerCtx& c, ParamView w, CView dy, float* 
   be.heads_split(n, T_, 1, H_, dh_, dO, dOh);
   heads_gemm(c, false, true, T_, T_, dh_, 1.0f, dOh, v, dP, n);                          // dPd = dO V^T
   heads_gemm(c, true, false, T_, dh_, T_, 1.0f, dropped(c, P, pd_buf, n), dOh, dqkvh + 2 * n * TD, n);  // dV = Pd^T dO
-  if (c.training && p_ > 0) dropout_grad(c, layer_, kProbDropout, p_, H_ * TT, dP, dP, n);
+  if (c.training && p_ > 0) dropout_grad(c, layer_, kProbDropout, p_, H_ * TT, dP, dP, n, part(c), parts_);
   be.causal_softmax_backward(n * H_, T_, P, dP, dP);                                       // dS
   heads_gemm(c, false, false, T_, dh_, T_, scale_, dP, k, dqkvh, n);                       // dQ = s dS K
   heads_gemm(c, true, false, T_, dh_, T_, scale_, dP, q, dqkvh + n * TD, n);               // dK = s dS^T Q
@@ -236,7 +236,7 @@ class Attention final : public Layer {
 
 }  // namespace
 
-void check_heads(const LayerSpec& s, int64_t heads, const Shape& in, double dropout) {
+void check_heads(const LayerSpec& s, int64_t heads, const Shape& in) {
   if (in.D() % heads != 0)
     key_error(s, "heads", "heads = " + std::to_string(heads) + " must divide the model width D = " +
                               std::to_string(in.D()) + " of its input " + in.str());
@@ -244,9 +244,6 @@ void check_heads(const LayerSpec& s, int64_t heads, const Shape& in, double drop
   if (t > 1 && heads % t != 0)
     key_error(s, "heads", "heads = " + std::to_string(heads) + " must be a multiple of parallel.tensor = " +
                               std::to_string(t) + " (each tensor rank holds heads / t of them)");
-  if (t > 1 && dropout > 0)
-    key_error(s, "dropout", "dropout of the attention probabilities with parallel.tensor = " + std::to_string(t) +
-                                " is not supported yet (its stream is keyed by the whole layer's head index)");
 }
 
 namespace {
@@ -263,7 +260,7 @@ LayerType attention_type() {
   t.splits_tensor = true;
   t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
     require_input(s, in, 2, "a sequence [T, D]", prev);
-    check_heads(s, s.settings_as<S>().heads, in, s.settings_as<S>().dropout);
+    check_heads(s, s.settings_as<S>().heads, in);
     return std::make_unique<Attention>(s, in);
   };
   return t;

@@ -12,7 +12,8 @@
 // q, k, v and P into its workspace in the backward. The input half of
 // backward leaves the in_proj output gradient (3 T D) in `keep` for the weight half.
 // Probability dropout is keyed by (seed, layer, stream slot 3, sample, head/query/key
-// position) and recomputed in backward. Selective recomputation (LayerCtx::selective) saves
+// position) and recomputed in backward; a tensor-parallel part draws the whole layer's mask
+// for its heads (dropout_apply's part), so a split equals the whole with dropout too. Selective recomputation (LayerCtx::selective) saves
 // no probabilities: the backward recomputes them from the saved q and k with the forward's
 // own kernels (the fused kernel per head in its tiles, or the composed scores product and
 // softmax into the workspace), so they are bitwise the forward's.
@@ -22,9 +23,8 @@
 namespace pt::layers {
 
 // `heads` must divide the input's D, and under a tensor split (LayerSpec::tensor_parts = t)
-// be a multiple of t with no probability dropout: else a located error naming the layer, key
-// and values.
-void check_heads(const LayerSpec& s, int64_t heads, const Shape& in, double dropout);
+// be a multiple of t: else a located error naming the layer, key and values.
+void check_heads(const LayerSpec& s, int64_t heads, const Shape& in);
 
 class AttentionCore {
  public:
@@ -80,9 +80,11 @@ class AttentionCore {
   bool fused(Backend& be) const { return be.fused().attention() && p_ == 0.0f; }
   // the fused kernel's geometry, in c's precision
   AttentionGeom geom(const LayerCtx& c, int64_t n) const;
+  // this rank's part of the heads (the tensor group's rank; 0 unsplit)
+  int part(const LayerCtx& c) const { return parts_ > 1 && c.tensor ? c.tensor->rank() : 0; }
   int64_t T_, D_, E_, H_, dh_;  // D the model width, E = D / parts the width of this part's heads
   float p_, scale_;
-  int layer_;
+  int layer_, parts_;
   RowLinear qkv_, proj_;
 };
 

@@ -186,17 +186,21 @@ void RowLinear::backward_weight(const LayerCtx& c, CView x, CView dy, float* dw,
 }
 
 void dropout_apply(const LayerCtx& c, int layer, uint64_t slot, float p, int64_t features, const float* x, float* y,
-                   int64_t n) {
+                   int64_t n, int part, int parts) {
   if (!c.training || p == 0.0f) return c.be.copy(y, x, static_cast<size_t>(n * features));
   const uint64_t key = rng_key(c.seed, Stream::dropout, static_cast<uint64_t>(layer), slot);
-  c.be.dropout_forward(n, features, p, key, c.sample0, x, y);
+  if (parts == 1) return c.be.dropout_forward(n, features, p, key, c.sample0, x, y);
+  for (int64_t s = 0; s < n; ++s)
+    c.be.dropout_forward(1, features, p, key, (c.sample0 + s) * parts + part, x + s * features, y + s * features);
 }
 
 void dropout_grad(const LayerCtx& c, int layer, uint64_t slot, float p, int64_t features, const float* dy, float* dx,
-                  int64_t n) {
+                  int64_t n, int part, int parts) {
   if (p == 0.0f) return c.be.copy(dx, dy, static_cast<size_t>(n * features));
   const uint64_t key = rng_key(c.seed, Stream::dropout, static_cast<uint64_t>(layer), slot);
-  c.be.dropout_backward(n, features, p, key, c.sample0, dy, dx);
+  if (parts == 1) return c.be.dropout_backward(n, features, p, key, c.sample0, dy, dx);
+  for (int64_t s = 0; s < n; ++s)
+    c.be.dropout_backward(1, features, p, key, (c.sample0 + s) * parts + part, dy + s * features, dx + s * features);
 }
 
 WindowGeom square_window(int64_t c_in, int64_t h, int64_t w, int64_t c_out, int64_t kernel, int64_t stride,
@@ -223,6 +227,14 @@ void require_vocabulary(const LayerSpec& s, int64_t at_least) {
   fail(Exit::bad_input, s.where + ": layer " + std::to_string(s.index) + " '" + s.name + "' (" + s.type +
                             "): the data declares no vocabulary of at least " + std::to_string(at_least) +
                             " tokens (classes = " + std::to_string(s.classes) + ")", true);
+}
+
+void require_vocabulary_split(const LayerSpec& s) {
+  if (s.classes % s.tensor_parts == 0) return;
+  fail(Exit::bad_input, s.where + ": layer " + std::to_string(s.index) + " '" + s.name + "' (" + s.type +
+                            "): the vocabulary of " + std::to_string(s.classes) + " tokens (the data's classes) "
+                            "must be a multiple of parallel.tensor = " + std::to_string(s.tensor_parts) +
+                            " (each tensor rank holds V / t rows of it; pad the vocabulary)", true);
 }
 
 }  // namespace layers

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 
+#include "pipetrain/enum_names.hpp"
 #include "pipetrain/error.hpp"
 #include "pipetrain/layers.hpp"
 
@@ -41,6 +42,9 @@ WindowGeom square_window(int64_t c_in, int64_t h, int64_t w, int64_t c_out, int6
 
 // The data must declare a vocabulary (embedding, lm_head): else a located error.
 void require_vocabulary(const LayerSpec& s, int64_t at_least);
+// A vocabulary-parallel layer (embedding, lm_head under parallel.tensor = t): V a multiple
+// of t, else a located error.
+void require_vocabulary_split(const LayerSpec& s);
 
 // The batch-norm settings (batchnorm2d, residual_block): momentum and eps, and their keys
 // for a settings struct S with those members.
@@ -105,6 +109,15 @@ inline View to_dtype_in_place(Backend& be, DType t, float* x, int64_t count) {
 // one, so one sum runs forward and one backward.
 enum class TensorSplit { none, column, row };
 
+}  // namespace pt::layers
+namespace pt {
+template <>
+struct EnumNames<layers::TensorSplit> {
+  static constexpr const char* names[] = {"none", "column", "row"};
+};
+}  // namespace pt
+namespace pt::layers {
+
 // x (count floats) <- its sum over the tensor group (TensorGroup::sum); an internal error
 // when the layer is split and the context has no group.
 void tensor_sum(const LayerCtx& c, float* x, int64_t count);
@@ -165,10 +178,13 @@ struct ChannelNorm {
 
 // Inverted dropout of `features` values per sample with the stream (seed, layer, slot):
 // slot 0 is the dropout layer's; composites use 1, 2, ... for their inner dropouts.
-// p = 0 or evaluation: y = x (a copy unless in place).
+// p = 0 or evaluation: y = x (a copy unless in place). A split layer's part (part k of
+// `parts`, its features the k-th equal slice of the whole layer's per sample: the heads of an
+// attention part) draws the whole layer's mask for its slice: element j of sample s is the
+// whole's element k features + j, i.e. the backend's element j of "sample" (s parts + k).
 void dropout_apply(const LayerCtx& c, int layer, uint64_t slot, float p, int64_t features, const float* x, float* y,
-                   int64_t n);
+                   int64_t n, int part = 0, int parts = 1);
 void dropout_grad(const LayerCtx& c, int layer, uint64_t slot, float p, int64_t features, const float* dy, float* dx,
-                  int64_t n);
+                  int64_t n, int part = 0, int parts = 1);
 
 }  // namespace pt::layers

@@ -12,6 +12,12 @@
 // tensor, as autocast's head product is, and the layer keeps them instead of the fp32
 // probabilities (half the bytes); the backward computes the probabilities again from them
 // (the forward's kernel on the same values: the same probabilities, bit for bit).
+// Under parallel.tensor = t it is vocabulary-parallel (Megatron's parallel cross entropy):
+// tensor rank k holds the rows [k V/t, (k + 1) V/t) of the weight (and bias), a column-
+// parallel linear, and computes its logits only; the loss comes from the shard primitives
+// (backend.hpp) around the group's maximum and one sum of the row sums and the label's logit,
+// which it keeps (3 floats per token) so that the backward recomputes no collective. Its
+// input gradient is the group's sum (the column split's f). Every rank holds the same loss.
 #include "layer_util.hpp"
 
 namespace pt::layers {
@@ -27,24 +33,28 @@ struct LmHeadSettings : LayerSettings {
 class LmHead final : public Layer {
  public:
   LmHead(const LayerSpec& s, Shape in)
-      : Layer(s, in), k_(s.settings_as<LmHeadSettings>()), T_(in.T()), D_(in.D()), V_(s.classes),
-        norm_{D_, static_cast<float>(k_.eps)}, lin_{D_, V_, k_.bias} {
+      : Layer(s, in), k_(s.settings_as<LmHeadSettings>()), T_(in.T()), D_(in.D()), V_(s.classes / s.tensor_parts),
+        c0_(s.tensor_rank * V_), split_(s.tensor_parts > 1), norm_{D_, static_cast<float>(k_.eps)},
+        lin_{D_, V_, k_.bias, split_ ? TensorSplit::column : TensorSplit::none} {
     out_ = Shape::vec(1);
   }
 
   bool is_loss() const override { return true; }
-  int64_t loss_classes() const override { return V_; }
+  int64_t loss_classes() const override { return spec_.classes; }
   int64_t labels_per_sample() const override { return T_; }
   std::string tied_to(int tensor) const override { return tensor == 2 ? k_.tie : ""; }
 
   std::vector<ParamTensor> params() const override {
-    std::vector<ParamTensor> p = {{"norm.weight", {D_}, 0, D_}, {"norm.bias", {D_}, D_, D_}, {"weight", {V_, D_}, 2 * D_, V_ * D_}};
-    if (k_.bias) p.push_back({"bias", {V_}, 2 * D_ + V_ * D_, V_});
+    const int64_t V = spec_.classes;
+    std::vector<ParamTensor> p = {{"norm.weight", {D_}, 0, D_}, {"norm.bias", {D_}, D_, D_},
+                                  cut_tensor({"weight", {V_, D_}, 2 * D_, V_ * D_}, 0, 1, {V, D_})};
+    if (k_.bias) p.push_back(cut_tensor({"bias", {V_}, 2 * D_ + V_ * D_, V_}, 0, 1, {V}));
     return p;
   }
   // norm (1, 0); weight N(0, 0.02), keyed as the tied embedding's token weight when tied;
   // bias 0
   void init_params(float* host, uint64_t seed) const override {
+    if (split_) return init_part_of_whole(*this, host, seed);
     init_constant(host, D_, 1.0f);
     init_constant(host + D_, D_, 0.0f);
     if (spec_.tie_layer >= 0) init_normal(host + 2 * D_, V_ * D_, 0.02f, seed, spec_.tie_layer, 0);
@@ -52,9 +62,10 @@ class LmHead final : public Layer {
     if (k_.bias) init_constant(host + 2 * D_ + V_ * D_, V_, 0.0f);
   }
   // norm output (read by the linear only: a bf16 view in half the floats under a bf16
-  // policy), norm stats, the probabilities (fp32) or the bf16 logits, token losses
+  // policy), norm stats, the probabilities (fp32) or the bf16 logits, token losses; split:
+  // the group's row maxima, row sums and label logits
   int64_t kept_floats(bool, DType op) const override {
-    return operand_floats(T_ * D_, op) + 2 * T_ + operand_floats(T_ * V_, op) + T_;
+    return operand_floats(T_ * D_, op) + 2 * T_ + operand_floats(T_ * V_, op) + T_ + (split_ ? 3 * T_ : 0);
   }
   int64_t aux_per_sample() const override { return kept_floats(false, DType::f32); }
   int64_t split_aux_per_sample() const override { return T_ * D_; }
@@ -73,7 +84,11 @@ class LmHead final : public Layer {
     float* normed = op == DType::bf16 ? c.work + n * T_ * V_ : z;
     norm_.forward(c.be, w, x, normed, st, n * T_);
     if (op == DType::bf16) c.be.pack_bf16(static_cast<size_t>(n * T_ * D_), normed, z);
-    if (op == DType::bf16) {
+    if (split_) {
+      lin_.forward(c, w + 2 * D_, CView{z, op}, op == DType::bf16 ? View{pl, op} : View{c.work, op}, n * T_);
+      if (op == DType::bf16) c.be.unpack_bf16(static_cast<size_t>(n * T_ * V_), pl, c.work);
+      shard_loss(c, s.take(3 * T_), tok, op == DType::bf16 ? c.work : pl, n);
+    } else if (op == DType::bf16) {
       lin_.forward(c, w + 2 * D_, CView{z, op}, View{pl, op}, n * T_);
       probabilities(c, pl, tok, n);
     } else {
@@ -86,6 +101,7 @@ class LmHead final : public Layer {
                  int64_t* correct) const override {
     forward(c, w, x, y, aux, n);
     *loss_sum = c.be.sum(static_cast<size_t>(n), y);
+    if (split_) return shard_correct(c, aux, n, correct);
     // the fp32 logits forward left in the workspace, or the kept bf16 ones' values
     if (operand_dtype(c.precision) == DType::bf16)
       c.be.unpack_bf16(static_cast<size_t>(n * T_ * V_), kept(c, aux, n), c.work);
@@ -111,6 +127,10 @@ class LmHead final : public Layer {
   }
   double flops_backward() const override { return 12.0 * T_ * D_ + 4.0 * T_ * D_ * V_ + 2.0 * T_ * V_; }
   int64_t product_weight_values() const override { return V_ * D_; }
+  // the input gradient's sum of [T, D] backward (forward: the 3 T floats of the loss; the
+  // simulator costs one [T, D] each way)
+  int tensor_sums() const override { return split_ ? 1 : 0; }
+  int64_t tensor_sum_floats() const override { return split_ ? T_ * D_ : 0; }
 
  private:
   // the kept norm output's floats per sample (z), then the stats and the probabilities
@@ -122,13 +142,52 @@ class LmHead final : public Layer {
     c.be.unpack_bf16(static_cast<size_t>(n * T_ * V_), logits, c.work);
     c.be.softmax_xent_forward(n * T_, V_, c.work, c.labels, tok, c.work);
   }
+  // the group's row maxima, then its row sums and label logits (split_: 3 n T floats)
+  const float* stats(const LayerCtx& c, const float* aux, int64_t n) const {
+    return kept(c, aux, n) + n * (operand_floats(T_ * V_, operand_dtype(c.precision)) + T_);
+  }
+  // The loss of this part's fp32 logits (n T rows of V_) across the group: the row maxima
+  // and sums into st (kept), the token losses into tok, this part's probabilities into probs
+  // (may alias the logits).
+  void shard_loss(const LayerCtx& c, float* st, float* tok, float* probs, int64_t n) const {
+    const int64_t r = n * T_;
+    PT_CHECK(c.tensor, "the vocabulary-parallel head ran without its tensor group");
+    c.be.softmax_xent_shard_max(r, V_, c.work, st);
+    c.tensor->max(c.be, st, r);
+    c.be.softmax_xent_shard_sums(r, V_, c0_, c.work, c.labels, st, st + r);
+    tensor_sum(c, st + r, 2 * r);
+    c.be.softmax_xent_shard_finish(r, V_, c.work, st, st + r, tok, probs);
+  }
+  // Tokens whose label's logit is the row's maximum over the group (an exact tie counts as
+  // correct; the unsplit count takes the lowest index).
+  void shard_correct(const LayerCtx& c, const float* aux, int64_t n, int64_t* correct) const {
+    const int64_t r = n * T_;
+    std::vector<float> h(static_cast<size_t>(3 * r));
+    c.be.to_host(h.data(), stats(c, aux, n), h.size());
+    *correct = 0;
+    for (int64_t i = 0; i < r; ++i) *correct += h[static_cast<size_t>(2 * r + i)] >= h[static_cast<size_t>(i)];
+  }
   // dlogits = loss_scale / T * (probs - onehot(labels)) into the workspace
   void logits_grad(const LayerCtx& c, const float* aux, int64_t n) const {
     const float scale = c.loss_scale / static_cast<float>(T_);
+    if (split_) return shard_logits_grad(c, aux, n, scale);
     if (operand_dtype(c.precision) == DType::f32)
       return c.be.softmax_xent_backward(n * T_, V_, kept(c, aux, n), c.labels, scale, c.work);
     probabilities(c, kept(c, aux, n), c.work + n * (T_ * V_ + T_ * D_), n);
     c.be.softmax_xent_backward(n * T_, V_, c.work, c.labels, scale, c.work);
+  }
+  // split_: the probabilities of this part (kept in fp32, or from the kept bf16 logits and the
+  // group's kept maxima and sums: no collective), then their gradient, into the workspace
+  void shard_logits_grad(const LayerCtx& c, const float* aux, int64_t n, float scale) const {
+    const int64_t r = n * T_;
+    const float* probs = kept(c, aux, n);
+    if (operand_dtype(c.precision) == DType::bf16) {
+      const float* st = stats(c, aux, n);
+      c.be.unpack_bf16(static_cast<size_t>(r * V_), probs, c.work);
+      c.be.softmax_xent_shard_finish(r, V_, c.work, st, st + r, c.work + n * (T_ * V_ + T_ * D_), c.work);
+      probs = c.work;
+    }
+    c.be.softmax_xent_shard_backward(r, V_, c0_, probs, c.labels, scale, c.work);
   }
   void input_half(const LayerCtx& c, ParamView w, const float* x, float* dx, const float* aux, float* dz,
                   int64_t n) const {
@@ -144,7 +203,8 @@ class LmHead final : public Layer {
   }
 
   LmHeadSettings k_;
-  int64_t T_, D_, V_;
+  int64_t T_, D_, V_, c0_;  // this part's vocabulary rows [c0_, c0_ + V_)
+  bool split_;
   RowNorm norm_;
   RowLinear lin_;
 };
@@ -156,6 +216,7 @@ LayerType lm_head_type() {
           "averaged over the T positions";
   t.pytorch = "F.cross_entropy(Linear(D, V, bias)(LayerNorm(D, eps)(x)).view(-1, V), labels.view(-1)) (mean over tokens)";
   t.loss = true;
+  t.splits_tensor = true;
   using S = LmHeadSettings;
   t.keys = layer_keys<S>(
       {key("tie", &S::tie, "", "name of the embedding layer whose token weight this head's weight mirrors (default \"\": untied)"),
@@ -164,6 +225,7 @@ LayerType lm_head_type() {
   t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
     require_input(s, in, 2, "a sequence [T, D]", prev);
     require_vocabulary(s, 2);
+    require_vocabulary_split(s);
     return std::make_unique<LmHead>(s, in);
   };
   return t;

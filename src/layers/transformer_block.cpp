@@ -296,7 +296,7 @@ LayerType transformer_block_type() {
   t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
     require_input(s, in, 2, "a sequence [T, D]", prev);
     const S& k = s.settings_as<S>();
-    check_heads(s, k.heads, in, k.dropout);
+    check_heads(s, k.heads, in);
     if ((k.mlp_ratio * in.D()) % s.tensor_parts != 0)
       key_error(s, "mlp_ratio", "the MLP's " + std::to_string(k.mlp_ratio * in.D()) + " hidden units do not split over " +
                                     "parallel.tensor = " + std::to_string(s.tensor_parts) + " ranks");

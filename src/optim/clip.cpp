@@ -27,9 +27,10 @@ std::vector<NormTensor> norm_tensors(const Stage& stage) {
   return out;
 }
 
-int64_t norm_floats(const std::vector<NormTensor>& tensors) {
+int64_t norm_floats(const std::vector<NormTensor>& tensors, const std::vector<bool>& split, int t) {
   int64_t n = 0;
-  for (const NormTensor& t : tensors) n += t.size;
+  for (const NormTensor& x : tensors)
+    n += x.size * (!split.empty() && split[static_cast<size_t>(x.index)] ? t : 1);
   return n;
 }
 
@@ -55,8 +56,9 @@ int64_t model_norm_floats(const Model& model) {
   int64_t n = 0;
   for (int l = 0; l < model.size(); ++l) {
     const std::vector<ParamTensor> ps = model.layer(l).params();
+    const int parts = model.layer(l).spec().tensor_parts;
     for (size_t t = 0; t < ps.size(); ++t)
-      if (model.layer(l).tied_to(static_cast<int>(t)).empty()) n += ps[t].size;
+      if (model.layer(l).tied_to(static_cast<int>(t)).empty()) n += ps[t].size * (ps[t].split_dim >= 0 ? parts : 1);
   }
   return n;
 }

@@ -56,6 +56,17 @@ void MpiTensorGroup::sum(Backend& be, float* x, int64_t count) const {
   bytes_ += static_cast<int64_t>(n * (t - 1) * sizeof(float));
 }
 
+void MpiTensorGroup::max(Backend& be, float* x, int64_t count) const {
+  const size_t n = static_cast<size_t>(count);
+  out_.resize(n);
+  be.to_host(out_.data(), x, n);
+  MPI_Request req;
+  MPI_Iallreduce(MPI_IN_PLACE, out_.data(), static_cast<int>(count), MPI_FLOAT, MPI_MAX, grid_.tensor, &req);
+  ctx_.wait(&req, [&] { return "the tensor group's maximum of " + std::to_string(count) + " floats"; });
+  be.from_host(x, out_.data(), n);
+  bytes_ += static_cast<int64_t>(n * static_cast<size_t>(grid_.parts - 1) * sizeof(float));
+}
+
 void MpiTensorGroup::gather(const double* mine, double* all, int64_t count) const {
   MPI_Request req;
   MPI_Iallgather(mine, static_cast<int>(count), MPI_DOUBLE, all, static_cast<int>(count), MPI_DOUBLE, grid_.tensor, &req);

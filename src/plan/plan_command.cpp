@@ -148,6 +148,43 @@ Plan plan_from_layout(const PlannerInputs& in, int ranks, int64_t batch, const s
   return plan;
 }
 
+namespace {
+// The plan over the given profiles, one per tensor degree (Profile::tensor; a profile of one
+// part at t > 1 alone is one candidate): choose_tensor_plan plans each on ranks / t ranks.
+Plan plan_over_tensor_profiles(const PlanArgs& a, const PlannerInputs& in, const PlanOptions& o) {
+  std::vector<TensorCandidate> c;
+  c.push_back({in.profile.tensor, in.profile, o.memory, o.memory_shared});
+  for (const std::string& f : a.more_profiles) {
+    Profile p = Profile::load(f);
+    if (a.profile_batch > 0) p.microbatch = a.profile_batch;
+    for (const TensorCandidate& k : c)
+      if (k.t == p.tensor)
+        fail(Exit::bad_input, f + ": a second profile at parallel.tensor = " + std::to_string(p.tensor) +
+                                  " (give one --profile per tensor degree)", true);
+    c.push_back({p.tensor, std::move(p), o.memory, o.memory_shared});
+  }
+  return choose_tensor_plan(c, in.cluster, a.ranks, in.batch, o);
+}
+
+// The grid and the bubble of the chosen plan, beside the fastest fitting 1f1b candidate's
+// with as many microbatches (its own split) when 1f1b was a candidate.
+void print_grid(const Plan& plan) {
+  const int d = plan.layout.stages() > 0 ? plan.layout.replicas.front() : 1;
+  std::printf("grid: t = %d, p = %d, d = %d%s; schedule %s, recompute %s; predicted bubble %.4f\n", plan.tensor,
+              plan.layout.stages(), d, plan.layout.stages() > 1 ? " (stage 0's replicas)" : "", plan.schedule.c_str(),
+              enum_name(plan.recompute), plan.sim.bubble);
+  const PlanCandidate* best = nullptr;
+  for (const PlanCandidate& c : plan.candidates)
+    if (c.schedule == "1f1b" && c.sim.ok && c.fits && c.microbatches == plan.microbatches &&
+        (!best || c.sim.time_per_sample < best->sim.time_per_sample))
+      best = &c;
+  if (best)
+    std::printf("1f1b with %d microbatches at t = %d: %s, recompute %s; predicted bubble %.4f, %.4g ms per sample\n",
+                best->microbatches, plan.tensor, best->layout.str().c_str(), enum_name(best->recompute), best->sim.bubble,
+                best->sim.time_per_sample * 1e3);
+}
+}  // namespace
+
 int cmd_plan(const PlanArgs& a) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -172,13 +209,15 @@ int cmd_plan(const PlanArgs& a) {
   o.memory = in.mem.source, o.memory_shared = in.mem.shared;
   o.veto = in.veto();
   if (in.deck) o.recompute_modes = planner_recompute_modes(*in.deck);
+  else if (o.memory_cap > 0) o.recompute_modes = {Recompute::none, Recompute::selective, Recompute::full};
   o.bsp_batch = a.bsp_batch;
   o.batch_growth_margin = a.batch_growth_margin;
   if (a.replicas == "all") o.replicas = ReplicaSet::all;
   else if (a.replicas == "pow2") o.replicas = ReplicaSet::powers_of_two;
   else if (a.replicas != "auto") fail(Exit::bad_input, "command line: --replicas expects auto, all or pow2, got '" + a.replicas + "'", true);
   for (const std::string& s : o.schedules) (void)schedule_def(s);  // unknown names fail here
-  Plan plan = choose_plan(in.profile, in.cluster, a.ranks, in.batch, o);
+  const bool over_t = !a.more_profiles.empty() || in.profile.tensor > 1;
+  Plan plan = over_t ? plan_over_tensor_profiles(a, in, o) : choose_plan(in.profile, in.cluster, a.ranks, in.batch, o);
   if (rank != 0) return plan.ok ? 0 : static_cast<int>(Exit::bad_input);
   std::printf("profile: %s (%zu layers, microbatch %lld)\n", in.profile.source.c_str(), in.profile.layers.size(),
               static_cast<long long>(in.profile.microbatch));
@@ -187,6 +226,7 @@ int cmd_plan(const PlanArgs& a) {
     std::printf("\nchosen: %s, %s, %d microbatch%s; split %s\n", plan.schedule.c_str(), plan.layout.str().c_str(),
                 plan.microbatches, plan.microbatches == 1 ? "" : "es", int_list(plan.split()).c_str());
     print_prediction("predicted", plan);
+    if (over_t) print_grid(plan);
     if (in.deck) std::printf("%s", async_momentum_warning(plan.schedule, plan.layout.stages(), optim_config(in.deck->train)).c_str());
   }
   write_plan(a.out, plan);

@@ -158,6 +158,7 @@ struct ComputeOnly final : TensorGroup {
   int size() const override { return shard.parts; }
   int rank() const override { return shard.rank; }
   void sum(Backend&, float*, int64_t) const override {}
+  void max(Backend&, float*, int64_t) const override {}
   void gather(const double* mine, double* all, int64_t count) const override {
     for (int k = 0; k < shard.parts; ++k) std::copy(mine, mine + count, all + k * count);
   }

@@ -52,8 +52,7 @@ DataSplit open_data_everywhere(const Deck& deck, int rank) {
   return d;
 }
 
-// parallel.tensor: it must divide the ranks, and what does not work with it yet is refused
-// by key (issue 25: an asynchronous stage's own clipping norm over parts).
+// parallel.tensor: it must divide the ranks.
 int tensor_parts(const Deck& deck, int world_size) {
   const int t = static_cast<int>(deck.parallel.tensor);
   auto refuse = [&](const std::string& key, const std::string& why) {
@@ -62,10 +61,6 @@ int tensor_parts(const Deck& deck, int world_size) {
   if (world_size % t != 0)
     refuse("parallel.tensor", std::to_string(t) + " ranks per tensor group do not divide the job's " +
                                   std::to_string(world_size) + " ranks");
-  if (t > 1 && deck.train.clip_grad_norm > 0 && !schedule_def(deck.parallel.schedule).flush)
-    refuse("train.clip_grad_norm", "gradient clipping with parallel.tensor = " + std::to_string(t) + " under " +
-                                       deck.parallel.schedule + " is not supported yet (each stage's own norm over its "
-                                       "parts); use a flush schedule (1f1b, gpipe, zb-*)");
   return t;
 }
 

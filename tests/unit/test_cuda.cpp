@@ -576,13 +576,19 @@ TEST_F(CudaOps, EmbeddingAndRowMeansBitwise) {
   for (auto& v : tok) v = static_cast<float>(std::floor(r.uniform(0.0f, static_cast<float>(V) - 0.001f)));
   Pair t(H(), G(), tok), wte(H(), G(), r.vec(static_cast<size_t>(V * D))), wpe(H(), G(), r.vec(static_cast<size_t>(T * D)));
   Pair y(H(), G(), static_cast<size_t>(n * T * D)), dy(H(), G(), r.vec(static_cast<size_t>(n * T * D)));
-  H().embedding_forward(n, T, D, t.h(), wte.h(), wpe.h(), y.h());
-  G().embedding_forward(n, T, D, t.g(), wte.g(), wpe.g(), y.g());
+  H().embedding_forward(n, T, D, t.h(), 0, V, wte.h(), wpe.h(), y.h());
+  G().embedding_forward(n, T, D, t.g(), 0, V, wte.g(), wpe.g(), y.g());
   check("embedding forward", y, kExact);
-  H().embedding_backward(n, T, D, t.h(), dy.h(), wte.h(), wpe.h());
-  G().embedding_backward(n, T, D, t.g(), dy.g(), wte.g(), wpe.g());
+  H().embedding_forward(n, T, D, t.h(), 2, 3, wte.h(), nullptr, y.h());  // a vocabulary part: rows 2-4
+  G().embedding_forward(n, T, D, t.g(), 2, 3, wte.g(), nullptr, y.g());
+  check("embedding forward, vocabulary part", y, kExact);
+  H().embedding_backward(n, T, D, t.h(), 0, V, dy.h(), wte.h(), wpe.h());
+  G().embedding_backward(n, T, D, t.g(), 0, V, dy.g(), wte.g(), wpe.g());
   check("embedding backward, token rows (same order of additions)", wte, kExact);
   check("embedding backward, positions", wpe, kExact);
+  H().embedding_backward(n, T, D, t.h(), 2, 3, dy.h(), wte.h(), wpe.h());
+  G().embedding_backward(n, T, D, t.g(), 2, 3, dy.g(), wte.g(), wpe.g());
+  check("embedding backward, vocabulary part", wte, kExact);
   Pair m(H(), G(), static_cast<size_t>(n * T)), dx(H(), G(), static_cast<size_t>(n * T * D));
   H().mean_rows(n * T, D, dy.h(), m.h());
   G().mean_rows(n * T, D, dy.g(), m.g());

@@ -155,10 +155,12 @@ TEST(Keys, LayerTypesOwnTheirSettings) {
   EXPECT_EQ(layer_setting<int64_t>(d.model.layers[0], "stride"), 4);  // the pooling type's own default rule
   EXPECT_TRUE(layer_settings(d.model.layers[1]).empty());
   const auto linear = layer_settings(d.model.layers[2]);
-  ASSERT_EQ(linear.size(), 2u);
+  ASSERT_EQ(linear.size(), 3u);
   EXPECT_EQ(linear[0].first, "out");
   EXPECT_EQ(std::get<int64_t>(linear[0].second), 3);
   EXPECT_FALSE(std::get<bool>(linear[1].second));
+  EXPECT_EQ(linear[2].first, "tensor");
+  EXPECT_EQ(std::get<std::string>(linear[2].second), "none") << "the default: whole on every tensor rank";
   EXPECT_EQ(d.model.layers[2].tie_name(), "");
 }
 

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 
@@ -25,12 +26,12 @@
 namespace pt::test {
 namespace {
 
-std::string block_deck(int64_t heads, int64_t ratio) {
-  return "[data]\nsource = \"synthetic\"\nshape = [6]\nclasses = 11\n[model]\n"
+std::string block_deck(int64_t heads, int64_t ratio, const std::string& dropout = "0.0") {
+  return "[data]\nsource = \"synthetic\"\nshape = [6]\nclasses = 12\n[model]\n"
          "[[model.layers]]\ntype = \"embedding\"\ndim = 16\n"
          "[[model.layers]]\ntype = \"transformer_block\"\nheads = " + std::to_string(heads) +
-         "\nmlp_ratio = " + std::to_string(ratio) + "\n"
-         "[[model.layers]]\ntype = \"attention\"\nheads = " + std::to_string(heads) + "\n"
+         "\nmlp_ratio = " + std::to_string(ratio) + "\ndropout = " + dropout + "\n"
+         "[[model.layers]]\ntype = \"attention\"\nheads = " + std::to_string(heads) + "\ndropout = " + dropout + "\n"
          "[[model.layers]]\ntype = \"lm_head\"\n";
 }
 
@@ -54,17 +55,36 @@ class ThreadGroup {
     int r;
     int size() const override { return g->t_; }
     int rank() const override { return r; }
-    void sum(Backend&, float* x, int64_t count) const override {
+    // every rank's x at a barrier: x <- f(the t ranks' x) (a copy first, then a barrier
+    // before anyone writes)
+    template <class F>
+    void exchange(float* x, int64_t count, F f) const {
       g->ptrs_[static_cast<size_t>(r)] = x;
       g->arrive();
-      std::vector<float> s(g->ptrs_[0], g->ptrs_[0] + count);
-      for (int k = 1; k < g->t_; ++k)
-        for (int64_t i = 0; i < count; ++i) s[static_cast<size_t>(i)] += g->ptrs_[static_cast<size_t>(k)][i];
+      std::vector<float> s(static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i) s[static_cast<size_t>(i)] = f(i);
       g->arrive();
       std::copy(s.begin(), s.end(), x);
     }
+    float at(int k, int64_t i) const { return g->ptrs_[static_cast<size_t>(k)][i]; }
+    void sum(Backend&, float* x, int64_t count) const override {
+      exchange(x, count, [&](int64_t i) {
+        float v = at(0, i);
+        for (int k = 1; k < g->t_; ++k) v += at(k, i);
+        return v;
+      });
+    }
+    void max(Backend&, float* x, int64_t count) const override {
+      exchange(x, count, [&](int64_t i) {
+        float v = at(0, i);
+        for (int k = 1; k < g->t_; ++k) v = std::max(v, at(k, i));
+        return v;
+      });
+    }
+    void allgather(Backend&, float* x, int64_t count, int64_t part) const override {
+      exchange(x, count, [&](int64_t i) { return at(static_cast<int>(std::min<int64_t>(i / part, g->t_ - 1)), i); });
+    }
     void gather(const double*, double*, int64_t) const override { FAIL() << "not used by layers"; }
-    void allgather(Backend&, float*, int64_t, int64_t) const override { FAIL() << "not used by layers"; }
   };
   Rank rank(int r) { return Rank(this, r); }
 
@@ -83,7 +103,9 @@ struct Pass {
 Pass run_layer(const Layer& l, const std::vector<float>& w, const std::vector<float>& x, const std::vector<float>& dy,
                int64_t n, Precision p, const TensorGroup* g) {
   auto be = make_host_backend();
-  LayerCtx c{*be, 7, 0, true, nullptr, 1.0f};
+  std::vector<int32_t> labels(static_cast<size_t>(n * l.labels_per_sample()));
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>((5 * i + 3) % 12);
+  LayerCtx c{*be, 7, 0, true, labels.data(), 0.25f};
   c.precision = p, c.tensor = g;
   const Recompute none = Recompute::none;
   std::vector<float> aux(static_cast<size_t>(n * (l.aux_floats(none, p) + l.split_aux_floats(none)) + 1));
@@ -110,20 +132,38 @@ void expect_close(const float* a, const float* b, int64_t n, double tol, const s
   EXPECT_LE(worst, bound) << what << ": worst " << worst << " against " << bound;
 }
 
-// Layer `li` of the deck split over t threads against the whole layer.
-void check_split_layer(int li, int t, Precision p, double tol) {
-  const Deck deck = parse_deck_text(block_deck(4, 2), "tp.toml", {});
-  const Model whole(deck, Shape::tokens(6), 11);
+// A flat model: a column-parallel linear into a row-parallel one.
+std::string linear_deck() {
+  return "[data]\nsource = \"synthetic\"\nshape = [12]\nclasses = 6\n[model]\n"
+         "[[model.layers]]\ntype = \"linear\"\nout = 12\ntensor = \"column\"\n"
+         "[[model.layers]]\ntype = \"relu\"\n"
+         "[[model.layers]]\ntype = \"linear\"\nout = 6\ntensor = \"row\"\n"
+         "[[model.layers]]\ntype = \"softmax_cross_entropy\"\n";
+}
+
+struct Net {
+  std::string deck;
+  Shape in;
+  int64_t classes;
+};
+const Net kBlocks{block_deck(4, 2), Shape::tokens(6), 12};
+const Net kLinears{linear_deck(), Shape::vec(12), 6};
+
+// Layer `li` of the net split over t threads against the whole layer.
+void check_split_layer(int li, int t, Precision p, double tol, const Net& net = kBlocks) {
+  const Deck deck = parse_deck_text(net.deck, "tp.toml", {});
+  const Model whole(deck, net.in, net.classes);
   const Layer& L = whole.layer(li);
   const int64_t n = 3, in = n * L.in_shape().numel(), out = n * L.out_shape().numel();
   std::vector<float> w(static_cast<size_t>(L.num_params())), x(static_cast<size_t>(in)), dy(static_cast<size_t>(out));
   L.init_params(w.data(), 5);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+  for (size_t i = 0; i < x.size(); ++i)  // token ids into the embedding, else activations
+    x[i] = L.in_shape().is_tokens ? static_cast<float>((7 * i + 2) % 12) : std::sin(0.37f * static_cast<float>(i));
   for (size_t i = 0; i < dy.size(); ++i) dy[i] = 0.1f * std::cos(0.11f * static_cast<float>(i));
   const Pass ref = run_layer(L, w, x, dy, n, p, nullptr);
 
   std::vector<std::unique_ptr<Model>> parts;
-  for (int k = 0; k < t; ++k) parts.push_back(std::make_unique<Model>(deck, Shape::tokens(6), 11, TensorShard{t, k}));
+  for (int k = 0; k < t; ++k) parts.push_back(std::make_unique<Model>(deck, net.in, net.classes, TensorShard{t, k}));
   ThreadGroup group(t);
   std::vector<Pass> got(static_cast<size_t>(t));
   std::vector<std::thread> th;
@@ -155,7 +195,7 @@ void check_split_layer(int li, int t, Precision p, double tol) {
 
 TEST(TensorShards, PartsAreTheRowsAndColumnsMegatronCuts) {
   const Deck deck = parse_deck_text(block_deck(4, 2), "tp.toml", {});
-  const Model whole(deck, Shape::tokens(6), 11), part1(deck, Shape::tokens(6), 11, TensorShard{2, 1});
+  const Model whole(deck, Shape::tokens(6), 12), part1(deck, Shape::tokens(6), 12, TensorShard{2, 1});
   const std::vector<ParamTensor> ps = part1.layer(1).params(), ws = whole.layer(1).params();
   ASSERT_EQ(ps.size(), ws.size());
   std::vector<float> full(static_cast<size_t>(whole.layer(1).num_params()));
@@ -181,28 +221,36 @@ TEST(TensorShards, PartsAreTheRowsAndColumnsMegatronCuts) {
   EXPECT_EQ(at("mlp.2.bias", ps).split_dim, -1);
   EXPECT_EQ(at("ln1.weight", ps).split_dim, -1);
   EXPECT_EQ(at("mlp.0.bias", ps).shape, (std::vector<int64_t>{16}));
-  // the parts of every split tensor cover the whole exactly once (part k marks its elements k + 1)
+  // the embedding's and the head's vocabulary rows: part 1 of 2 holds tokens 6-11
+  const ParamTensor e = part1.layer(0).params()[0], h = part1.layer(3).params()[2];
+  EXPECT_EQ(e.shape, (std::vector<int64_t>{6, 16}));
+  EXPECT_EQ(e.full_shape, (std::vector<int64_t>{12, 16}));
+  EXPECT_EQ(h.name, "weight");
+  EXPECT_EQ(h.full_shape, (std::vector<int64_t>{12, 16}));
+  EXPECT_EQ(part1.layer(0).params()[1].split_dim, -1) << "the position table is whole on every rank";
+  // the parts of every split tensor of every layer cover the whole exactly once (part k marks
+  // its elements k + 1); a replicated tensor is whole on every rank
   for (int t : {2, 4}) {
-    const Model pk(deck, Shape::tokens(6), 11, TensorShard{t, 0});
-    const std::vector<ParamTensor> pp = pk.layer(1).params();
-    for (size_t i = 0; i < pp.size(); ++i) {
-      if (pp[i].split_dim < 0) {
-        EXPECT_EQ(pp[i].size, ws[i].size) << ws[i].name << " is replicated: every rank holds all of it";
-        continue;
+    const Model pk(deck, Shape::tokens(6), 12, TensorShard{t, 0});
+    for (int li = 0; li < whole.size(); ++li) {
+      const std::vector<ParamTensor> pp = pk.layer(li).params(), wl = whole.layer(li).params();
+      ASSERT_EQ(pp.size(), wl.size());
+      for (size_t i = 0; i < pp.size(); ++i) {
+        const std::string what = whole.layer(li).type() + " " + wl[i].name + " t " + std::to_string(t);
+        if (pp[i].split_dim < 0) {
+          EXPECT_EQ(pp[i].size, wl[i].size) << what << " is replicated: every rank holds all of it";
+          continue;
+        }
+        EXPECT_EQ(pp[i].size * t, wl[i].size) << what;
+        std::vector<float> cover(static_cast<size_t>(wl[i].size), 0.0f);
+        for (int k = 0; k < t; ++k) {
+          std::vector<float> mark(static_cast<size_t>(pp[i].size), static_cast<float>(k + 1));
+          place_shard(pp[i], t, k, mark.data(), cover.data());
+        }
+        for (int k = 0; k < t; ++k) EXPECT_EQ(std::count(cover.begin(), cover.end(), static_cast<float>(k + 1)), pp[i].size) << what;
       }
-      EXPECT_EQ(pp[i].size * t, ws[i].size) << ws[i].name;
-      std::vector<float> cover(static_cast<size_t>(ws[i].size), 0.0f);
-      for (int k = 0; k < t; ++k) {
-        std::vector<float> mark(static_cast<size_t>(pp[i].size), static_cast<float>(k + 1));
-        place_shard(pp[i], t, k, mark.data(), cover.data());
-      }
-      for (int k = 0; k < t; ++k)
-        EXPECT_EQ(std::count(cover.begin(), cover.end(), static_cast<float>(k + 1)), pp[i].size) << ws[i].name << " t " << t;
     }
   }
-  EXPECT_EQ(whole.num_params(0, whole.size()) - whole.layer(1).num_params(),
-            part1.num_params(0, part1.size()) - part1.layer(1).num_params() + (whole.layer(2).num_params() - part1.layer(2).num_params()))
-      << "only the split layers change size";
 }
 
 TEST(TensorParallel, SplitBlockEqualsTheWholeBlock) {
@@ -215,13 +263,90 @@ TEST(TensorParallel, SplitAttentionEqualsTheWholeAttention) {
   check_split_layer(2, 4, Precision::bf16, 2e-2);
 }
 
+TEST(TensorParallel, SplitLayersDropTheWholeLayersProbabilities) {
+  // each part draws the whole layer's mask for its heads: the split equals the whole with
+  // dropout on the probabilities (and the block's residual dropouts, whole on every rank)
+  const Net dropped{block_deck(4, 2, "0.3"), Shape::tokens(6), 12};
+  for (int li : {1, 2}) check_split_layer(li, 2, Precision::fp32, 1e-5, dropped);
+  check_split_layer(2, 4, Precision::fp32, 1e-5, dropped);
+}
+
+TEST(TensorParallel, VocabularyParallelEmbeddingEqualsTheWholeEmbedding) {
+  for (int t : {2, 4}) check_split_layer(0, t, Precision::fp32, 0.0);  // at most two terms per element: exact
+}
+
+TEST(TensorParallel, VocabularyParallelHeadEqualsTheWholeHead) {
+  for (int t : {2, 4}) check_split_layer(3, t, Precision::fp32, 1e-6);
+  check_split_layer(3, 2, Precision::bf16, 2e-2);
+}
+
+TEST(TensorParallel, ColumnAndRowLinearsEqualTheWholeLinears) {
+  for (int li : {0, 2})
+    for (int t : {2, 3}) check_split_layer(li, t, Precision::fp32, 1e-6, kLinears);
+  check_split_layer(2, 2, Precision::bf16, 2e-2, kLinears);
+  // the column linear holds rows of W and of its bias, the row linear columns of W and the whole bias
+  const Deck deck = parse_deck_text(linear_deck(), "tp.toml", {});
+  const Model part(deck, Shape::vec(12), 6, TensorShard{2, 1});
+  EXPECT_EQ(part.layer(0).params()[0].shape, (std::vector<int64_t>{6, 12}));
+  EXPECT_EQ(part.layer(0).params()[1].shape, (std::vector<int64_t>{6}));
+  EXPECT_EQ(part.layer(2).params()[0].shape, (std::vector<int64_t>{6, 6}));
+  EXPECT_EQ(part.layer(2).params()[0].split_dim, 1);
+  EXPECT_EQ(part.layer(2).params()[1].split_dim, -1);
+  EXPECT_NO_THROW(Model(deck, Shape::vec(12), 6, TensorShard{4, 0})) << "12 outputs and 12 inputs cut into 4";
+  try {
+    Model m(deck, Shape::vec(12), 6, TensorShard{5, 0});
+    FAIL() << "12 outputs split over 5 ranks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'model.layers[0].tensor'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("12 of them"), std::string::npos) << e.what();
+  }
+}
+
+// Inside a GPT-2-small block (T 256, D 768, 12 heads) at t = 2: the weights per rank are half
+// but for the replicated norms and row-parallel biases (6 D of 12 D^2 + 13 D), and the kept
+// activations halve for q, k, v, the probabilities and the MLP's hidden units; the norms'
+// outputs and statistics (read by the column-parallel products) stay whole, which sequence
+// parallelism would split. Printed: the figures ARCHITECTURE.md quotes.
+TEST(TensorParallel, ABlocksWeightsAndActivationsHalveInsideIt) {
+  const std::string deck_text =
+      "[data]\nsource = \"synthetic\"\nshape = [256]\nclasses = 256\n[model]\n"
+      "[[model.layers]]\ntype = \"embedding\"\ndim = 768\n"
+      "[[model.layers]]\ntype = \"transformer_block\"\nheads = 12\n"
+      "[[model.layers]]\ntype = \"lm_head\"\n";
+  const Deck deck = parse_deck_text(deck_text, "gpt2_block.toml", {});
+  const Model whole(deck, Shape::tokens(256), 256), part(deck, Shape::tokens(256), 256, TensorShard{2, 0});
+  for (DType op : {DType::f32, DType::bf16}) {
+    const double w = static_cast<double>(part.layer(1).num_params()) / static_cast<double>(whole.layer(1).num_params());
+    const double a = static_cast<double>(part.layer(1).kept_floats(false, op)) / static_cast<double>(whole.layer(1).kept_floats(false, op));
+    std::printf("gpt2_small block at t = 2 against t = 1 (%s operands): weights %.4f, kept activations %.4f\n",
+                op == DType::bf16 ? "bf16" : "fp32", w, a);
+    EXPECT_NEAR(w, 0.5, 0.001);
+    EXPECT_GE(a, 0.5);
+    // what stays whole: the two norms' outputs and statistics, about 2 T D of the whole
+    // block's ~17 T D + H T T (fp32), so 0.5 + 2 / 17 / 2 ~ 0.56-0.60
+    EXPECT_LE(a, 0.62) << "the split tensors dominate a block's kept activations";
+  }
+}
+
 TEST(TensorParallel, SplitsAreCheckedAgainstTheHeadsAndTheMlp) {
   const Deck deck = parse_deck_text(block_deck(4, 2), "tp.toml", {});
   try {
-    Model m(deck, Shape::tokens(6), 11, TensorShard{3, 0});
+    Model m(deck, Shape::tokens(6), 12, TensorShard{3, 0});
     FAIL() << "4 heads split over 3 ranks";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("must be a multiple of parallel.tensor = 3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TensorParallel, TheVocabularyMustCutIntoTheParts) {
+  const Deck deck = parse_deck_text(block_deck(4, 2), "tp.toml", {});
+  try {
+    Model m(deck, Shape::tokens(6), 11, TensorShard{2, 0});
+    FAIL() << "a vocabulary of 11 split over 2 ranks";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Exit::bad_input);
+    EXPECT_NE(std::string(e.what()).find("vocabulary of 11 tokens"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tp.toml"), std::string::npos) << e.what();
   }
 }
 

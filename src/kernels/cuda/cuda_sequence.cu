@@ -68,19 +68,23 @@ __global__ void k_causal_softmax_backward(int64_t rows, int64_t T, const float* 
   for (int64_t j = lane; j < T; j += 32) dsr[j] = j <= i ? pr[j] * (dpr[j] - dot) : 0.0f;
 }
 
-__global__ void k_embedding_forward(size_t total, int64_t T, int64_t D, const float* tokens, const float* wte,
-                                    const float* wpe, float* y) {
+__global__ void k_embedding_forward(size_t total, int64_t T, int64_t D, const float* tokens, int64_t v0,
+                                    int64_t rows, const float* wte, const float* wpe, float* y) {
   GRID_STRIDE(i, total) {
-    const int64_t e = static_cast<int64_t>(i), r = e / D, d = e % D;
-    y[e] = wte[static_cast<int64_t>(tokens[r]) * D + d] + wpe[(r % T) * D + d];
+    const int64_t e = static_cast<int64_t>(i), r = e / D, d = e % D, v = static_cast<int64_t>(tokens[r]) - v0;
+    y[e] = (v >= 0 && v < rows ? wte[v * D + d] : 0.0f) + (wpe ? wpe[(r % T) * D + d] : 0.0f);
   }
 }
 
 // one thread per column: the token rows in (sample, position) order
-__global__ void k_embedding_backward_tokens(int64_t rows, int64_t D, const float* tokens, const float* dy, float* dwte) {
+__global__ void k_embedding_backward_tokens(int64_t count, int64_t D, const float* tokens, int64_t v0, int64_t rows,
+                                            const float* dy, float* dwte) {
   GRID_STRIDE(dd, static_cast<size_t>(D)) {
     const int64_t d = static_cast<int64_t>(dd);
-    for (int64_t r = 0; r < rows; ++r) dwte[static_cast<int64_t>(tokens[r]) * D + d] += dy[r * D + d];
+    for (int64_t r = 0; r < count; ++r) {
+      const int64_t v = static_cast<int64_t>(tokens[r]) - v0;
+      if (v >= 0 && v < rows) dwte[v * D + d] += dy[r * D + d];
+    }
   }
 }
 
@@ -140,18 +144,18 @@ void CudaBackend::causal_softmax_backward(int64_t batches, int64_t T, const floa
   PT_CU_LAUNCHED();
 }
 
-void CudaBackend::embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* wte,
-                                    const float* wpe, float* y) {
+void CudaBackend::embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, int64_t v0, int64_t rows,
+                                    const float* wte, const float* wpe, float* y) {
   const size_t total = static_cast<size_t>(n * T * D);
   if (total == 0) return;
-  k_embedding_forward<<<blocks_for(total), kThreads, 0, compute_>>>(total, T, D, tokens, wte, wpe, y);
+  k_embedding_forward<<<blocks_for(total), kThreads, 0, compute_>>>(total, T, D, tokens, v0, rows, wte, wpe, y);
   PT_CU_LAUNCHED();
 }
 
-void CudaBackend::embedding_backward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* dy, float* dwte,
-                                     float* dwpe) {
+void CudaBackend::embedding_backward(int64_t n, int64_t T, int64_t D, const float* tokens, int64_t v0, int64_t rows,
+                                     const float* dy, float* dwte, float* dwpe) {
   if (n * T * D == 0) return;
-  k_embedding_backward_tokens<<<blocks_for(static_cast<size_t>(D), 64), 64, 0, compute_>>>(n * T, D, tokens, dy, dwte);
+  k_embedding_backward_tokens<<<blocks_for(static_cast<size_t>(D), 64), 64, 0, compute_>>>(n * T, D, tokens, v0, rows, dy, dwte);
   PT_CU_LAUNCHED();
   k_embedding_backward_pos<<<blocks_for(static_cast<size_t>(T * D)), kThreads, 0, compute_>>>(n, T, D, dy, dwpe);
   PT_CU_LAUNCHED();

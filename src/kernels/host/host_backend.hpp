@@ -108,10 +108,10 @@ class HostBackend final : public Backend {
   void heads_merge(int64_t n, int64_t T, int64_t parts, int64_t H, int64_t dh, const float* y, float* x) override;
   void causal_softmax_forward(int64_t batches, int64_t T, const float* s, float* p) override;
   void causal_softmax_backward(int64_t batches, int64_t T, const float* p, const float* dp, float* ds) override;
-  void embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* wte, const float* wpe,
-                         float* y) override;
-  void embedding_backward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* dy, float* dwte,
-                          float* dwpe) override;
+  void embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, int64_t v0, int64_t rows,
+                         const float* wte, const float* wpe, float* y) override;
+  void embedding_backward(int64_t n, int64_t T, int64_t D, const float* tokens, int64_t v0, int64_t rows,
+                          const float* dy, float* dwte, float* dwpe) override;
   void mean_rows(int64_t rows, int64_t cols, const float* x, float* y) override;
   void mean_rows_backward(int64_t rows, int64_t cols, const float* dy, float* dx) override;
   void batchnorm_forward_training(int64_t n, int64_t C, int64_t HW, float eps, float momentum, const float* x,

@@ -68,28 +68,29 @@ void HostBackend::causal_softmax_backward(int64_t batches, int64_t T, const floa
                        [=](int64_t r) { causal_softmax_grad_row(p + r * T, dp + r * T, ds + r * T, r % T + 1, T); });
 }
 
-void HostBackend::embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* wte,
-                                    const float* wpe, float* y) {
+void HostBackend::embedding_forward(int64_t n, int64_t T, int64_t D, const float* tokens, int64_t v0, int64_t rows,
+                                    const float* wte, const float* wpe, float* y) {
   Kokkos::parallel_for("pt::embedding_forward", Range(0, n * T), [=](int64_t r) {
-    const float* e = wte + static_cast<int64_t>(tokens[r]) * D;
-    const float* q = wpe + (r % T) * D;
+    const int64_t v = static_cast<int64_t>(tokens[r]) - v0;
+    const float* e = v >= 0 && v < rows ? wte + v * D : nullptr;
+    const float* q = wpe ? wpe + (r % T) * D : nullptr;
     float* yr = y + r * D;
-    for (int64_t d = 0; d < D; ++d) yr[d] = e[d] + q[d];
+    for (int64_t d = 0; d < D; ++d) yr[d] = (e ? e[d] : 0.0f) + (q ? q[d] : 0.0f);
   });
 }
 
-void HostBackend::embedding_backward(int64_t n, int64_t T, int64_t D, const float* tokens, const float* dy, float* dwte,
-                                     float* dwpe) {
+void HostBackend::embedding_backward(int64_t n, int64_t T, int64_t D, const float* tokens, int64_t v0, int64_t rows,
+                                     const float* dy, float* dwte, float* dwpe) {
   // one kernel index: the scatter-add runs in (sample, position) order
   Kokkos::parallel_for("pt::embedding_backward", Range(0, 1), [=](int) {
     for (int64_t r = 0; r < n * T; ++r) {
       const float* d = dy + r * D;
-      float* e = dwte + static_cast<int64_t>(tokens[r]) * D;
+      const int64_t v = static_cast<int64_t>(tokens[r]) - v0;
       float* q = dwpe + (r % T) * D;
-      for (int64_t k = 0; k < D; ++k) {
-        e[k] += d[k];
-        q[k] += d[k];
-      }
+      for (int64_t k = 0; k < D; ++k) q[k] += d[k];
+      if (v < 0 || v >= rows) continue;
+      float* e = dwte + v * D;
+      for (int64_t k = 0; k < D; ++k) e[k] += d[k];
     }
   });
 }
