@@ -110,11 +110,18 @@ struct MemoryShared {
 struct RankRole {
   bool reporter = false, replica0 = true;
   bool asynchronous = false;  // the schedule is not a flush schedule: a cut may keep units in flight
+  // bytes of the gradients of its replicated stages (replica_allreduce_bytes): MPI's
+  // nonblocking allreduce reduces through a scratch copy of the message (measured: a
+  // replica's peak exceeds the rest by about its stage's gradients)
+  int64_t allreduce_bytes = 0;
 };
+// The scratch a replicated stage's gradient allreduce takes (RankRole::allreduce_bytes).
+int64_t replica_allreduce_bytes(const StageFootprint& f);
 // A rank holding `held` (one entry per held stage; m.in_flight already its most units in
 // flight): the data, the base, the host staging of samples, the kernels' own buffers (the
-// largest of its stages') and the snapshots (the larger of a checkpoint's host copies and
-// the end-of-run gather).
+// largest of its stages'), the allreduce scratch of its replicated stages, and the
+// snapshots (the larger of a checkpoint's host copies and the end-of-run gather, which never
+// overlap the allreduce and so share its room).
 void add_rank_terms(RankMemory& m, const std::vector<const StageFootprint*>& held, const MemoryShared& s, RankRole role);
 
 // Where a stage's footprint comes from.

@@ -147,8 +147,14 @@ void add_rank_terms(RankMemory& m, const std::vector<const StageFootprint*>& hel
   // tensors replacing its parts layer by layer, beside one split layer's gathered parts
   if (role.reporter) outputs = std::max(Rv(s.model_params * 4) + Rv(remote * 4), Rv(s.tensor_whole * 4));
   else if (role.replica0) outputs = own;
-  m[C::snapshots] += std::max(s.checkpoints ? ckpt + own : 0, outputs);
+  // a checkpoint and the end-of-run gather come after the reductions: they reuse the room
+  // the allreduce's scratch took
+  const int64_t snapshot = std::max(s.checkpoints ? ckpt + own : 0, outputs);
+  m[C::messages] += role.allreduce_bytes;
+  m[C::snapshots] += std::max<int64_t>(0, snapshot - role.allreduce_bytes);
 }
+
+int64_t replica_allreduce_bytes(const StageFootprint& f) { return Rv((f.params + 1) * 4); }
 
 int64_t memory_ir_steps(const ScheduleDef& def, const Layout& layout, int microbatches, int64_t longest_segment) {
   const int64_t stride = std::max<int64_t>(1, def.boundary_stride(layout));
@@ -191,6 +197,8 @@ RankMemory MemoryModel::rank(int r) const {
   role.reporter = r == layout_.rank_of(layout_.stages() - 1, 0);
   role.replica0 = layout_.replica_of(r) == 0;
   role.asynchronous = !flush_;
+  for (size_t i = 0; i < stages.size(); ++i)
+    if (layout_.replicas_of(stages[i]) > 1) role.allreduce_bytes += replica_allreduce_bytes(*held[i]);
   add_rank_terms(m, held, shared_, role);
   return m;
 }

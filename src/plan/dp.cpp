@@ -83,6 +83,7 @@ struct ChainModel {
     RankRole role;
     role.reporter = f.end == L;
     role.asynchronous = !c.flush;
+    if (r > 1) role.allreduce_bytes = replica_allreduce_bytes(f);
     add_rank_terms(m, {&f}, c.memory_shared, role);
     return static_cast<double>(m.total());
   }
