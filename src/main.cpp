@@ -282,7 +282,7 @@ const std::vector<Command>& commands() {
       {"emulate", "DECK --ranks N [--set key=value]...",
        "                       one-process reference: apply the schedule's update rule literally\n"
        "                       for the layout of N ranks; writes weights.h5 like a run", run_emulate},
-      {"plan", "[DECK] --ranks N [--profile FILE] [--out plan.json] [--bandwidth B[:RANKS]]... [--latency S]\n"
+      {"plan", "[DECK] --ranks N [--profile FILE]... (one per parallel.tensor) [--out plan.json] [--bandwidth B[:RANKS]]... [--latency S]\n"
                "       [--memory BYTES] [--batch B] [--profile-batch P] [--schedules a,b] [--microbatches 1,2,4]\n"
                "       [--replicas auto|all|pow2] [--bsp-batch B] [--batch-growth-margin F]\n"
                "       [--cost-model pipetrain|pipedream[,OPTIONS]]",
