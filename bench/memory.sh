@@ -20,11 +20,12 @@
 # processes (each tensor rank one row, "rank" = pipeline rank.tensor rank). Every row also
 # prints the engine's weight and activation bytes (weight_bytes, activation_bytes: measured
 # allocations) against the model's (master_weights, activations), so that t = 2 against
-# t = 1 shows what the split halves.
+# t = 1 shows what the split halves. A value "Ns" is t = N with sequence_parallel = true in
+# every transformer_block (the norms' outputs, their statistics and h kept for 1/t of the rows).
 #
 #   bench/memory.sh                   every case (about an hour on 2 shared cores)
 #   ONLY="fashion_mlp tinygpt" RANKS=2 PRECISIONS=bf16 SCHEDULES=1f1b bench/memory.sh
-#   ONLY="tinygpt gpt2_small" RANKS=1 PRECISIONS=fp32 SCHEDULES=1f1b TENSOR="1 2" bench/memory.sh
+#   ONLY="tinygpt gpt2_small" RANKS=1 PRECISIONS=fp32 SCHEDULES=1f1b TENSOR="1 2 2s" bench/memory.sh
 # Environment: PT_BIN (build/pipetrain), OUT (runs/bench_memory), STEPS (4; 2 for the GPTs).
 set -u
 cd "$(dirname "$0")/.."
@@ -56,7 +57,13 @@ printf "%-15s %-5s %-5s %-10s %-4s %10s %10s %7s %9s %7s %17s %17s\n" deck ranks
   less_base secs weights_meas/mod activ_meas/mod
 for deck in $ONLY; do
   read -r split mbs tie steps extra <<<"$(deck_case "$deck")"
-  for t in $TENSOR; do
+  for tv in $TENSOR; do
+  t=${tv%s} seq=()
+  if [ "$tv" != "$t" ]; then  # sequence parallelism in every transformer_block
+    for b in $(awk '/^\[\[model.layers\]\]/ {i++} /^type = "transformer_block"/ {print i - 1}' "input/$deck.toml"); do
+      seq+=(--set "model.layers.$b.sequence_parallel=true")
+    done
+  fi
   for ranks in $RANKS; do
     for prec in $PRECISIONS; do
       for sched in $SCHEDULES; do
@@ -68,7 +75,7 @@ for deck in $ONLY; do
         [ "$deck" = gpt_300m ] && [ "$ranks" = 1 ] && sets+=(--set "cluster.memory=${ONE_RANK_BUDGET:-12e9}")
         sp=$split; [ "$ranks" = 1 ] && sp="[]"
         name="${deck}_${ranks}_${prec}_${s}"
-        [ "$t" != 1 ] && name="${name}_t$t"
+        [ "$tv" != 1 ] && name="${name}_t$tv"
         for e in $extra; do sets+=(--set "$e"); done
         t0=$(date +%s.%N)
         timeout --kill-after=10 3600 $MPIRUN $MPIRUN_FLAGS -np $((ranks * t)) "$PT_BIN" train "input/$deck.toml" \
@@ -76,7 +83,7 @@ for deck in $ONLY; do
           --set run.name="$name" --set run.output_dir="$OUT" --set run.plots=false --set train.log_every=1 \
           --set parallel.split="$sp" --set parallel.schedule="$s" --set parallel.microbatches="$m" \
           --set train.precision="$prec" --set train.max_steps="$steps" --set train.eval_every="$steps" \
-          "${sets[@]}" >"$OUT/$name.log" 2>&1
+          "${sets[@]}" "${seq[@]}" >"$OUT/$name.log" 2>&1
         rc=$? secs=$(echo "$(date +%s.%N) - $t0" | bc)
         sum="$OUT/$name/summary.json"
         if [ $rc = 2 ] && grep -q "does not fit in memory" "$OUT/$name.log"; then
@@ -90,7 +97,7 @@ for deck in $ONLY; do
         fi
         for k in $(seq 0 $((t - 1))); do
           sk=$sum; [ "$k" != 0 ] && sk="$OUT/$name/tensor$k/summary.json"
-          python3 - "$sk" "$deck" "$ranks" "$prec" "$s" "$secs" "$t" "$k" <<'EOF'
+          python3 - "$sk" "$deck" "$ranks" "$prec" "$s" "$secs" "$tv" "$k" <<'EOF'
 import json, sys
 s = json.load(open(sys.argv[1]))
 for r in s["per_rank"]:

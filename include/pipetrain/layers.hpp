@@ -70,6 +70,13 @@ class TensorGroup {
   // x <- its elementwise maximum over the group (order-free: every rank the same bits); the
   // vocabulary-parallel head's row maxima.
   virtual void max(Backend& be, float* x, int64_t count) const = 0;
+  // Megatron's reduce-scatter (sequence parallelism): x (count = t * part floats in backend
+  // memory) -> its part [k part, (k + 1) part) holds the group's sum there, the same bits as
+  // sum() gives; the rest of x is unspecified. Default: sum() of the whole.
+  virtual void sum_part(Backend& be, float* x, int64_t count, int64_t part) const {
+    (void)part;
+    sum(be, x, count);
+  }
   // all[k * count + i] = rank k's mine[i] (host memory): the gradient norm's per-tensor sums.
   virtual void gather(const double* mine, double* all, int64_t count) const = 0;
   // x (count floats in backend memory) holds this rank's part [k part, (k + 1) part) (the last

@@ -104,6 +104,9 @@ class MpiTensorGroup final : public TensorGroup {
   int rank() const override { return grid_.rank; }
   void sum(Backend& be, float* x, int64_t count) const override;
   void max(Backend& be, float* x, int64_t count) const override;
+  // host buffers: one alltoall of the parts, added in tensor-rank order; device buffers
+  // (the transport): the whole sum()
+  void sum_part(Backend& be, float* x, int64_t count, int64_t part) const override;
   void gather(const double* mine, double* all, int64_t count) const override;
   void allgather(Backend& be, float* x, int64_t count, int64_t part) const override;
   int64_t bytes() const { return bytes_; }

@@ -21,6 +21,17 @@
 namespace pt {
 
 namespace {
+// Per-tensor sums of squares whole over the tensor group: a split tensor's entry becomes the
+// sum of its parts (gathered, added in tensor-rank order), a replicated one's stays; no-op
+// at t = 1. parts: scratch.
+void sum_over_tensor_group(const TensorGroup* tensor, const std::vector<bool>& split, std::vector<double>& sums,
+                           std::vector<double>& parts) {
+  if (!tensor || tensor->size() <= 1) return;
+  parts.resize(sums.size() * static_cast<size_t>(tensor->size()));
+  tensor->gather(sums.data(), parts.data(), static_cast<int64_t>(sums.size()));
+  combine_tensor_parts(parts, tensor->size(), split, sums);
+}
+
 // A stage's own gradient norm (an asynchronous update): its tensors' sums of squares, under
 // parallel.tensor the split ones summed over the group, added in index order.
 // sums and parts: scratch of the model's tensor count (and t times it).
@@ -29,9 +40,7 @@ double own_stage_norm(Backend& be, const TensorGroup* tensor, const std::vector<
   if (!tensor || tensor->size() <= 1) return stage_norm(be, grads, tensors);
   std::fill(sums.begin(), sums.end(), 0.0);
   sums_of_squares(be, grads, tensors, sums);
-  parts.resize(sums.size() * static_cast<size_t>(tensor->size()));
-  tensor->gather(sums.data(), parts.data(), static_cast<int64_t>(sums.size()));
-  combine_tensor_parts(parts, tensor->size(), split, sums);
+  sum_over_tensor_group(tensor, split, sums, parts);
   double s = 0;
   for (const NormTensor& t : tensors) s += sums[static_cast<size_t>(t.index)];
   return std::sqrt(s);
@@ -86,11 +95,7 @@ void Executor::on_grad_norm(const Action& a, Step& st) {
   Request q;
   tr_->iallreduce_host(g.sums.data(), g.sums.size(), ctx_.world(), &q);
   wait(&q, [&] { return "GRAD_NORM of update " + std::to_string(a.mb) + " (every rank's sums of squares; rank " + std::to_string(ctx_.rank()) + ")"; });
-  if (cfg_.tensor && cfg_.tensor->size() > 1) {  // the split tensors' parts live on the other tensor ranks
-    g.parts.resize(g.sums.size() * static_cast<size_t>(cfg_.tensor->size()));
-    cfg_.tensor->gather(g.sums.data(), g.parts.data(), static_cast<int64_t>(g.sums.size()));
-    combine_tensor_parts(g.parts, cfg_.tensor->size(), g.split, g.sums);
-  }
+  sum_over_tensor_group(cfg_.tensor, g.split, g.sums, g.parts);  // split tensors' parts live on the other tensor ranks
   g.norm = total_norm(g.sums);
   g.group = a.mb;
   st.bytes = static_cast<int64_t>(g.sums.size() * sizeof(double));

@@ -13,11 +13,15 @@ namespace {
 constexpr uint64_t kProbDropout = 3;  // dropout stream slot of the attention probabilities
 }
 
-AttentionCore::AttentionCore(int64_t T, int64_t D, int64_t heads, float p, int layer, int parts)
+AttentionCore::AttentionCore(int64_t T, int64_t D, int64_t heads, float p, int layer, int parts, int rank,
+                             bool scatter)
     : T_(T), D_(D), E_(D / parts), H_(heads / parts), dh_(D / heads), p_(p),
-      scale_(1.0f / std::sqrt(static_cast<float>(D / heads))), layer_(layer), parts_(parts),
+      scale_(1.0f / std::sqrt(static_cast<float>(D / heads))), layer_(layer), parts_(parts), rank_(rank),
       qkv_{D, 3 * (D / parts), true, parts > 1 ? TensorSplit::column : TensorSplit::none},
-      proj_{D / parts, D, true, parts > 1 ? TensorSplit::row : TensorSplit::none} {}
+      proj_{D / parts, D, true, parts > 1 ? TensorSplit::row : TensorSplit::none} {
+  qkv_.scatter = proj_.scatter = scatter && parts > 1;
+  qkv_.part = proj_.part = rank;
+}
 
 void AttentionCore::init_params(float* host, uint64_t seed, int layer, int first_tensor) const {
   PT_CHECK(E_ == D_, "AttentionCore::init_params of a tensor-parallel part (init_part_of_whole initialises those)");
@@ -60,7 +64,7 @@ void AttentionCore::heads_gemm(const LayerCtx& c, bool ta, bool tb, int64_t M, i
 // The probabilities after dropout: P itself, or its dropped copy in buf.
 const float* AttentionCore::dropped(const LayerCtx& c, const float* P, float* buf, int64_t n) const {
   if (!c.training || p_ == 0.0f) return P;
-  dropout_apply(c, layer_, kProbDropout, p_, H_ * T_ * T_, P, buf, n, part(c), parts_);
+  dropout_apply(c, layer_, kProbDropout, p_, H_ * T_ * T_, P, buf, n, part(), parts_);
   return buf;
 }
 
@@ -156,7 +160,7 @@ void AttentionCore::input_half(const LayerCtx& c, ParamView w, CView dy, float* 
   be.heads_split(n, T_, 1, H_, dh_, dO, dOh);
   heads_gemm(c, false, true, T_, T_, dh_, 1.0f, dOh, v, dP, n);                          // dPd = dO V^T
   heads_gemm(c, true, false, T_, dh_, T_, 1.0f, dropped(c, P, pd_buf, n), dOh, dqkvh + 2 * n * TD, n);  // dV = Pd^T dO
-  if (c.training && p_ > 0) dropout_grad(c, layer_, kProbDropout, p_, H_ * TT, dP, dP, n, part(c), parts_);
+  if (c.training && p_ > 0) dropout_grad(c, layer_, kProbDropout, p_, H_ * TT, dP, dP, n, part(), parts_);
   be.causal_softmax_backward(n * H_, T_, P, dP, dP);                                       // dS
   heads_gemm(c, false, false, T_, dh_, T_, scale_, dP, k, dqkvh, n);                       // dQ = s dS K
   heads_gemm(c, true, false, T_, dh_, T_, scale_, dP, q, dqkvh + n * TD, n);               // dK = s dS^T Q
@@ -189,7 +193,7 @@ class Attention final : public Layer {
   Attention(const LayerSpec& s, Shape in)
       : Layer(s, in),
         core_(in.T(), in.D(), s.settings_as<AttentionSettings>().heads,
-              static_cast<float>(s.settings_as<AttentionSettings>().dropout), s.index, s.tensor_parts) {}
+              static_cast<float>(s.settings_as<AttentionSettings>().dropout), s.index, s.tensor_parts, s.tensor_rank) {}
 
   std::vector<ParamTensor> params() const override { return core_.params("", 0); }
   void init_params(float* host, uint64_t seed) const override {

@@ -31,7 +31,10 @@ class AttentionCore {
   // parts > 1: this rank's part of a tensor-parallel split (parallel.tensor): heads / parts
   // heads, in_proj column-parallel (its q, k and v rows of those heads), out_proj row-parallel
   // (their columns; the output summed over the tensor group, then the whole bias added).
-  AttentionCore(int64_t T, int64_t D, int64_t heads, float p, int layer, int parts = 1);
+  // scatter (sequence parallelism, a split only): the output and the input gradient are the
+  // group's sums on this part's rows only (RowLinear::scatter); x is still whole.
+  AttentionCore(int64_t T, int64_t D, int64_t heads, float p, int layer, int parts = 1, int rank = 0,
+                bool scatter = false);
 
   int64_t num_params() const { return qkv_.size() + proj_.size(); }
   int64_t matrix_values() const { return qkv_.in * qkv_.out + proj_.in * proj_.out; }  // in_proj and out_proj weights
@@ -80,11 +83,11 @@ class AttentionCore {
   bool fused(Backend& be) const { return be.fused().attention() && p_ == 0.0f; }
   // the fused kernel's geometry, in c's precision
   AttentionGeom geom(const LayerCtx& c, int64_t n) const;
-  // this rank's part of the heads (the tensor group's rank; 0 unsplit)
-  int part(const LayerCtx& c) const { return parts_ > 1 && c.tensor ? c.tensor->rank() : 0; }
+  // this part's place among the heads (LayerSpec::tensor_rank; 0 unsplit)
+  int part() const { return rank_; }
   int64_t T_, D_, E_, H_, dh_;  // D the model width, E = D / parts the width of this part's heads
   float p_, scale_;
-  int layer_, parts_;
+  int layer_, parts_, rank_;
   RowLinear qkv_, proj_;
 };
 

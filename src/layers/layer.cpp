@@ -152,6 +152,11 @@ void RowLinear::forward(const LayerCtx& c, ParamView w, CView x, View y, int64_t
   if (split != TensorSplit::row) return c.be.fused().linear_forward(rows, in, out, x, W, b, y, c.precision);
   PT_CHECK(!y.bf16(), "a row-parallel linear writes fp32 (its output is summed over the tensor group)");
   c.be.fused().linear_forward(rows, in, out, x, W, nullptr, y, c.precision);
+  if (scatter) {
+    float* mine = tensor_sum_rows(c, y.data, rows, out, part);
+    if (b) c.be.bias_add_rows(mine, b, rows / c.tensor->size(), out);
+    return;
+  }
   tensor_sum(c, y.data, rows * out);
   if (b) c.be.bias_add_rows(y.data, b, rows, out);
 }
@@ -159,12 +164,22 @@ void RowLinear::backward_input(const LayerCtx& c, ParamView w, CView dy, float* 
   if (!dx) return;
   c.be.gemm(false, false, rows, in, out, 1.0f, dy, out, w.operand(operand_dtype(c.precision)), in, 0.0f, dx, in,
             c.precision);
-  if (split == TensorSplit::column) tensor_sum(c, dx, rows * in);
+  if (split != TensorSplit::column) return;
+  if (scatter) tensor_sum_rows(c, dx, rows, in, part);
+  else tensor_sum(c, dx, rows * in);
 }
 
 void tensor_sum(const LayerCtx& c, float* x, int64_t count) {
   PT_CHECK(c.tensor, "a tensor-parallel layer ran without its tensor group (LayerCtx::tensor)");
   if (c.tensor->size() > 1) c.tensor->sum(c.be, x, count);
+}
+
+float* tensor_sum_rows(const LayerCtx& c, float* x, int64_t rows, int64_t cols, int part) {
+  PT_CHECK(c.tensor, "a sequence-parallel layer ran without its tensor group (LayerCtx::tensor)");
+  const int64_t t = c.tensor->size(), R = rows / t;
+  PT_CHECK(rows % t == 0, "sequence parallelism: " << rows << " rows do not split over " << t << " tensor ranks");
+  if (t > 1) c.tensor->sum_part(c.be, x, rows * cols, R * cols);
+  return x + part * R * cols;
 }
 
 ParamTensor cut_tensor(ParamTensor p, int dim, int chunks, std::vector<int64_t> full) {

@@ -121,6 +121,10 @@ namespace pt::layers {
 // x (count floats) <- its sum over the tensor group (TensorGroup::sum); an internal error
 // when the layer is split and the context has no group.
 void tensor_sum(const LayerCtx& c, float* x, int64_t count);
+// x ([rows, cols], row-major) <- rows [part R, (part + 1) R) of its sum over the tensor group,
+// R = rows / t (TensorGroup::sum_part; rows a multiple of t), the other rows unspecified.
+// Returns those rows' first float.
+float* tensor_sum_rows(const LayerCtx& c, float* x, int64_t rows, int64_t cols, int part);
 
 // A split layer's part (LayerSpec::tensor_parts > 1) initialised as the whole layer is, then
 // cut (take_shard): tensor-parallel runs start from the one-process weights.
@@ -135,6 +139,12 @@ struct RowLinear {
   int64_t in = 0, out = 0;
   bool bias = true;
   TensorSplit split = TensorSplit::none;
+  // Sequence parallelism (a transformer_block's sequence_parallel): the group's sum (a
+  // row-parallel output, a column-parallel input gradient) is reduce-scattered over the rows,
+  // so only part `part` of the t equal row blocks holds it (TensorGroup::sum_part) and the
+  // other rows are left unspecified; a row-parallel bias is added to those rows only.
+  bool scatter = false;
+  int part = 0;
   int64_t size() const { return in * out + (bias ? out : 0); }
   // Products in c.precision; x, dy and y are f32 or bf16 views (bf16 under a bf16 policy only);
   // w is the weight, then the bias; the products read w.operand(the policy's operand dtype).

@@ -55,7 +55,7 @@ class Linear final : public Layer {
   void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float*, int64_t n) const override {
     if (split_ == TensorSplit::none) return map_.forward(c, w, x, y, n);
     if (split_ == TensorSplit::row) return map_.forward(c, w, my_columns(c, x, map_.in, n), y, n);
-    map_.forward(c, w, x, c.work + rank(c) * n * map_.out, n);
+    map_.forward(c, w, x, c.work + rank() * n * map_.out, n);
     gather_columns(c, c.work, map_.out, y, n);
   }
   void backward(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy, float* dx, float* dw,
@@ -69,7 +69,7 @@ class Linear final : public Layer {
     if (split_ == TensorSplit::none) return map_.backward_input(c, w, dy, dx, n);
     if (split_ == TensorSplit::column) return map_.backward_input(c, w, my_columns(c, dy, map_.out, n), dx, n);
     if (!dx) return;
-    map_.backward_input(c, w, dy, c.work + rank(c) * n * map_.in, n);
+    map_.backward_input(c, w, dy, c.work + rank() * n * map_.in, n);
     gather_columns(c, c.work, map_.in, dx, n);
   }
   void backward_weight(const LayerCtx& c, ParamView, const float* x, const float*, const float* dy, float* dw,
@@ -88,11 +88,11 @@ class Linear final : public Layer {
 
  private:
   static const LinearSettings& k(const LayerSpec& s) { return s.settings_as<LinearSettings>(); }
-  int64_t rank(const LayerCtx& c) const { return c.tensor ? c.tensor->rank() : spec_.tensor_rank; }
+  int64_t rank() const { return spec_.tensor_rank; }
   // this rank's columns [k part, (k + 1) part) of a whole [n, t part] matrix, via the workspace
   const float* my_columns(const LayerCtx& c, const float* whole, int64_t part, int64_t n) const {
     c.be.heads_split(n, 1, t_, 1, part, whole, c.work);
-    return c.work + rank(c) * n * part;
+    return c.work + rank() * n * part;
   }
   // blocks [t, n, part] holding this rank's block -> every block -> whole [n, t part]
   void gather_columns(const LayerCtx& c, float* blocks, int64_t part, float* whole, int64_t n) const {

@@ -11,6 +11,17 @@
 // (attention_core.hpp) nor the MLP's hidden activations gelu'(f) and gelu(f), f = fc1(ln2(h)):
 // the input half recomputes fc1 and the GELU from the kept ln2 output with the forward's
 // kernels, and keeps gelu(f) in the split region for the weight half (fc2's weight gradient).
+// Sequence parallelism (key sequence_parallel, under a tensor split; Megatron's SP): the two
+// norms, both dropouts and both residual adds run on this part's 1/t of the rows [n T, D]
+// only, and keep only those rows (ln1 and ln2 outputs, their statistics, h). Before each
+// column-parallel product the normed rows are all-gathered; each row-parallel product is
+// reduce-scattered (RowLinear::scatter) instead of summed; the block's output is gathered
+// whole, so its input and output (the chain's boundaries) stay whole on every rank.
+// Backward: the conjugates (the column-parallel input gradients reduce-scattered, dh
+// gathered before the attention, dx gathered at the end); the weight half gathers ln1 and
+// ln2 outputs again, and the norms' weight gradients (from this part's rows) are summed
+// over the group. The dropout masks are the whole block's (keyed by element), so the
+// results equal the unsplit block's within the sums' rounding.
 #include <algorithm>
 
 #include "attention_core.hpp"
@@ -21,6 +32,7 @@ namespace {
 struct TransformerSettings : LayerSettings {
   int64_t heads = 0, mlp_ratio = 4;
   double dropout = 0;
+  bool sequence_parallel = false;
 };
 
 class TransformerBlock final : public Layer {
@@ -28,27 +40,35 @@ class TransformerBlock final : public Layer {
   TransformerBlock(const LayerSpec& s, Shape in) : TransformerBlock(s, in, s.settings_as<TransformerSettings>()) {}
   TransformerBlock(const LayerSpec& s, Shape in, const TransformerSettings& k)
       : Layer(s, in), T_(in.T()), D_(in.D()), F_(k.mlp_ratio * in.D() / s.tensor_parts),
-        p_(static_cast<float>(k.dropout)), attn_(in.T(), in.D(), k.heads, p_, s.index, s.tensor_parts), ln_{D_, 1e-5f},
+        seq_(k.sequence_parallel && s.tensor_parts > 1), Ts_(seq_ ? T_ / s.tensor_parts : T_),
+        p_(static_cast<float>(k.dropout)),
+        attn_(in.T(), in.D(), k.heads, p_, s.index, s.tensor_parts, s.tensor_rank, seq_), ln_{D_, 1e-5f},
         fc1_{D_, F_, true, s.tensor_parts > 1 ? TensorSplit::column : TensorSplit::none},
-        fc2_{F_, D_, true, s.tensor_parts > 1 ? TensorSplit::row : TensorSplit::none} {}
+        fc2_{F_, D_, true, s.tensor_parts > 1 ? TensorSplit::row : TensorSplit::none} {
+    fc1_.scatter = fc2_.scatter = seq_;
+    fc1_.part = fc2_.part = s.tensor_rank;
+  }
 
   std::vector<ParamTensor> params() const override;
   void init_params(float* host, uint64_t seed) const override;
   // ln1 out, ln1 stats, h, ln2 out, ln2 stats, gelu'(fc1 out) (bf16: fc1 out), gelu out, then
   // the attention's; under a bf16 policy all but h and the statistics are bf16 views in half
-  // the floats (mlp_hidden, attention_core.hpp)
+  // the floats (mlp_hidden, attention_core.hpp); sequence-parallel: the first five of this
+  // part's T / t rows only
   int64_t kept_floats(bool selective, DType op) const override {
-    const int64_t TD = T_ * D_, TF = T_ * F_;
-    return 2 * operand_floats(TD, op) + TD + 4 * T_ + (selective ? 0 : 2 * operand_floats(TF, op)) +
+    const int64_t TD = Ts_ * D_, TF = T_ * F_;
+    return 2 * operand_floats(TD, op) + TD + 4 * Ts_ + (selective ? 0 : 2 * operand_floats(TF, op)) +
            attn_.saved_per_sample(selective, op);
   }
   int64_t aux_per_sample() const override { return kept_floats(false, DType::f32); }
   // output gradients of fc2, fc1, ln2, the attention, its in_proj, ln1
   int64_t split_aux_per_sample() const override { return 4 * T_ * D_ + T_ * F_ + attn_.keep_per_sample(); }
+  // sequence-parallel: and a whole [T, D] for the gathered norm outputs (gathered()) plus the
+  // norms' partial weight gradients
   int64_t workspace_per_sample() const override {
     const int64_t fwd = T_ * D_ + attn_.forward_work();
     const int64_t bwd = split_aux_per_sample() + T_ * D_ + std::max(T_ * F_, attn_.backward_work());
-    return std::max(fwd, bwd);
+    return std::max(fwd, bwd) + seq_work();
   }
   // selective: no gelu'(f), gelu(f) (2 T F) and no probabilities; gelu(f) is recomputed into
   // the split region; the scratch holds f, gelu(f) in the forward and gelu'(f) in the backward
@@ -58,7 +78,7 @@ class TransformerBlock final : public Layer {
   int64_t selective_workspace_per_sample() const override {
     const int64_t fwd = T_ * D_ + std::max(attn_.forward_work(), 2 * T_ * F_);
     const int64_t bwd = selective_split_aux_per_sample() + T_ * D_ + std::max(T_ * F_, attn_.backward_work()) + T_ * F_;
-    return std::max(fwd, bwd);
+    return std::max(fwd, bwd) + seq_work();
   }
   void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* aux, int64_t n) const override;
   void backward(const LayerCtx& c, ParamView w, const float* x, const float*, const float* dy, float* dx, float* dw,
@@ -83,9 +103,11 @@ class TransformerBlock final : public Layer {
   double flops_backward() const override { return 2.0 * flops_forward(); }
   double attention_model_flops() const override { return attn_.model_flops(); }
   int64_t product_weight_values() const override { return attn_.matrix_values() + 2 * D_ * F_; }
-  // split: the attention's and the MLP's row-parallel outputs (backward: their inputs' gradients)
-  int tensor_sums() const override { return spec_.tensor_parts > 1 ? 2 : 0; }
-  int64_t tensor_sum_floats() const override { return spec_.tensor_parts > 1 ? 2 * T_ * D_ : 0; }
+  // split: the attention's and the MLP's row-parallel outputs (backward: their inputs' gradients);
+  // sequence-parallel: 3 all-gathers and 2 reduce-scatters of [T, D] forward, 4 and 2
+  // backward, each about half a sum: costed as 3 sums
+  int tensor_sums() const override { return spec_.tensor_parts > 1 ? (seq_ ? 3 : 2) : 0; }
+  int64_t tensor_sum_floats() const override { return tensor_sums() * T_ * D_; }
 
  private:
   // Parameter offsets: ln1, attention, ln2, fc1, fc2.
@@ -102,6 +124,50 @@ class TransformerBlock final : public Layer {
     return o;
   }
   static Recompute mode(const LayerCtx& c) { return c.selective ? Recompute::selective : Recompute::none; }
+  // Sequence parallelism: this part's rows of the [n T, D] residual stream (all of them
+  // unsplit), the workspace the gathers take per sample, and a context whose workspace
+  // starts after it (G: the gather buffer; null unsplit).
+  struct Rows {
+    int64_t first, count;
+  };
+  Rows mine(int64_t n) const { return {seq_ ? spec_.tensor_rank * n * Ts_ : 0, n * Ts_}; }
+  int64_t seq_work() const { return seq_ ? T_ * D_ + 2 * D_ : 0; }
+  LayerCtx after_gather(const LayerCtx& c, int64_t n, float** G) const {
+    LayerCtx lc = c;
+    *G = seq_ ? c.work : nullptr;
+    lc.work = c.work + n * seq_work();
+    return lc;
+  }
+  // kept normed rows (this part's, in op) -> the whole [n T, D] of them in G (unsplit: as is)
+  CView gathered(const LayerCtx& c, CView kept, float* G, int64_t n) const {
+    if (!seq_) return kept;
+    const DType op = kept.dtype;
+    const Rows r = mine(n);
+    const int64_t part = operand_floats(r.count * D_, op);
+    c.be.copy(G + operand_floats(r.first * D_, op), kept.data, static_cast<size_t>(part));
+    c.tensor->allgather(c.be, G, operand_floats(n * T_ * D_, op), part);
+    return {G, op};
+  }
+  // rows [first, first + count) of x (count D floats at x) -> every part's rows, whole
+  void gather_rows(const LayerCtx& c, float* x, int64_t n) const {
+    if (seq_) c.tensor->allgather(c.be, x, n * T_ * D_, mine(n).count * D_);
+  }
+  // a residual branch's dropout on rows r of [n T, D] (the whole's mask: keyed by element)
+  void dropout_rows(const LayerCtx& c, uint64_t slot, float* x, Rows r) const {
+    LayerCtx rc = c;
+    rc.sample0 = c.sample0 * T_ + r.first;
+    dropout_apply(rc, index(), slot, p_, D_, x, x, r.count);
+  }
+  // a norm's weight gradient from rows r: into dw directly, or (sequence-parallel) from this
+  // part's rows into scratch, summed over the group, then added
+  void norm_weight_grad(const LayerCtx& c, const float* w_ln, const float* x, const float* st, const float* dy,
+                        float* dw, float* scratch, Rows r) const {
+    if (!seq_) return ln_.backward_weight(c.be, w_ln, x, st, dy, dw, r.count);
+    c.be.fill(scratch, 0.0f, static_cast<size_t>(2 * D_));
+    ln_.backward_weight(c.be, w_ln, x, st, dy, scratch, r.count);
+    tensor_sum(c, scratch, 2 * D_);
+    c.be.axpy(static_cast<size_t>(2 * D_), 1.0f, scratch, dw);
+  }
   // The saved activations of n samples (selective: f and g are not saved, null); a1, b and g
   // in op (kept_floats).
   struct Saved {
@@ -110,8 +176,8 @@ class TransformerBlock final : public Layer {
   Saved saved(float* aux, int64_t n, bool selective, DType op) const {
     Carve s{aux, n};
     Saved v;
-    v.a1 = s.take(operand_floats(T_ * D_, op)), v.st1 = s.take(2 * T_), v.h = s.take(T_ * D_);
-    v.b = s.take(operand_floats(T_ * D_, op)), v.st2 = s.take(2 * T_);
+    v.a1 = s.take(operand_floats(Ts_ * D_, op)), v.st1 = s.take(2 * Ts_), v.h = s.take(Ts_ * D_);
+    v.b = s.take(operand_floats(Ts_ * D_, op)), v.st2 = s.take(2 * Ts_);
     v.f = selective ? nullptr : s.take(operand_floats(T_ * F_, op));
     v.g = selective ? nullptr : s.take(operand_floats(T_ * F_, op));
     v.attn = s.take(attn_.saved_per_sample(selective, op));
@@ -179,6 +245,8 @@ class TransformerBlock final : public Layer {
                    int64_t n) const;
 
   int64_t T_, D_, F_;
+  bool seq_;    // sequence parallelism (key sequence_parallel under a tensor split)
+  int64_t Ts_;  // the positions per sample whose norms, dropout and adds this part runs
   float p_;
   AttentionCore attn_;
   RowNorm ln_;
@@ -216,68 +284,84 @@ void TransformerBlock::init_params(float* host, uint64_t seed) const {
   init_constant(host + o.fc2 + D_ * F_, D_, 0.0f);
 }
 
-void TransformerBlock::forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* aux,
+void TransformerBlock::forward(const LayerCtx& c0, ParamView w, const float* x, float* y, float* aux,
                                int64_t n) const {
+  float* G;
+  const LayerCtx c = after_gather(c0, n, &G);
   Backend& be = c.be;
   const Offsets o = off();
   const DType op = operand_dtype(c.precision);  // of a1, b and g: read by linears only
   Saved s = saved(aux, n, c.selective, op);
   const int64_t rows = n * T_;
-  const size_t nd = static_cast<size_t>(rows * D_);
-  float* m = c.work;  // a norm's fp32 output (bf16 policy), a branch's output, then its dropped copy
+  const Rows r = mine(n);  // the rows this part norms, drops and adds
+  const size_t nd = static_cast<size_t>(r.count * D_);
+  const int64_t at = r.first * D_;
+  float* m = c.work;  // a norm's fp32 output (bf16 policy), then a branch's output, dropped in place
   LayerCtx lc = c;
   lc.work = c.work + n * T_ * D_;
   if (c.selective) s.f = lc.work, s.g = lc.work + rows * F_;  // after the attention, in its scratch
-  attn_.forward(lc, w + o.attn, normed(c, w + o.ln1, x, s.a1, s.st1, m, rows), m, s.attn, n);
-  dropout_apply(c, index(), 1, p_, T_ * D_, m, m, n);
-  be.add(nd, x, m, s.h);
-  mlp_hidden(c, w + o.fc1, normed(c, w + o.ln2, s.h, s.b, s.st2, m, rows), s.f, s.g, rows);
+  const CView a1 = gathered(c, normed(c, w + o.ln1, x + at, s.a1, s.st1, m, r.count), G, n);
+  attn_.forward(lc, w + o.attn, a1, m, s.attn, n);
+  dropout_rows(c, 1, m + at, r);
+  be.add(nd, x + at, m + at, s.h);
+  mlp_hidden(c, w + o.fc1, gathered(c, normed(c, w + o.ln2, s.h, s.b, s.st2, m, r.count), G, n), s.f, s.g, rows);
   fc2_.forward(c, w + o.fc2, CView{s.g, op}, m, rows);
-  dropout_apply(c, index(), 2, p_, T_ * D_, m, m, n);
-  be.add(nd, s.h, m, y);
+  dropout_rows(c, 2, m + at, r);
+  be.add(nd, s.h, m + at, y + at);
+  gather_rows(c, y, n);
 }
 
-void TransformerBlock::input_half(const LayerCtx& c, ParamView w, const float* x, const float* dy, float* dx,
+void TransformerBlock::input_half(const LayerCtx& c0, ParamView w, const float* x, const float* dy, float* dx,
                                   const float* aux, float* keep, int64_t n) const {
+  float* G;
+  const LayerCtx c = after_gather(c0, n, &G);
   Backend& be = c.be;
   const Offsets o = off();
   const DType op = operand_dtype(c.precision);  // of dm, df, da and the attention's dqkv: read by linears only
   Saved s = saved(const_cast<float*>(aux), n, c.selective, op);
   const Kept k = kept(keep, n, c.selective);
   const int64_t rows = n * T_;
-  const size_t nd = static_cast<size_t>(rows * D_);
+  const Rows r = mine(n);
+  const size_t nd = static_cast<size_t>(r.count * D_);
+  const int64_t at = r.first * D_;
   float* dh = c.work;                    // gradient of h
   float* dg = c.work + n * T_ * D_;      // gradient of the gelu output, then the attention's scratch
   LayerCtx lc = c;
   lc.work = dg;
   if (c.selective) {  // gelu'(f) after the attention's scratch, gelu(f) kept for the weight half
     s.f = dg + n * std::max(T_ * F_, attn_.backward_work()), s.g = k.g;
-    mlp_hidden(c, w + o.fc1, CView{s.b, op}, s.f, s.g, rows);
+    mlp_hidden(c, w + o.fc1, gathered(c, CView{s.b, op}, G, n), s.f, s.g, rows);
   }
   fc2_.backward_input(c, w + o.fc2, branch_grad(c, 2, dy, k.dm, n), dg, rows);
   gelu_grad(c, dg, s.f, k.df, rows);
   fc1_.backward_input(c, w + o.fc1, CView{k.df, op}, k.db, rows);
-  ln_.backward_input(be, w + o.ln2, s.h, s.st2, k.db, dh, rows);
-  be.axpy(nd, 1.0f, dy, dh);
+  ln_.backward_input(be, w + o.ln2, s.h, s.st2, k.db + at, dh + at, r.count);
+  be.axpy(nd, 1.0f, dy + at, dh + at);
+  gather_rows(c, dh, n);
   attn_.input_half(lc, w + o.attn, branch_grad(c, 1, dh, k.da, n), k.da1, s.attn, k.dqkv, n);
   if (!dx) return;
-  ln_.backward_input(be, w + o.ln1, x, s.st1, k.da1, dx, rows);
-  be.axpy(nd, 1.0f, dh, dx);
+  ln_.backward_input(be, w + o.ln1, x + at, s.st1, k.da1 + at, dx + at, r.count);
+  be.axpy(nd, 1.0f, dh + at, dx + at);
+  gather_rows(c, dx, n);
 }
 
-void TransformerBlock::weight_half(const LayerCtx& c, ParamView w, const float* x, float* dw, const float* aux,
+void TransformerBlock::weight_half(const LayerCtx& c0, ParamView w, const float* x, float* dw, const float* aux,
                                    const float* keep, int64_t n) const {
-  Backend& be = c.be;
+  float* G;
+  const LayerCtx c = after_gather(c0, n, &G);
   const Offsets o = off();
   const DType op = operand_dtype(c.precision);
   const Saved s = saved(const_cast<float*>(aux), n, c.selective, op);
   const Kept k = kept(const_cast<float*>(keep), n, c.selective);
   const int64_t rows = n * T_;
+  const Rows r = mine(n);
+  const int64_t at = r.first * D_;
+  float* scratch = G ? G + n * T_ * D_ : nullptr;  // the norms' partial weight gradients
   fc2_.backward_weight(c, CView{c.selective ? k.g : s.g, op}, CView{k.dm, op}, dw + o.fc2, rows);
-  fc1_.backward_weight(c, CView{s.b, op}, CView{k.df, op}, dw + o.fc1, rows);
-  ln_.backward_weight(be, w + o.ln2, s.h, s.st2, k.db, dw + o.ln2, rows);
-  attn_.weight_half(c, CView{s.a1, op}, CView{k.da, op}, dw + o.attn, s.attn, k.dqkv, n);
-  ln_.backward_weight(be, w + o.ln1, x, s.st1, k.da1, dw + o.ln1, rows);
+  fc1_.backward_weight(c, gathered(c, CView{s.b, op}, G, n), CView{k.df, op}, dw + o.fc1, rows);
+  norm_weight_grad(c, w + o.ln2, s.h, s.st2, k.db + at, dw + o.ln2, scratch, r);
+  attn_.weight_half(c, gathered(c, CView{s.a1, op}, G, n), CView{k.da, op}, dw + o.attn, s.attn, k.dqkv, n);
+  norm_weight_grad(c, w + o.ln1, x + at, s.st1, k.da1 + at, dw + o.ln1, scratch, r);
 }
 
 LayerType transformer_block_type() {
@@ -291,7 +375,11 @@ LayerType transformer_block_type() {
   t.keys = layer_keys<S>({required_key("heads", &S::heads, key_gt(0), "attention heads (must divide D)"),
                           key("mlp_ratio", &S::mlp_ratio, 4, key_gt(0), "MLP hidden width / D (default 4)"),
                           key("dropout", &S::dropout, 0.0, key_between(0, 1, true),
-                              "dropout of the attention probabilities and both residual branches (default 0)")});
+                              "dropout of the attention probabilities and both residual branches (default 0)"),
+                          key("sequence_parallel", &S::sequence_parallel, false,
+                              "under parallel.tensor > 1: norms, residual dropout and adds on 1/t of the sequence per "
+                              "rank, reduce-scatter/all-gather in place of the sums; keeps 1/t of those activations "
+                              "(default false; docs/ARCHITECTURE.md \"Sequence parallelism\")")});
   t.splits_tensor = true;
   t.make = [](const LayerSpec& s, const Shape& in, const std::string& prev) -> std::unique_ptr<Layer> {
     require_input(s, in, 2, "a sequence [T, D]", prev);
@@ -300,6 +388,10 @@ LayerType transformer_block_type() {
     if ((k.mlp_ratio * in.D()) % s.tensor_parts != 0)
       key_error(s, "mlp_ratio", "the MLP's " + std::to_string(k.mlp_ratio * in.D()) + " hidden units do not split over " +
                                     "parallel.tensor = " + std::to_string(s.tensor_parts) + " ranks");
+    if (k.sequence_parallel && s.tensor_parts > 1 && (in.T() % s.tensor_parts != 0 || in.D() % 2 != 0))
+      key_error(s, "sequence_parallel",
+                "the sequence of " + std::to_string(in.T()) + " positions does not split over parallel.tensor = " +
+                    std::to_string(s.tensor_parts) + " ranks (or D = " + std::to_string(in.D()) + " is odd)");
     return std::make_unique<TransformerBlock>(s, in);
   };
   return t;

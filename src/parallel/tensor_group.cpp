@@ -56,6 +56,26 @@ void MpiTensorGroup::sum(Backend& be, float* x, int64_t count) const {
   bytes_ += static_cast<int64_t>(n * (t - 1) * sizeof(float));
 }
 
+void MpiTensorGroup::sum_part(Backend& be, float* x, int64_t count, int64_t part) const {
+  if (tr_) return sum(be, x, count);
+  const size_t n = static_cast<size_t>(count), p = static_cast<size_t>(part), t = static_cast<size_t>(grid_.parts);
+  PT_CHECK(n == p * t && part <= (1LL << 31) - 1, "tensor sum_part: " << count << " floats in parts of " << part);
+  out_.resize(n);
+  all_.resize(n);
+  be.to_host(out_.data(), x, n);
+  MPI_Request req;
+  MPI_Ialltoall(out_.data(), static_cast<int>(part), MPI_FLOAT, all_.data(), static_cast<int>(part), MPI_FLOAT,
+                grid_.tensor, &req);
+  ctx_.wait(&req, [&] {
+    return "the tensor group's reduce-scatter of " + std::to_string(count) + " floats (tensor rank " +
+           std::to_string(grid_.rank) + " of " + std::to_string(grid_.parts) + ", group " + std::to_string(grid_.group) + ")";
+  });
+  for (size_t r = 1; r < t; ++r)  // the order sum() adds in
+    for (size_t i = 0; i < p; ++i) all_[i] += all_[r * p + i];
+  be.from_host(x + p * static_cast<size_t>(grid_.rank), all_.data(), p);
+  bytes_ += static_cast<int64_t>(p * (t - 1) * sizeof(float));
+}
+
 void MpiTensorGroup::max(Backend& be, float* x, int64_t count) const {
   const size_t n = static_cast<size_t>(count);
   out_.resize(n);

@@ -24,7 +24,8 @@
 # and under 2bw (each stage's own norm) every loss within 1e-5 of the t = 1 pipeline;
 # the PyTorch twin agrees with the t = 2 run within 1e-5; gpt2_small at t = 2 takes 2 steps
 # within 1e-5 of one process in fp32 and completes in bf16; zb-h1 (t = 2 x p = 2) and
-# selective recomputation (t = 2) within 1e-5 of one process; with dropout 0.1 in every block
+# selective recomputation (t = 2) within 1e-5 of one process; sequence parallelism (with dropout,
+# selective recomputation, zb-h1) within 1e-5, and fewer activation bytes; with dropout 0.1 in every block
 # t = 2 follows one process within 1e-5; the MLP with column- and
 # row-parallel linears (`tensor` key) at t = 2 within 1e-5 of one process; and bad grids (t not dividing
 # the ranks or the heads) are refused with the key
@@ -140,6 +141,27 @@ train "$out" rec_t2 2 "${base[@]}" --set train.max_steps=20 --set parallel.split
   --set parallel.recompute='"selective"'
 losses_within "$out/ref20" "$out/zb_t2p2" 1e-5
 losses_within "$out/ref20" "$out/rec_t2" 1e-5
+
+# sequence parallelism (sequence_parallel in every block): the norms, residual dropouts and
+# adds on half the rows each, reduce-scatters and all-gathers in place of the sums; with
+# dropout 0.1 and selective recomputation t = 2 follows one process within 1e-5, and so does
+# zb-h1 at t = 2 x p = 2; the kept activations per microbatch (summary.json) fall
+seq=()
+for b in 1 2 3 4 5 6; do seq+=(--set model.layers.$b.sequence_parallel=true); done
+train "$out" seq_t2 2 "${base[@]}" "${drop[@]}" "${seq[@]}" --set parallel.tensor=2 --set parallel.recompute='"selective"'
+train "$out" seq_zb 4 "${base[@]}" "${seq[@]}" --set train.max_steps=20 --set parallel.split=[4] --set parallel.tensor=2 \
+  --set parallel.schedule=zb-h1
+losses_within "$out/drop_ref" "$out/seq_t2" 1e-5
+losses_within "$out/ref20" "$out/seq_zb" 1e-5
+expect "sequence parallelism keeps fewer activation bytes than t = 2 alone (stage 0 of zb-h1, t = 2 x p = 2)" python3 - \
+  "$out/zb_t2p2/summary.json" "$out/seq_zb/summary.json" <<'EOF'
+import json, sys
+def act(p):
+    return json.load(open(p))["per_rank"][0]["activation_bytes_per_microbatch"]
+a, b = act(sys.argv[1]), act(sys.argv[2])
+print(f"activation bytes per microbatch: t = 2 {a}, with sequence parallelism {b} ({b / a:.3f})")
+sys.exit(0 if b < 0.95 * a else 1)
+EOF
 
 # linear layers split by their `tensor` key (column, row, column) in the Fashion-MNIST MLP:
 # 30 SGD steps at t = 2 within 1e-5 of one process, final weights within 1e-5

@@ -11,9 +11,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -26,11 +28,12 @@
 namespace pt::test {
 namespace {
 
-std::string block_deck(int64_t heads, int64_t ratio, const std::string& dropout = "0.0") {
+std::string block_deck(int64_t heads, int64_t ratio, const std::string& dropout = "0.0", bool sequence = false) {
   return "[data]\nsource = \"synthetic\"\nshape = [6]\nclasses = 12\n[model]\n"
          "[[model.layers]]\ntype = \"embedding\"\ndim = 16\n"
          "[[model.layers]]\ntype = \"transformer_block\"\nheads = " + std::to_string(heads) +
-         "\nmlp_ratio = " + std::to_string(ratio) + "\ndropout = " + dropout + "\n"
+         "\nmlp_ratio = " + std::to_string(ratio) + "\ndropout = " + dropout +
+         (sequence ? "\nsequence_parallel = true" : "") + "\n"
          "[[model.layers]]\ntype = \"attention\"\nheads = " + std::to_string(heads) + "\ndropout = " + dropout + "\n"
          "[[model.layers]]\ntype = \"lm_head\"\n";
 }
@@ -84,12 +87,25 @@ class ThreadGroup {
     void allgather(Backend&, float* x, int64_t count, int64_t part) const override {
       exchange(x, count, [&](int64_t i) { return at(static_cast<int>(std::min<int64_t>(i / part, g->t_ - 1)), i); });
     }
+    // the reduce-scatter: this rank's part summed as sum() sums it, every other element NaN
+    // (unspecified: a layer that reads it fails the comparison)
+    void sum_part(Backend&, float* x, int64_t count, int64_t part) const override {
+      ++g->scatters_;
+      exchange(x, count, [&](int64_t i) {
+        if (i / part != r) return std::numeric_limits<float>::quiet_NaN();
+        float v = at(0, i);
+        for (int k = 1; k < g->t_; ++k) v += at(k, i);
+        return v;
+      });
+    }
     void gather(const double*, double*, int64_t) const override { FAIL() << "not used by layers"; }
   };
   Rank rank(int r) { return Rank(this, r); }
+  int64_t scatters() const { return scatters_; }
 
  private:
   int t_, waiting_ = 0;
+  std::atomic<int64_t> scatters_{0};
   int64_t gen_ = 0;
   std::mutex m_;
   std::condition_variable cv_;
@@ -149,8 +165,8 @@ struct Net {
 const Net kBlocks{block_deck(4, 2), Shape::tokens(6), 12};
 const Net kLinears{linear_deck(), Shape::vec(12), 6};
 
-// Layer `li` of the net split over t threads against the whole layer.
-void check_split_layer(int li, int t, Precision p, double tol, const Net& net = kBlocks) {
+// Layer `li` of the net split over t threads against the whole layer; returns the reduce-scatters run.
+int64_t check_split_layer(int li, int t, Precision p, double tol, const Net& net = kBlocks) {
   const Deck deck = parse_deck_text(net.deck, "tp.toml", {});
   const Model whole(deck, net.in, net.classes);
   const Layer& L = whole.layer(li);
@@ -188,7 +204,13 @@ void check_split_layer(int li, int t, Precision p, double tol, const Net& net = 
   for (size_t i = 0; i < ps.size(); ++i) {
     for (int k = 0; k < t; ++k) place_shard(ps[i], t, k, got[static_cast<size_t>(k)].dw.data() + ps[i].offset, dw.data() + ws[i].offset);
     expect_close(ref.dw.data() + ws[i].offset, dw.data() + ws[i].offset, ws[i].size, tol, what + " gradient of " + ws[i].name);
+    if (ps[i].split_dim >= 0) continue;
+    for (int k = 1; k < t; ++k) {  // replicated (norms, row-parallel biases): the same gradient on every rank
+      const auto first = got[0].dw.begin() + ps[i].offset, mine = got[static_cast<size_t>(k)].dw.begin() + ps[i].offset;
+      EXPECT_TRUE(std::equal(first, first + ps[i].size, mine)) << what << ": rank " << k << "'s gradient of the replicated " << ws[i].name;
+    }
   }
+  return group.scatters();
 }
 
 }  // namespace
@@ -271,6 +293,32 @@ TEST(TensorParallel, SplitLayersDropTheWholeLayersProbabilities) {
   check_split_layer(2, 4, Precision::fp32, 1e-5, dropped);
 }
 
+// Sequence parallelism: the norms, dropouts and residual adds on 1/t of the rows, reduce-
+// scatters in place of the sums (the thread group leaves the other rows NaN), the norms'
+// weight gradients summed from the parts' rows: the whole block within the same bounds,
+// with dropout too (the whole block's mask by element).
+TEST(TensorParallel, SequenceParallelBlockEqualsTheWholeBlock) {
+  const Net seq{block_deck(4, 2, "0.0", true), Shape::tokens(6), 12};
+  const Net seq_dropped{block_deck(4, 2, "0.3", true), Shape::tokens(6), 12};
+  EXPECT_EQ(check_split_layer(1, 2, Precision::fp32, 1e-5, seq), 2 * 2 * 2) << "2 reduce-scatters each way, per rank";
+  check_split_layer(1, 2, Precision::fp32, 1e-5, seq_dropped);
+  check_split_layer(1, 2, Precision::bf16, 2e-2, seq);
+  check_split_layer(1, 2, Precision::bf16, 2e-2, seq_dropped);
+  EXPECT_EQ(check_split_layer(1, 2, Precision::fp32, 1e-5), 0) << "no reduce-scatter without sequence_parallel";
+}
+
+TEST(TensorParallel, SequenceParallelNeedsTheSequenceToSplit) {
+  const Deck deck = parse_deck_text(block_deck(4, 2, "0.0", true), "tp.toml", {});
+  EXPECT_NO_THROW(Model(deck, Shape::tokens(6), 12)) << "a no-op at t = 1";
+  try {
+    Model m(deck, Shape::tokens(6), 12, TensorShard{4, 0});
+    FAIL() << "6 positions split over 4 ranks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'model.layers[1].sequence_parallel'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("6 positions"), std::string::npos) << e.what();
+  }
+}
+
 TEST(TensorParallel, VocabularyParallelEmbeddingEqualsTheWholeEmbedding) {
   for (int t : {2, 4}) check_split_layer(0, t, Precision::fp32, 0.0);  // at most two terms per element: exact
 }
@@ -305,16 +353,20 @@ TEST(TensorParallel, ColumnAndRowLinearsEqualTheWholeLinears) {
 // Inside a GPT-2-small block (T 256, D 768, 12 heads) at t = 2: the weights per rank are half
 // but for the replicated norms and row-parallel biases (6 D of 12 D^2 + 13 D), and the kept
 // activations halve for q, k, v, the probabilities and the MLP's hidden units; the norms'
-// outputs and statistics (read by the column-parallel products) stay whole, which sequence
-// parallelism would split. Printed: the figures ARCHITECTURE.md quotes.
+// outputs and statistics (read by the column-parallel products) and h stay whole, which
+// sequence parallelism splits too: then every kept tensor halves. Printed: the figures
+// ARCHITECTURE.md quotes.
 TEST(TensorParallel, ABlocksWeightsAndActivationsHalveInsideIt) {
   const std::string deck_text =
       "[data]\nsource = \"synthetic\"\nshape = [256]\nclasses = 256\n[model]\n"
       "[[model.layers]]\ntype = \"embedding\"\ndim = 768\n"
       "[[model.layers]]\ntype = \"transformer_block\"\nheads = 12\n"
+      "[[model.layers]]\ntype = \"transformer_block\"\nheads = 12\nsequence_parallel = true\n"
       "[[model.layers]]\ntype = \"lm_head\"\n";
   const Deck deck = parse_deck_text(deck_text, "gpt2_block.toml", {});
   const Model whole(deck, Shape::tokens(256), 256), part(deck, Shape::tokens(256), 256, TensorShard{2, 0});
+  EXPECT_EQ(whole.layer(2).kept_floats(false, DType::f32), whole.layer(1).kept_floats(false, DType::f32))
+      << "sequence_parallel changes nothing at t = 1";
   for (DType op : {DType::f32, DType::bf16}) {
     const double w = static_cast<double>(part.layer(1).num_params()) / static_cast<double>(whole.layer(1).num_params());
     const double a = static_cast<double>(part.layer(1).kept_floats(false, op)) / static_cast<double>(whole.layer(1).kept_floats(false, op));
@@ -325,6 +377,9 @@ TEST(TensorParallel, ABlocksWeightsAndActivationsHalveInsideIt) {
     // what stays whole: the two norms' outputs and statistics, about 2 T D of the whole
     // block's ~17 T D + H T T (fp32), so 0.5 + 2 / 17 / 2 ~ 0.56-0.60
     EXPECT_LE(a, 0.62) << "the split tensors dominate a block's kept activations";
+    const double sp = static_cast<double>(part.layer(2).kept_floats(false, op)) / static_cast<double>(whole.layer(1).kept_floats(false, op));
+    std::printf("  with sequence parallelism: kept activations %.4f\n", sp);
+    EXPECT_NEAR(sp, 0.5, 0.001) << "every kept tensor halves";
   }
 }
 
