@@ -98,6 +98,7 @@ struct MemoryShared {
   int64_t label_count = 1;  // labels per sample
   bool checkpoints = true;  // checkpoints (checkpoint.at_end, every_*) or --resume copy states to host
   bool mid_segment = false;  // checkpoint.every_* or --resume: a cut inside a segment (asynchronous schedules keep units)
+  bool resuming = false;  // --resume: every replica holds the loaded weights and optimizer state (a checkpoint: replica 0 only)
   int64_t model_params = 0;  // the reporter gathers them all for weights.h5
   int64_t largest_stage_params = 0;  // the reporter's receive buffer; 0: the model's less the rank's own
   // parallel.tensor, tensor rank 0: its reporter also lays out the whole model's tensors for

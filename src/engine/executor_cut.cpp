@@ -22,8 +22,10 @@ std::vector<WorkerState> Executor::capture(const Schedule& ir, size_t position, 
     st.stage = r->id;
     st.position = static_cast<int64_t>(position);
     st.latest = r->weights->latest_id();
-    st.versions = r->weights->host_versions();  // bf16: stashes unpacked, exactly their bf16 values
-    for (Buffer* b : r->opt->state()) st.optimizer.push_back(host_copy(be_, b->data(), b->size()));
+    if (ctx_.replica() == 0) {  // the replica that writes them (rank_file.cpp)
+      st.versions = r->weights->host_versions();  // bf16: stashes unpacked, exactly their bf16 values
+      for (Buffer* b : r->opt->state()) st.optimizer.push_back(host_copy(be_, b->data(), b->size()));
+    }
     st.optimizer_updates = r->opt->updates();
     st.state = host_copy(be_, r->state.data(), r->state.size());
     st.recompute = r->stage->recompute();

@@ -116,10 +116,12 @@ RankMemory stage_memory(const StageFootprint& f, int in_flight, int versions, in
   return m;
 }
 
-// Snapshots: a checkpoint copies every held stage's latest weights, optimizer state and
-// running state to host vectors (and, when it may cut a segment, each unit in flight's slot),
-// and the writer reads each dataset of the file back into a buffer of its size (the largest:
-// a stage's parameters); --resume holds the same until its first segment ran. At the end the reporter gathers every
+// Snapshots: a checkpoint copies every held stage's latest weights and optimizer state
+// (replica 0, which writes them) and running state (every replica) to host vectors (and,
+// when it may cut a segment, each unit in flight's slot), and the writer reads each dataset
+// of the file back into a buffer of its size (the largest: a stage's parameters on replica
+// 0, its running state on the others); --resume holds the weights and optimizer state on
+// every replica until its first segment ran. At the end the reporter gathers every
 // stage's weights (its own straight from its stores, the others one stage at a time) and
 // replica 0 of every other stage copies its stages' weights one at a time to send them. The
 // two never overlap: the larger counts.
@@ -134,9 +136,10 @@ void add_rank_terms(RankMemory& m, const std::vector<const StageFootprint*>& hel
     kernel += f->kernel_work;
     pad = std::max(pad, f->kernel_scratchpad);
     scratch = std::max(scratch, f->kernel_scratch);
-    ckpt += Rv(f->params * 4) + optimizer_bytes(*f, true) + Rv(f->state * 4);
+    const bool copies = role.replica0 || s.resuming;
+    ckpt += (copies ? Rv(f->params * 4) + optimizer_bytes(*f, true) : 0) + Rv(f->state * 4);
     if (s.mid_segment && role.asynchronous) ckpt += m.in_flight * Rv(f->unit.slot_floats * 4);
-    own = std::max(own, Rv(f->params * 4));
+    own = std::max(own, copies ? Rv(f->params * 4) : Rv(f->state * 4));
     held_params += f->params;
   }
   m[C::messages] += Rv(Executor::staging_bytes(widest, in_numel, s.label_count));

@@ -32,6 +32,7 @@ MemoryShared shared_terms(const Deck& deck, const Model& model, int64_t data_byt
   const bool every = deck.checkpoint.every_steps > 0 || deck.checkpoint.every_seconds > 0;
   sh.checkpoints = deck.checkpoint.at_end || every || resuming;
   sh.mid_segment = every || resuming;
+  sh.resuming = resuming;
   sh.model_params = model.num_params(0, model.size());
   if (model.shard().parts > 1 && model.shard().rank == 0) {  // weights.h5's whole tensors (run_outputs.cpp)
     const Model whole(deck, model.input_shape(), model.classes());

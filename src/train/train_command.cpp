@@ -407,20 +407,23 @@ bool Trainer::end_segment(bool epoch_end, double t_seg) {
   return d.stop && !last;
 }
 
-// Every held stage's latest weights and optimizer state (nothing is in flight).
+// Every held stage's latest weights and optimizer state (nothing is in flight); replica 0
+// only, the one that writes them (rank_file.cpp): a replica > 0 copies its running state.
 std::vector<WorkerState> Trainer::drained_states() const {
   std::vector<WorkerState> out;
   for (auto& r : stages_) {
     WorkerState st;
     st.stage = r->id;
     st.latest = r->weights->latest_id();
-    std::vector<float> w(r->weights->size());
-    be_->to_host(w.data(), r->weights->latest(), w.size());
-    st.versions.emplace_back(st.latest, std::move(w));
-    for (Buffer* b : r->opt->state()) {
-      std::vector<float> v(b->size());
-      be_->to_host(v.data(), b->data(), v.size());
-      st.optimizer.push_back(std::move(v));
+    if (ctx_->replica() == 0) {
+      std::vector<float> w(r->weights->size());
+      be_->to_host(w.data(), r->weights->latest(), w.size());
+      st.versions.emplace_back(st.latest, std::move(w));
+      for (Buffer* b : r->opt->state()) {
+        std::vector<float> v(b->size());
+        be_->to_host(v.data(), b->data(), v.size());
+        st.optimizer.push_back(std::move(v));
+      }
     }
     st.optimizer_updates = r->opt->updates();
     st.state.resize(r->state.size());

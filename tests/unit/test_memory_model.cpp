@@ -226,6 +226,28 @@ TEST(MemoryModel, ReplicasReduceThroughAScratchCopyThatSnapshotsReuse) {
   EXPECT_EQ(c0.total(), c_alone.total()) << "a checkpoint's copies are larger than the scratch: the peak is theirs";
 }
 
+// A checkpoint's weights and optimizer state are written by replica 0 only, so only it copies
+// them to the host (Trainer::drained_states, Executor::capture); every replica copies its
+// running state. On --resume every replica reads them (replica 0's file) and holds them.
+TEST(MemoryModel, OnlyReplicaZeroCopiesACheckpointsWeightsUnlessResuming) {
+  StageFootprint f;
+  f.params = 1 << 20, f.state = 1 << 10;
+  auto snapshots = [&](bool replica0, bool resuming) {
+    MemoryShared s;
+    s.checkpoints = true, s.resuming = resuming;
+    RankMemory m;
+    RankRole role;
+    role.replica0 = replica0;
+    add_rank_terms(m, {&f}, s, role);
+    return m[MemCategory::snapshots];
+  };
+  const int64_t weights = f.params * 4, state = f.state * 4;
+  EXPECT_GE(snapshots(true, false), 2 * weights + state) << "replica 0: its weights, their read-back buffer, the state";
+  EXPECT_GE(snapshots(false, false), 2 * state);
+  EXPECT_LT(snapshots(false, false), weights) << "replica 1 copies only its running state";
+  EXPECT_EQ(snapshots(false, true), snapshots(true, true)) << "resuming, every replica holds what it loaded";
+}
+
 // data_info predicts the samples and bytes open_data's splits hold.
 TEST(MemoryModel, DataInfoPredictsTheHeldBytes) {
   char dir[] = "/tmp/pt_memdata.XXXXXX";
