@@ -9,7 +9,7 @@
 #      1 rank and on 2 ranks sharing the GPU (1f1b with 4 microbatches, and pipedream), and
 #      the same runs on the CPU for CPU_STEPS steps (default 60: a rate needs fewer), and
 #      prints samples/s for each,
-#   6. tensor parallelism: tinygpt at t = 1 and t = 2 (device = node-local rank mod GPUs),
+#   6. tensor parallelism: tinygpt at t = 1, t = 2 and t = 2 with sequence_parallel (device = node-local rank mod GPUs),
 #   5. the bf16 pass (docs/PRECISION.md): the CudaBf16* unit tests by name (cuBLAS GemmEx and
 #      cuDNN bf16 against the host's oneDNN bf16), both precisions' 1024^3 matmul peak of the
 #      GPU and of the CPU (pipetrain profile prints them), and, when the decks have
@@ -130,7 +130,7 @@ else
   echo "  bf16 training skipped: this build's decks have no train.precision key yet (the kernels are checked above)"
 fi
 
-section "tensor parallelism (parallel.tensor, issue 25): tinygpt t = 1 on 1 rank, t = 2 on 2 ranks"
+section "tensor parallelism (parallel.tensor, issue 25): tinygpt t = 1 on 1 rank, t = 2 on 2 ranks, and with sequence parallelism"
 # Each rank takes device (node-local rank) mod (visible GPUs) (cuda::choose_device): with 2
 # GPUs the two tensor ranks have one each; with one they share it, which checks the split
 # layers and the tensor sums (the transport's allreduce) on device buffers, not a speed-up.
@@ -141,13 +141,16 @@ cat $(ls -d /usr/share/games/fortunes/* 2>/dev/null | grep -v "\.") 2>/dev/null 
 tset=(--set data.path="$tcorpus" --set data.seq_len=64 --set train.batch_size=8 --set parallel.split=[] --set train.max_steps=20
       --set parallel.schedule=1f1b --set parallel.microbatches=2 --set run.device=cuda --set run.plots=false
       --set checkpoint.at_end=false --set train.log_every=1 --set run.output_dir="$out" --set train.eval_batch_size=16)
-for t in 1 2; do
-  if timeout --kill-after=10 300 $MPIRUN $MPIRUN_FLAGS -np $t "$bin" train input/tinygpt.toml "${tset[@]}" \
-      --set parallel.tensor=$t --set run.name=gpu_tensor$t >"$out/gpu_tensor$t.log" 2>&1; then
-    echo "  t = $t: $(grep -h '^PERF' "$out/gpu_tensor$t.log")"
-    echo "  t = $t: last loss $(grep -o '"loss":[^,]*' "$out/gpu_tensor$t/metrics.jsonl" | tail -1)"
+# "2s": t = 2 with sequence_parallel in every block (reduce-scatters as whole sums on device)
+for tv in 1 2 2s; do
+  t=${tv%s} seq=()
+  [ "$tv" != "$t" ] && for b in 1 2 3 4 5 6; do seq+=(--set model.layers.$b.sequence_parallel=true); done
+  if timeout --kill-after=10 300 $MPIRUN $MPIRUN_FLAGS -np $t "$bin" train input/tinygpt.toml "${tset[@]}" "${seq[@]}" \
+      --set parallel.tensor=$t --set run.name=gpu_tensor$tv >"$out/gpu_tensor$tv.log" 2>&1; then
+    echo "  t = $tv: $(grep -h '^PERF' "$out/gpu_tensor$tv.log")"
+    echo "  t = $tv: last loss $(grep -o '"loss":[^,]*' "$out/gpu_tensor$tv/metrics.jsonl" | tail -1)"
   else
-    echo "  t = $t FAILED:"; tail -15 "$out/gpu_tensor$t.log"; failed+=("tensor t=$t")
+    echo "  t = $tv FAILED:"; tail -15 "$out/gpu_tensor$tv.log"; failed+=("tensor t=$tv")
   fi
 done
 

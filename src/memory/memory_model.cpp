@@ -120,7 +120,7 @@ RankMemory stage_memory(const StageFootprint& f, int in_flight, int versions, in
 // (replica 0, which writes them) and running state (every replica) to host vectors (and,
 // when it may cut a segment, each unit in flight's slot), and the writer reads each dataset
 // of the file back into a buffer of its size (the largest: a stage's parameters on replica
-// 0, its running state on the others); --resume holds the weights and optimizer state on
+// 0, its running state on the others, or a unit's slot); --resume holds the weights and optimizer state on
 // every replica until its first segment ran. At the end the reporter gathers every
 // stage's weights (its own straight from its stores, the others one stage at a time) and
 // replica 0 of every other stage copies its stages' weights one at a time to send them. The
@@ -129,7 +129,7 @@ void add_rank_terms(RankMemory& m, const std::vector<const StageFootprint*>& hel
   using C = MemCategory;
   m[C::dataset] += s.dataset;
   m[C::runtime] += s.base;
-  int64_t widest = 1, in_numel = 1, kernel = 0, pad = 0, scratch = 0, ckpt = 0, own = 0, held_params = 0;
+  int64_t widest = 1, in_numel = 1, kernel = 0, pad = 0, scratch = 0, ckpt = 0, own = 0, readback = 0, held_params = 0;
   for (const StageFootprint* f : held) {
     widest = std::max({widest, f->train_mb, f->eval_mb});
     in_numel = std::max(in_numel, f->in_numel);
@@ -139,7 +139,11 @@ void add_rank_terms(RankMemory& m, const std::vector<const StageFootprint*>& hel
     const bool copies = role.replica0 || s.resuming;
     ckpt += (copies ? Rv(f->params * 4) + optimizer_bytes(*f, true) : 0) + Rv(f->state * 4);
     if (s.mid_segment && role.asynchronous) ckpt += m.in_flight * Rv(f->unit.slot_floats * 4);
-    own = std::max(own, copies ? Rv(f->params * 4) : Rv(f->state * 4));
+    own = std::max(own, Rv(f->params * 4));  // replica 0's end-of-run copy
+    // the writer's read-back buffer: the file's largest dataset
+    int64_t largest = copies ? Rv(f->params * 4) : Rv(f->state * 4);
+    if (s.mid_segment && role.asynchronous) largest = std::max(largest, Rv(f->unit.slot_floats * 4));
+    readback = std::max(readback, largest);
     held_params += f->params;
   }
   m[C::messages] += Rv(Executor::staging_bytes(widest, in_numel, s.label_count));
@@ -152,7 +156,7 @@ void add_rank_terms(RankMemory& m, const std::vector<const StageFootprint*>& hel
   else if (role.replica0) outputs = own;
   // a checkpoint and the end-of-run gather come after the reductions: they reuse the room
   // the allreduce's scratch took
-  const int64_t snapshot = std::max(s.checkpoints ? ckpt + own : 0, outputs);
+  const int64_t snapshot = std::max(s.checkpoints ? ckpt + readback : 0, outputs);
   m[C::messages] += role.allreduce_bytes;
   m[C::snapshots] += std::max<int64_t>(0, snapshot - role.allreduce_bytes);
 }

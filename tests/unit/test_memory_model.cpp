@@ -232,12 +232,12 @@ TEST(MemoryModel, ReplicasReduceThroughAScratchCopyThatSnapshotsReuse) {
 TEST(MemoryModel, OnlyReplicaZeroCopiesACheckpointsWeightsUnlessResuming) {
   StageFootprint f;
   f.params = 1 << 20, f.state = 1 << 10;
-  auto snapshots = [&](bool replica0, bool resuming) {
+  auto snapshots = [&](bool replica0, bool resuming, bool cut = false) {
     MemoryShared s;
-    s.checkpoints = true, s.resuming = resuming;
+    s.checkpoints = true, s.resuming = resuming, s.mid_segment = cut;
     RankMemory m;
     RankRole role;
-    role.replica0 = replica0;
+    role.replica0 = replica0, role.asynchronous = cut;
     add_rank_terms(m, {&f}, s, role);
     return m[MemCategory::snapshots];
   };
@@ -246,6 +246,8 @@ TEST(MemoryModel, OnlyReplicaZeroCopiesACheckpointsWeightsUnlessResuming) {
   EXPECT_GE(snapshots(false, false), 2 * state);
   EXPECT_LT(snapshots(false, false), weights) << "replica 1 copies only its running state";
   EXPECT_EQ(snapshots(false, true), snapshots(true, true)) << "resuming, every replica holds what it loaded";
+  f.unit.slot_floats = 1 << 16;  // a cut inside an asynchronous segment: the file's largest dataset may be a unit's slot
+  EXPECT_GE(snapshots(false, false, true), state + f.unit.slot_floats * 4) << "the state, and the slot read back";
 }
 
 // data_info predicts the samples and bytes open_data's splits hold.

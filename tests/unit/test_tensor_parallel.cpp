@@ -112,25 +112,44 @@ class ThreadGroup {
   std::vector<float*> ptrs_;
 };
 
-// One layer's forward and fused backward on n samples: y, dx, dw.
+// How a layer is run: the fused backward or the split one (backward_input, then
+// backward_weight, the output gradients kept in the aux region as a Stage keeps them), with or
+// without selective recomputation.
+struct Mode {
+  bool split = false, selective = false;
+};
+
+// One layer's forward and backward on n samples: y, dx, dw. The workspace is exactly
+// n * workspace_floats(mode), followed by a canary that must come back untouched.
 struct Pass {
   std::vector<float> y, dx, dw;
 };
 Pass run_layer(const Layer& l, const std::vector<float>& w, const std::vector<float>& x, const std::vector<float>& dy,
-               int64_t n, Precision p, const TensorGroup* g) {
+               int64_t n, Precision p, const TensorGroup* g, Mode mode = {}) {
   auto be = make_host_backend();
   std::vector<int32_t> labels(static_cast<size_t>(n * l.labels_per_sample()));
   for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>((5 * i + 3) % 12);
   LayerCtx c{*be, 7, 0, true, labels.data(), 0.25f};
-  c.precision = p, c.tensor = g;
-  const Recompute none = Recompute::none;
-  std::vector<float> aux(static_cast<size_t>(n * (l.aux_floats(none, p) + l.split_aux_floats(none)) + 1));
-  std::vector<float> work(static_cast<size_t>(n * std::max(l.workspace_floats(none), l.split_aux_floats(none) + l.workspace_floats(none)) + 1));
+  const bool selective = mode.selective && l.recomputes_selectively();
+  const Recompute r = selective ? Recompute::selective : Recompute::none;
+  c.precision = p, c.tensor = g, c.selective = selective;
+  const bool split = mode.split && l.splits_backward();
+  std::vector<float> aux(static_cast<size_t>(n * (l.aux_floats(r, p) + (split ? l.split_aux_floats(r) : 0)) + 1));
+  const size_t need = static_cast<size_t>(n * l.workspace_floats(r)), canary = 4096;
+  std::vector<float> work(need + canary, 0.0f);
+  std::fill(work.begin() + static_cast<std::ptrdiff_t>(need), work.end(), 1234.5f);
   c.work = work.data();
   Pass o;
   o.y.resize(dy.size()), o.dx.resize(x.size()), o.dw.assign(w.size(), 0.0f);
   l.forward(c, w.data(), x.data(), o.y.data(), aux.data(), n);
-  l.backward(c, w.data(), x.data(), o.y.data(), dy.data(), o.dx.data(), o.dw.data(), aux.data(), n);
+  if (split) {
+    l.backward_input(c, w.data(), x.data(), o.y.data(), dy.data(), o.dx.data(), o.dw.data(), aux.data(), n);
+    l.backward_weight(c, w.data(), x.data(), o.y.data(), dy.data(), o.dw.data(), aux.data(), n);
+  } else {
+    l.backward(c, w.data(), x.data(), o.y.data(), dy.data(), o.dx.data(), o.dw.data(), aux.data(), n);
+  }
+  EXPECT_TRUE(std::all_of(work.begin() + static_cast<std::ptrdiff_t>(need), work.end(), [](float v) { return v == 1234.5f; }))
+      << l.type() << ": wrote past its workspace of " << need << " floats";
   return o;
 }
 
@@ -166,7 +185,7 @@ const Net kBlocks{block_deck(4, 2), Shape::tokens(6), 12};
 const Net kLinears{linear_deck(), Shape::vec(12), 6};
 
 // Layer `li` of the net split over t threads against the whole layer; returns the reduce-scatters run.
-int64_t check_split_layer(int li, int t, Precision p, double tol, const Net& net = kBlocks) {
+int64_t check_split_layer(int li, int t, Precision p, double tol, const Net& net = kBlocks, Mode mode = {}) {
   const Deck deck = parse_deck_text(net.deck, "tp.toml", {});
   const Model whole(deck, net.in, net.classes);
   const Layer& L = whole.layer(li);
@@ -176,7 +195,7 @@ int64_t check_split_layer(int li, int t, Precision p, double tol, const Net& net
   for (size_t i = 0; i < x.size(); ++i)  // token ids into the embedding, else activations
     x[i] = L.in_shape().is_tokens ? static_cast<float>((7 * i + 2) % 12) : std::sin(0.37f * static_cast<float>(i));
   for (size_t i = 0; i < dy.size(); ++i) dy[i] = 0.1f * std::cos(0.11f * static_cast<float>(i));
-  const Pass ref = run_layer(L, w, x, dy, n, p, nullptr);
+  const Pass ref = run_layer(L, w, x, dy, n, p, nullptr, mode);
 
   std::vector<std::unique_ptr<Model>> parts;
   for (int k = 0; k < t; ++k) parts.push_back(std::make_unique<Model>(deck, net.in, net.classes, TensorShard{t, k}));
@@ -189,7 +208,7 @@ int64_t check_split_layer(int li, int t, Precision p, double tol, const Net& net
       std::vector<float> wk(static_cast<size_t>(part.num_params()));
       part.init_params(wk.data(), 5);  // the whole layer's values, cut
       const ThreadGroup::Rank me = group.rank(k);
-      got[static_cast<size_t>(k)] = run_layer(part, wk, x, dy, n, p, &me);
+      got[static_cast<size_t>(k)] = run_layer(part, wk, x, dy, n, p, &me, mode);
     });
   for (std::thread& h : th) h.join();
   const std::string what = L.type() + " t = " + std::to_string(t) + (p == Precision::bf16 ? " bf16" : " fp32");
@@ -304,6 +323,10 @@ TEST(TensorParallel, SequenceParallelBlockEqualsTheWholeBlock) {
   check_split_layer(1, 2, Precision::fp32, 1e-5, seq_dropped);
   check_split_layer(1, 2, Precision::bf16, 2e-2, seq);
   check_split_layer(1, 2, Precision::bf16, 2e-2, seq_dropped);
+  for (Mode m : {Mode{true, false}, Mode{false, true}, Mode{true, true}}) {  // split backward, selective, both
+    check_split_layer(1, 2, Precision::fp32, 1e-5, seq_dropped, m);
+    check_split_layer(1, 2, Precision::bf16, 2e-2, seq_dropped, m);
+  }
   EXPECT_EQ(check_split_layer(1, 2, Precision::fp32, 1e-5), 0) << "no reduce-scatter without sequence_parallel";
 }
 
