@@ -51,24 +51,25 @@ class TransformerBlock final : public Layer {
 
   std::vector<ParamTensor> params() const override;
   void init_params(float* host, uint64_t seed) const override;
-  // ln1 out, ln1 stats, h, ln2 out, ln2 stats, gelu'(fc1 out) (bf16: fc1 out), gelu out, then
-  // the attention's; under a bf16 policy all but h and the statistics are bf16 views in half
-  // the floats (mlp_hidden, attention_core.hpp); sequence-parallel: the first five of this
-  // part's T / t rows only
+  // ln1 out, ln1 stats, the attention branch's output r (h = x + dropout(r) is recomputed:
+  // residual_h), ln2 out, ln2 stats, gelu'(fc1 out) (bf16: fc1 out), gelu out, then the
+  // attention's; under a bf16 policy all but the statistics are bf16 views in half the floats
+  // (r is the out_proj output rounded to bf16, as autocast's linear returns it; mlp_hidden,
+  // attention_core.hpp); sequence-parallel: the first five of this part's T / t rows only
   int64_t kept_floats(bool selective, DType op) const override {
     const int64_t TD = Ts_ * D_, TF = T_ * F_;
-    return 2 * operand_floats(TD, op) + TD + 4 * Ts_ + (selective ? 0 : 2 * operand_floats(TF, op)) +
+    return 3 * operand_floats(TD, op) + 4 * Ts_ + (selective ? 0 : 2 * operand_floats(TF, op)) +
            attn_.saved_per_sample(selective, op);
   }
   int64_t aux_per_sample() const override { return kept_floats(false, DType::f32); }
   // output gradients of fc2, fc1, ln2, the attention, its in_proj, ln1
   int64_t split_aux_per_sample() const override { return 4 * T_ * D_ + T_ * F_ + attn_.keep_per_sample(); }
-  // sequence-parallel: and a whole [T, D] for the gathered norm outputs (gathered()) plus the
-  // norms' partial weight gradients
+  // and h (carve_work); sequence-parallel: and a whole [T, D] for the gathered norm outputs
+  // (gathered()) plus the norms' partial weight gradients
   int64_t workspace_per_sample() const override {
     const int64_t fwd = T_ * D_ + attn_.forward_work();
     const int64_t bwd = split_aux_per_sample() + T_ * D_ + std::max(T_ * F_, attn_.backward_work());
-    return std::max(fwd, bwd) + seq_work();
+    return std::max(fwd, bwd) + front_work();
   }
   // selective: no gelu'(f), gelu(f) (2 T F) and no probabilities; gelu(f) is recomputed into
   // the split region; the scratch holds f, gelu(f) in the forward and gelu'(f) in the backward
@@ -78,7 +79,7 @@ class TransformerBlock final : public Layer {
   int64_t selective_workspace_per_sample() const override {
     const int64_t fwd = T_ * D_ + std::max(attn_.forward_work(), 2 * T_ * F_);
     const int64_t bwd = selective_split_aux_per_sample() + T_ * D_ + std::max(T_ * F_, attn_.backward_work()) + T_ * F_;
-    return std::max(fwd, bwd) + seq_work();
+    return std::max(fwd, bwd) + front_work();
   }
   void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* aux, int64_t n) const override;
   void backward(const LayerCtx& c, ParamView w, const float* x, const float*, const float* dy, float* dx, float* dw,
@@ -131,11 +132,14 @@ class TransformerBlock final : public Layer {
     int64_t first, count;
   };
   Rows mine(int64_t n) const { return {seq_ ? spec_.tensor_rank * n * Ts_ : 0, n * Ts_}; }
-  int64_t seq_work() const { return seq_ ? T_ * D_ + 2 * D_ : 0; }
-  LayerCtx after_gather(const LayerCtx& c, int64_t n, float** G) const {
+  int64_t front_work() const { return Ts_ * D_ + (seq_ ? T_ * D_ + 2 * D_ : 0); }
+  // The workspace's first n front_work() floats: H (this part's rows of h: residual_h), then
+  // (sequence-parallel) G; the returned context's workspace starts after them.
+  LayerCtx carve_work(const LayerCtx& c, int64_t n, float** H, float** G) const {
     LayerCtx lc = c;
-    *G = seq_ ? c.work : nullptr;
-    lc.work = c.work + n * seq_work();
+    *H = c.work;
+    *G = seq_ ? c.work + n * Ts_ * D_ : nullptr;
+    lc.work = c.work + n * front_work();
     return lc;
   }
   // kept normed rows (this part's, in op) -> the whole [n T, D] of them in G (unsplit: as is)
@@ -152,11 +156,21 @@ class TransformerBlock final : public Layer {
   void gather_rows(const LayerCtx& c, float* x, int64_t n) const {
     if (seq_) c.tensor->allgather(c.be, x, n * T_ * D_, mine(n).count * D_);
   }
-  // a residual branch's dropout on rows r of [n T, D] (the whole's mask: keyed by element)
-  void dropout_rows(const LayerCtx& c, uint64_t slot, float* x, Rows r) const {
+  // a residual branch's dropout on rows r of [n T, D] (the whole's mask: keyed by element),
+  // x -> y (in place when equal)
+  void dropout_rows(const LayerCtx& c, uint64_t slot, const float* x, float* y, Rows r) const {
     LayerCtx rc = c;
     rc.sample0 = c.sample0 * T_ + r.first;
-    dropout_apply(rc, index(), slot, p_, D_, x, x, r.count);
+    dropout_apply(rc, index(), slot, p_, D_, x, y, r.count);
+  }
+  // h = x + dropout(r) on rows rw into H, from the kept attention branch r (this part's rows
+  // of x): the forward and both backward halves compute it alike, so it is never kept
+  float* residual_h(const LayerCtx& c, const float* x, CView r, float* H, Rows rw) const {
+    const size_t nd = static_cast<size_t>(rw.count * D_);
+    if (r.bf16()) c.be.unpack_bf16(nd, r.data, H);
+    dropout_rows(c, 1, r.bf16() ? H : r.data, H, rw);
+    c.be.add(nd, x, H, H);
+    return H;
   }
   // a norm's weight gradient from rows r: into dw directly, or (sequence-parallel) from this
   // part's rows into scratch, summed over the group, then added
@@ -168,15 +182,15 @@ class TransformerBlock final : public Layer {
     tensor_sum(c, scratch, 2 * D_);
     c.be.axpy(static_cast<size_t>(2 * D_), 1.0f, scratch, dw);
   }
-  // The saved activations of n samples (selective: f and g are not saved, null); a1, b and g
-  // in op (kept_floats).
+  // The saved activations of n samples (selective: f and g are not saved, null); a1, r, b, f
+  // and g in op (kept_floats).
   struct Saved {
-    float *a1, *st1, *h, *b, *st2, *f, *g, *attn;
+    float *a1, *st1, *r, *b, *st2, *f, *g, *attn;
   };
   Saved saved(float* aux, int64_t n, bool selective, DType op) const {
     Carve s{aux, n};
     Saved v;
-    v.a1 = s.take(operand_floats(Ts_ * D_, op)), v.st1 = s.take(2 * Ts_), v.h = s.take(Ts_ * D_);
+    v.a1 = s.take(operand_floats(Ts_ * D_, op)), v.st1 = s.take(2 * Ts_), v.r = s.take(operand_floats(Ts_ * D_, op));
     v.b = s.take(operand_floats(Ts_ * D_, op)), v.st2 = s.take(2 * Ts_);
     v.f = selective ? nullptr : s.take(operand_floats(T_ * F_, op));
     v.g = selective ? nullptr : s.take(operand_floats(T_ * F_, op));
@@ -286,11 +300,11 @@ void TransformerBlock::init_params(float* host, uint64_t seed) const {
 
 void TransformerBlock::forward(const LayerCtx& c0, ParamView w, const float* x, float* y, float* aux,
                                int64_t n) const {
-  float* G;
-  const LayerCtx c = after_gather(c0, n, &G);
+  float *H, *G;
+  const LayerCtx c = carve_work(c0, n, &H, &G);
   Backend& be = c.be;
   const Offsets o = off();
-  const DType op = operand_dtype(c.precision);  // of a1, b and g: read by linears only
+  const DType op = operand_dtype(c.precision);  // of a1, r, b and g
   Saved s = saved(aux, n, c.selective, op);
   const int64_t rows = n * T_;
   const Rows r = mine(n);  // the rows this part norms, drops and adds
@@ -302,19 +316,20 @@ void TransformerBlock::forward(const LayerCtx& c0, ParamView w, const float* x, 
   if (c.selective) s.f = lc.work, s.g = lc.work + rows * F_;  // after the attention, in its scratch
   const CView a1 = gathered(c, normed(c, w + o.ln1, x + at, s.a1, s.st1, m, r.count), G, n);
   attn_.forward(lc, w + o.attn, a1, m, s.attn, n);
-  dropout_rows(c, 1, m + at, r);
-  be.add(nd, x + at, m + at, s.h);
-  mlp_hidden(c, w + o.fc1, gathered(c, normed(c, w + o.ln2, s.h, s.b, s.st2, m, r.count), G, n), s.f, s.g, rows);
+  if (op == DType::bf16) be.pack_bf16(nd, m + at, s.r);
+  else be.copy(s.r, m + at, nd);
+  const float* h = residual_h(c, x + at, CView{s.r, op}, H, r);
+  mlp_hidden(c, w + o.fc1, gathered(c, normed(c, w + o.ln2, h, s.b, s.st2, m, r.count), G, n), s.f, s.g, rows);
   fc2_.forward(c, w + o.fc2, CView{s.g, op}, m, rows);
-  dropout_rows(c, 2, m + at, r);
-  be.add(nd, s.h, m + at, y + at);
+  dropout_rows(c, 2, m + at, m + at, r);
+  be.add(nd, h, m + at, y + at);
   gather_rows(c, y, n);
 }
 
 void TransformerBlock::input_half(const LayerCtx& c0, ParamView w, const float* x, const float* dy, float* dx,
                                   const float* aux, float* keep, int64_t n) const {
-  float* G;
-  const LayerCtx c = after_gather(c0, n, &G);
+  float *H, *G;
+  const LayerCtx c = carve_work(c0, n, &H, &G);
   Backend& be = c.be;
   const Offsets o = off();
   const DType op = operand_dtype(c.precision);  // of dm, df, da and the attention's dqkv: read by linears only
@@ -335,7 +350,8 @@ void TransformerBlock::input_half(const LayerCtx& c0, ParamView w, const float* 
   fc2_.backward_input(c, w + o.fc2, branch_grad(c, 2, dy, k.dm, n), dg, rows);
   gelu_grad(c, dg, s.f, k.df, rows);
   fc1_.backward_input(c, w + o.fc1, CView{k.df, op}, k.db, rows);
-  ln_.backward_input(be, w + o.ln2, s.h, s.st2, k.db + at, dh + at, r.count);
+  const float* h = residual_h(c, x + at, CView{s.r, op}, H, r);
+  ln_.backward_input(be, w + o.ln2, h, s.st2, k.db + at, dh + at, r.count);
   be.axpy(nd, 1.0f, dy + at, dh + at);
   gather_rows(c, dh, n);
   attn_.input_half(lc, w + o.attn, branch_grad(c, 1, dh, k.da, n), k.da1, s.attn, k.dqkv, n);
@@ -347,8 +363,8 @@ void TransformerBlock::input_half(const LayerCtx& c0, ParamView w, const float* 
 
 void TransformerBlock::weight_half(const LayerCtx& c0, ParamView w, const float* x, float* dw, const float* aux,
                                    const float* keep, int64_t n) const {
-  float* G;
-  const LayerCtx c = after_gather(c0, n, &G);
+  float *H, *G;
+  const LayerCtx c = carve_work(c0, n, &H, &G);
   const Offsets o = off();
   const DType op = operand_dtype(c.precision);
   const Saved s = saved(const_cast<float*>(aux), n, c.selective, op);
@@ -359,7 +375,8 @@ void TransformerBlock::weight_half(const LayerCtx& c0, ParamView w, const float*
   float* scratch = G ? G + n * T_ * D_ : nullptr;  // the norms' partial weight gradients
   fc2_.backward_weight(c, CView{c.selective ? k.g : s.g, op}, CView{k.dm, op}, dw + o.fc2, rows);
   fc1_.backward_weight(c, gathered(c, CView{s.b, op}, G, n), CView{k.df, op}, dw + o.fc1, rows);
-  norm_weight_grad(c, w + o.ln2, s.h, s.st2, k.db + at, dw + o.ln2, scratch, r);
+  norm_weight_grad(c, w + o.ln2, residual_h(c, x + at, CView{s.r, op}, H, r), s.st2, k.db + at, dw + o.ln2, scratch,
+                   r);
   attn_.weight_half(c, gathered(c, CView{s.a1, op}, G, n), CView{k.da, op}, dw + o.attn, s.attn, k.dqkv, n);
   norm_weight_grad(c, w + o.ln1, x + at, s.st1, k.da1 + at, dw + o.ln1, scratch, r);
 }

@@ -53,14 +53,15 @@ train "$out" gpt_ref 1 $gpt "${gptc[@]}" "${bf[@]}" --set 'parallel.split=[]'
 train "$out" gpt_zbh1_2 2 $gpt "${gptc[@]}" "${bf[@]}" --set 'parallel.split=[4]' --set parallel.schedule=zb-h1 && compare "$out/gpt_ref" "$out/gpt_zbh1_2" 0
 # what autocast keeps in bf16 (layer-norm outputs, q, k, v, the attention probabilities, the
 # merged heads, fc1's output and the GELU's, the head's logits) is kept as bf16 in half the
-# bytes: a unit's activation slot shrinks (the residual stream and the statistics stay fp32, as
-# autocast keeps them). This small deck: 0.559; the default tinygpt deck: 0.553, the floor of
-# what autocast keeps (unit test Bf16Storage.SlotsKeepWhatAutocastKeepsInItsDtype).
+# bytes, and so is each block's attention branch (h is recomputed from it): a unit's activation
+# slot shrinks (the blocks' outputs and the statistics stay fp32, as autocast keeps them). The
+# default tinygpt deck: 0.529, this small deck 0.532 (unit test Bf16Storage.SlotsKeepWhatAutocastKeepsInItsDtype);
+# issue 24 asks at most 0.55.
 train "$out" gpt_fp32_ref 1 $gpt "${gptc[@]}" --set 'parallel.split=[]'
 a16=$(json_number "$out/gpt_ref/summary.json" activation_bytes_per_microbatch)
 a32=$(json_number "$out/gpt_fp32_ref/summary.json" activation_bytes_per_microbatch)
-expect "tinygpt bf16 activation bytes per microbatch ($a16) are at most 0.56 of fp32's ($a32)" \
-  awk -v a="$a16" -v b="$a32" 'BEGIN { printf "  bf16/fp32 activation bytes: %.3f\n", a / b; exit !(b > 0 && a <= 0.56 * b) }'
+expect "tinygpt bf16 activation bytes per microbatch ($a16) are at most 0.55 of fp32's ($a32)" \
+  awk -v a="$a16" -v b="$a32" 'BEGIN { printf "  bf16/fp32 activation bytes: %.3f\n", a / b; exit !(b > 0 && a <= 0.55 * b) }'
 # stop at a checkpoint and resume: bitwise equal to the uninterrupted bf16 run
 train "$out" mlp_cut 2 $mlp "${common[@]}" "${bf[@]}" --set 'parallel.split=[3]' --set parallel.schedule=1f1b \
   --set checkpoint.every_steps=6 --stop-at-step 6 &&

@@ -204,13 +204,14 @@ TEST(ModelFlops, SixNPerTokenPlusTheAttentionScores) {
   EXPECT_DOUBLE_EQ(tied.model.layer(2).attention_model_flops(), 12 * T * T * D);
 }
 
-// Under a bf16 policy a unit keeps what autocast keeps, in autocast's dtype. Per transformer
-// block: fp32 the residual stream (the block's output, and h after the attention, the second
-// norm's input) and the norm statistics; bf16 the norm outputs, q, k, v, the merged heads
-// (6 T D), the probabilities (H T T), fc1's output and the GELU's (2 T F). The head: its
-// norm output and (bf16) its logits, from which the backward computes the probabilities again.
-// On tinygpt's shapes that puts a microbatch's activation bytes at 0.553x fp32's: the fp32
-// residual stream autocast keeps puts the floor above the 0.55 issue 24 asked for.
+// Under a bf16 policy a unit keeps what autocast keeps, in autocast's dtype, except h. Per
+// transformer block: fp32 the block's output (the residual stream, the next layer's input) and
+// the norm statistics; bf16 the norm outputs, q, k, v, the merged heads (6 T D), the
+// probabilities (H T T), fc1's output and the GELU's (2 T F), and the attention branch's
+// output r (T D), from which both backward halves recompute h = x + dropout(r) (autocast keeps
+// h in fp32, the second norm's input). The head: its norm output and (bf16) its logits, from
+// which the backward computes the probabilities again. On tinygpt's shapes that puts a
+// microbatch's activation bytes at 0.529x fp32's (0.553x with h kept in fp32).
 TEST(Bf16Storage, SlotsKeepWhatAutocastKeepsInItsDtype) {
   const int64_t T = 128, D = 256, H = 8, F = 4 * D, V = 256;
   std::string deck = "[data]\nsource = \"synthetic\"\nshape = [128]\nclasses = 256\n[model]\n"
@@ -221,9 +222,9 @@ TEST(Bf16Storage, SlotsKeepWhatAutocastKeepsInItsDtype) {
   auto floats = [&](int l, Precision p) {
     return Stage::slot_floats_per_sample(b.model.layer(l), false, Recompute::none, p);
   };
-  const int64_t halved = 6 * T * D + H * T * T + 2 * T * F;
-  EXPECT_EQ(floats(1, Precision::fp32), 2 * T * D + 4 * T + halved);
-  EXPECT_EQ(floats(1, Precision::bf16), 2 * T * D + 4 * T + halved / 2);
+  const int64_t halved = 7 * T * D + H * T * T + 2 * T * F;
+  EXPECT_EQ(floats(1, Precision::fp32), T * D + 4 * T + halved);
+  EXPECT_EQ(floats(1, Precision::bf16), T * D + 4 * T + halved / 2);
   // head: its output (1), norm output (T D), statistics (2 T), probabilities or logits (T V),
   // token losses (T)
   EXPECT_EQ(floats(7, Precision::fp32), 1 + T * D + 2 * T + T * V + T);
@@ -233,8 +234,8 @@ TEST(Bf16Storage, SlotsKeepWhatAutocastKeepsInItsDtype) {
     for (int p = 0; p < 2; ++p) total[p] += static_cast<double>(floats(l, p ? Precision::bf16 : Precision::fp32));
   const double ratio = total[1] / total[0];
   std::printf("  tinygpt shapes: bf16/fp32 activation floats per sample %.0f / %.0f = %.4f\n", total[1], total[0], ratio);
-  EXPECT_LE(ratio, 0.554);
-  EXPECT_GT(ratio, 0.5);  // the residual stream stays fp32
+  EXPECT_LE(ratio, 0.55);  // issue 24
+  EXPECT_GT(ratio, 0.5);   // the residual stream stays fp32
 }
 
 }  // namespace pt::test
