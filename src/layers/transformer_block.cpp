@@ -86,7 +86,7 @@ class TransformerBlock final : public Layer {
                 const float* aux, int64_t n) const override {
     const KeepInWork k = keep_in_work(c, split_aux_floats(mode(c)), n);
     input_half(k.ctx, w, x, dy, dx, aux, k.keep, n);
-    weight_half(k.ctx, w, x, dw, aux, k.keep, n);
+    weight_half(k.ctx, w, x, dw, aux, k.keep, n, true);  // h still in the workspace (carve_work)
   }
   bool splits_backward() const override { return true; }
   void backward_input(const LayerCtx& c, ParamView w, const float* x, const float*, const float* dy, float* dx, float*,
@@ -95,7 +95,7 @@ class TransformerBlock final : public Layer {
   }
   void backward_weight(const LayerCtx& c, ParamView w, const float* x, const float*, const float*, float* dw,
                        const float* aux, int64_t n) const override {
-    weight_half(c, w, x, dw, aux, aux + n * aux_floats(mode(c), c.precision), n);
+    weight_half(c, w, x, dw, aux, aux + n * aux_floats(mode(c), c.precision), n, false);
   }
   double flops_forward() const override {
     const double TD = static_cast<double>(T_ * D_);
@@ -164,7 +164,17 @@ class TransformerBlock final : public Layer {
     dropout_apply(rc, index(), slot, p_, D_, x, y, r.count);
   }
   // h = x + dropout(r) on rows rw into H, from the kept attention branch r (this part's rows
-  // of x): the forward and both backward halves compute it alike, so it is never kept
+  // of x): the forward and the backward compute it alike, so it is never kept. The forward
+  // keeps r from the branch's fp32 output m (its rows), in op: under a bf16 policy rounded
+  // once into H and packed into r in one pass.
+  float* keep_branch(const LayerCtx& c, const float* x, const float* m, View r, float* H, Rows rw) const {
+    const size_t nd = static_cast<size_t>(rw.count * D_);
+    if (r.bf16()) c.be.round_pack_bf16(nd, m, H, r.data);
+    else c.be.copy(r.data, m, nd);
+    dropout_rows(c, 1, r.bf16() ? H : m, H, rw);
+    c.be.add(nd, x, H, H);
+    return H;
+  }
   float* residual_h(const LayerCtx& c, const float* x, CView r, float* H, Rows rw) const {
     const size_t nd = static_cast<size_t>(rw.count * D_);
     if (r.bf16()) c.be.unpack_bf16(nd, r.data, H);
@@ -255,8 +265,9 @@ class TransformerBlock final : public Layer {
   }
   void input_half(const LayerCtx& c, ParamView w, const float* x, const float* dy, float* dx, const float* aux,
                   float* keep, int64_t n) const;
+  // h_ready: input_half just left h in the same workspace (the fused backward)
   void weight_half(const LayerCtx& c, ParamView w, const float* x, float* dw, const float* aux, const float* keep,
-                   int64_t n) const;
+                   int64_t n, bool h_ready) const;
 
   int64_t T_, D_, F_;
   bool seq_;    // sequence parallelism (key sequence_parallel under a tensor split)
@@ -316,9 +327,7 @@ void TransformerBlock::forward(const LayerCtx& c0, ParamView w, const float* x, 
   if (c.selective) s.f = lc.work, s.g = lc.work + rows * F_;  // after the attention, in its scratch
   const CView a1 = gathered(c, normed(c, w + o.ln1, x + at, s.a1, s.st1, m, r.count), G, n);
   attn_.forward(lc, w + o.attn, a1, m, s.attn, n);
-  if (op == DType::bf16) be.pack_bf16(nd, m + at, s.r);
-  else be.copy(s.r, m + at, nd);
-  const float* h = residual_h(c, x + at, CView{s.r, op}, H, r);
+  const float* h = keep_branch(c, x + at, m + at, View{s.r, op}, H, r);
   mlp_hidden(c, w + o.fc1, gathered(c, normed(c, w + o.ln2, h, s.b, s.st2, m, r.count), G, n), s.f, s.g, rows);
   fc2_.forward(c, w + o.fc2, CView{s.g, op}, m, rows);
   dropout_rows(c, 2, m + at, m + at, r);
@@ -362,7 +371,7 @@ void TransformerBlock::input_half(const LayerCtx& c0, ParamView w, const float* 
 }
 
 void TransformerBlock::weight_half(const LayerCtx& c0, ParamView w, const float* x, float* dw, const float* aux,
-                                   const float* keep, int64_t n) const {
+                                   const float* keep, int64_t n, bool h_ready) const {
   float *H, *G;
   const LayerCtx c = carve_work(c0, n, &H, &G);
   const Offsets o = off();
@@ -375,8 +384,8 @@ void TransformerBlock::weight_half(const LayerCtx& c0, ParamView w, const float*
   float* scratch = G ? G + n * T_ * D_ : nullptr;  // the norms' partial weight gradients
   fc2_.backward_weight(c, CView{c.selective ? k.g : s.g, op}, CView{k.dm, op}, dw + o.fc2, rows);
   fc1_.backward_weight(c, gathered(c, CView{s.b, op}, G, n), CView{k.df, op}, dw + o.fc1, rows);
-  norm_weight_grad(c, w + o.ln2, residual_h(c, x + at, CView{s.r, op}, H, r), s.st2, k.db + at, dw + o.ln2, scratch,
-                   r);
+  const float* h = h_ready ? H : residual_h(c, x + at, CView{s.r, op}, H, r);
+  norm_weight_grad(c, w + o.ln2, h, s.st2, k.db + at, dw + o.ln2, scratch, r);
   attn_.weight_half(c, gathered(c, CView{s.a1, op}, G, n), CView{k.da, op}, dw + o.attn, s.attn, k.dqkv, n);
   norm_weight_grad(c, w + o.ln1, x + at, s.st1, k.da1 + at, dw + o.ln1, scratch, r);
 }
