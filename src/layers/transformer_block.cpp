@@ -169,17 +169,22 @@ class TransformerBlock final : public Layer {
   // once into H and packed into r in one pass.
   float* keep_branch(const LayerCtx& c, const float* x, const float* m, View r, float* H, Rows rw) const {
     const size_t nd = static_cast<size_t>(rw.count * D_);
-    if (r.bf16()) c.be.round_pack_bf16(nd, m, H, r.data);
-    else c.be.copy(r.data, m, nd);
-    dropout_rows(c, 1, r.bf16() ? H : m, H, rw);
-    c.be.add(nd, x, H, H);
-    return H;
+    if (!r.bf16()) {
+      c.be.copy(r.data, m, nd);
+      return add_branch(c, x, m, H, rw);
+    }
+    c.be.round_pack_bf16(nd, m, H, r.data);
+    return add_branch(c, x, H, H, rw);
   }
   float* residual_h(const LayerCtx& c, const float* x, CView r, float* H, Rows rw) const {
-    const size_t nd = static_cast<size_t>(rw.count * D_);
-    if (r.bf16()) c.be.unpack_bf16(nd, r.data, H);
-    dropout_rows(c, 1, r.bf16() ? H : r.data, H, rw);
-    c.be.add(nd, x, H, H);
+    if (!r.bf16()) return add_branch(c, x, r.data, H, rw);
+    c.be.unpack_bf16(static_cast<size_t>(rw.count * D_), r.data, H);
+    return add_branch(c, x, H, H, rw);
+  }
+  // H = x + dropout(v), v the branch's fp32 values (H itself when they are already there)
+  float* add_branch(const LayerCtx& c, const float* x, const float* v, float* H, Rows rw) const {
+    dropout_rows(c, 1, v, H, rw);
+    c.be.add(static_cast<size_t>(rw.count * D_), x, H, H);
     return H;
   }
   // a norm's weight gradient from rows r: into dw directly, or (sequence-parallel) from this

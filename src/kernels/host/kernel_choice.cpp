@@ -51,7 +51,8 @@ bool onednn_wins_conv_fp32(const WindowGeom& g, int64_t n, ConvPass pass) {
 
 std::string fp32_rule_description() {
   return "oneDNN; OpenBLAS for GEMMs with K <= 16 or M <= 32 and (N <= 16 or K <= 32), for batched GEMMs with a "
-         "transposed A and for GEMMs with N >= 2048 and K >= 512 and B not transposed; im2col + OpenBLAS for convolution forwards with c_in k^2 < 16 and data passes with c_in k^2 < 32";
+         "transposed A and for GEMMs with N >= 2048 and K >= 512 and B not transposed; im2col + OpenBLAS for "
+         "convolution forwards with c_in k^2 < 16 and data passes with c_in k^2 < 32";
 }
 
 }  // namespace pt::host
