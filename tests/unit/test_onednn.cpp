@@ -114,6 +114,32 @@ TEST(OneDnnBf16, VectorAndBackendOpEqualScalar) {
   }
 }
 
+// nchw_to_blocked16_bf16 (a bf16 convolution input into nChw16c): element (n, c, p) at
+// ((n C/16 + c/16) HW + p) 16 + c % 16 holds bf16_bits of the NCHW element, for every class
+// of float (normals, subnormals, inf, NaN, signed zeros), position counts with and without a
+// tail of fewer than 16 (49, 196, 16, 5), several images and channel blocks.
+TEST(OneDnnBf16, BlockedMoveIsBf16BitsInPlaceOfEachElement) {
+  for (const int64_t hw : {49, 196, 16, 5}) {
+    const int64_t n = 3, c = 32, cb = c / 16;
+    std::vector<float> x(static_cast<size_t>(n * c * hw));
+    uint64_t s = 0x2545f4914f6cdd1dull + static_cast<uint64_t>(hw);
+    for (float& v : x) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      v = from_bits(static_cast<uint32_t>(s >> 32));
+    }
+    x[0] = -0.0f, x[1] = from_bits(0x00008000), x[2] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<uint16_t> y(x.size(), 0x1234);
+    host::nchw_to_blocked16_bf16(n * cb, hw, x.data(), y.data());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t p = 0; p < hw; ++p) {
+          const float v = x[static_cast<size_t>((i * c + ch) * hw + p)];
+          const size_t at = static_cast<size_t>(((i * cb + ch / 16) * hw + p) * 16 + ch % 16);
+          ASSERT_EQ(y[at], bf16_bits(v)) << "hw " << hw << " image " << i << " channel " << ch << " position " << p;
+        }
+  }
+}
+
 // ---- GEMM ---------------------------------------------------------------------------------
 
 struct GemmCase {
@@ -426,12 +452,15 @@ TEST(OneDnnConv, Bf16MatchesIm2colOnRoundedInputs) {
   }
 }
 
-// The bf16 rounding of a convolution input that oneDNN converts in its reorder to a blocked
-// layout (docs/PRECISION.md): a 3x3 convolution whose only weight is 1 at the centre tap of
+// The bf16 rounding of a convolution input on its way into the primitive's layout
+// (docs/PRECISION.md): a 3x3 convolution whose only weight is 1 at the centre tap of
 // channel o -> o passes each input through, so y = bf16(x) exactly for every normal value
 // (ties to even included: 1 + 2^-8 and 1 + 3 2^-8); a subnormal gives either its PyTorch
-// rounding or 0 (the documented flush). Magnitudes 1e-30 to 1e30, both signs. (No NaN: the
-// zero weights of the window would carry it to its neighbours, 0 NaN = NaN.)
+// rounding or 0 (oneDNN's reorder flushes it). Magnitudes 1e-30 to 1e30, both signs. (No NaN:
+// the zero weights of the window would carry it to its neighbours, 0 NaN = NaN.) 32 channels
+// go through nchw_to_blocked16_bf16 where the primitive takes nChw16c, which keeps
+// subnormals (BlockedMoveIsBf16BitsInPlaceOfEachElement); the bf16 dot product may still
+// flush them.
 TEST(OneDnnConv, Bf16InputRoundingIsPyTorchsForNormalValues) {
   const WindowGeom g = geom(32, 6, 32, 3, 1, 1);
   const int64_t n = 4, hw = g.h_in * g.w_in;

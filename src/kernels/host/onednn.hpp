@@ -26,6 +26,11 @@ namespace pt::host {
 // y[i] = bf16_bits(x[i]) for i < n (vectorised; PyTorch's rounding, see backend.hpp).
 void to_bf16(size_t n, const float* x, uint16_t* y);
 
+// NCHW fp32 -> oneDNN's nChw16c (aBcd16b) bf16 for `groups` = N C / 16 blocks of 16 channels
+// of hw positions each, y = bf16_bits of each value (blocked_layout.cpp): a bf16
+// convolution's input where its primitive chose the blocked layout.
+void nchw_to_blocked16_bf16(int64_t groups, int64_t hw, const float* x, uint16_t* y);
+
 // One strided-batched GEMM: C_b = alpha op(A_b) op(B_b) + beta C_b, row-major, b < batch,
 // X_b = X + b * stride_x. batch == 1 is a plain gemm (strides unused).
 struct GemmArgs {

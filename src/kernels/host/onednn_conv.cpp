@@ -3,13 +3,14 @@
 // Contract: the caller's tensors are NCHW fp32 (weights OIHW). Each primitive is created with
 // format_tag::any, so oneDNN picks its preferred (blocked) layouts; the reorders from and to
 // the caller's layout are built with it and cached in the plan, with the memory they need.
-// bf16: x, w and dy go to bf16 by the same reorder that brings them into the primitive's
-// layout (one pass; rounding to nearest even as PyTorch, NaN 0x7FC0; a subnormal input,
-// |x| < 1.2e-38, becomes a signed zero where PyTorch keeps a bf16 subnormal), or, where the
-// primitive takes the plain layout, are rounded by to_bf16 (PyTorch's rounding exactly) into
-// plan-owned NCHW copies; outputs (y, dx, dw, db) are fp32. dx is overwritten; dw and db are computed
-// into plan-owned fp32 buffers and then added to the caller's (dw += ..., db += ...), in
-// index order. Backward data and backward weights are independent primitives, so a call for
+// bf16: x, w and dy go to bf16 in the same pass that brings them into the primitive's
+// layout: blocked_layout.cpp's kernel where that is nChw16c with C % 16 == 0 (PyTorch's
+// rounding exactly), otherwise oneDNN's reorder (rounding to nearest even as PyTorch, NaN
+// 0x7FC0; a subnormal input, |x| < 1.2e-38, becomes a signed zero where PyTorch keeps a bf16
+// subnormal); where the primitive takes the plain layout, to_bf16 (PyTorch's rounding
+// exactly) rounds into plan-owned NCHW copies. Outputs (y, dx, dw, db) are fp32. dx is
+// overwritten; dw and db are computed into plan-owned fp32 buffers and then added to the
+// caller's (dw += ..., db += ...), in index order. Backward data and backward weights are independent primitives, so a call for
 // dx alone or for dw/db alone is bitwise the same as the call that asks for all three.
 #include <unordered_map>
 
@@ -43,6 +44,14 @@ md as_f32(const md& m) {
   return md(m.dims(), dt::f32, dims(st, st + m.data.ndims));
 }
 
+// N C / 16 where `user` is an NCHW fp32 tensor and `prim` the same tensor in nChw16c bf16
+// with C % 16 == 0: the move nchw_to_blocked16_bf16 makes; else 0 (a oneDNN reorder).
+int64_t blocked16_groups(const md& user, const md& prim) {
+  const dims d = user.dims();
+  if (d.size() != 4 || d[1] % 16 != 0 || user != md(d, dt::f32, tag::nchw)) return 0;
+  return prim == md(d, dt::bf16, tag::nChw16c) ? d[0] * d[1] / 16 : 0;
+}
+
 // How a port meets the caller: an input (a bf16 one rounded on the way in), an output
 // written in place, or an output accumulated into the caller's tensor through port.acc.
 enum class Role { input, output, accumulate };
@@ -70,6 +79,10 @@ void make_port(Port& port, const dnnl::engine& eng, const md& user_md, const md&
     return;
   }
   port.prim = dnnl::memory(prim_md, eng);
+  if (role == Role::input && (port.blocked16 = blocked16_groups(user, prim_md)) > 0) {
+    port.hw = user.dims()[2] * user.dims()[3];
+    return;
+  }
   port.reorder = role == Role::input ? dnnl::reorder(port.user, port.prim) : dnnl::reorder(port.prim, port.user);
 }
 
@@ -78,7 +91,10 @@ void make_port(Port& port, const dnnl::engine& eng, const md& user_md, const md&
 void feed(Port& port, dnnl::stream& s, const float* x) {
   if (!port.bf16.empty()) to_bf16(port.bf16.size(), x, port.bf16.data());
   else port.user.set_data_handle(const_cast<float*>(x));
-  if (port.reorders()) port.reorder.execute(s, port.user, port.prim);
+  if (port.blocked16 > 0)
+    nchw_to_blocked16_bf16(port.blocked16, port.hw, x, static_cast<uint16_t*>(port.prim.get_data_handle()));
+  else if (port.reorders())
+    port.reorder.execute(s, port.user, port.prim);
 }
 
 void drain(Port& port, dnnl::stream& s) {
