@@ -5,7 +5,9 @@
 // (torchvision's BasicBlock). Parameters in this order: conv1.weight, bn1.weight,
 // bn1.bias, conv2.weight, bn2.weight, bn2.bias, then downsample.0.weight, downsample.1.weight,
 // downsample.1.bias; state: the running mean and variance of bn1, bn2 (and the shortcut's).
-// Backward = input half (every inner output gradient into `keep`) then weight half.
+// Backward = input half (every inner output gradient into `keep`) then weight half; the fused
+// backward asks each convolution for its input and weight gradients in one call (the
+// backend converts the output gradient once), the weight half then does the rest.
 #include <algorithm>
 #include <cmath>
 
@@ -52,17 +54,17 @@ class ResidualBlock final : public Layer {
   void backward(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy, float* dx, float* dw,
                 const float* aux, int64_t n) const override {
     const KeepInWork k = keep_in_work(c, split_aux_per_sample(), n);
-    input_half(k.ctx, w, x, y, dy, dx, aux, k.keep, n);
-    weight_half(k.ctx, w, x, dw, aux, k.keep, n);
+    input_half(k.ctx, w, x, y, dy, dx, aux, k.keep, n, dw);
+    weight_half(k.ctx, w, x, dw, aux, k.keep, n, {true, dx != nullptr});
   }
   bool splits_backward() const override { return true; }
   void backward_input(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy, float* dx,
                       float*, float* aux, int64_t n) const override {
-    input_half(c, w, x, y, dy, dx, aux, aux + n * aux_per_sample(), n);
+    input_half(c, w, x, y, dy, dx, aux, aux + n * aux_per_sample(), n, nullptr);
   }
   void backward_weight(const LayerCtx& c, ParamView w, const float* x, const float*, const float*, float* dw,
                        const float* aux, int64_t n) const override {
-    weight_half(c, w, x, dw, aux, aux + n * aux_per_sample(), n);
+    weight_half(c, w, x, dw, aux, aux + n * aux_per_sample(), n, {false, false});
   }
   double flops_forward() const override {
     const double conv = 2.0 * O() * (in_.c() * 9 + bn_.C * 9 + (proj_ ? in_.c() : 0));
@@ -103,10 +105,17 @@ class ResidualBlock final : public Layer {
     v.ds = k.take(O()), v.dc2 = k.take(O()), v.db1 = k.take(O()), v.dc1 = k.take(O()), v.dcp = proj_ ? k.take(O()) : nullptr;
     return v;
   }
+  // Which convolutions' weight gradients the input half computed already (the fused backward):
+  // conv2's, and conv1's with the shortcut's (only where there is a dx).
+  struct ConvGradsDone {
+    bool conv2, conv1;
+  };
+  // dw_convs: not null in the fused backward, then each convolution's weight gradient comes
+  // with its input gradient.
   void input_half(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy, float* dx,
-                  const float* aux, float* keep, int64_t n) const;
+                  const float* aux, float* keep, int64_t n, float* dw_convs) const;
   void weight_half(const LayerCtx& c, ParamView w, const float* x, float* dw, const float* aux, const float* keep,
-                   int64_t n) const;
+                   int64_t n, ConvGradsDone done) const;
 
   WindowGeom g1_, g2_, gp_;
   bool proj_;
@@ -166,7 +175,7 @@ void ResidualBlock::forward(const LayerCtx& c, ParamView w, const float* x, floa
 }
 
 void ResidualBlock::input_half(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy,
-                               float* dx, const float* aux, float* keep, int64_t n) const {
+                               float* dx, const float* aux, float* keep, int64_t n, float* dw_convs) const {
   Backend& be = c.be;
   const Offsets o = off();
   const Saved s = saved(aux, n);
@@ -174,16 +183,17 @@ void ResidualBlock::input_half(const LayerCtx& c, ParamView w, const float* x, c
   const size_t no = static_cast<size_t>(n * O());
   float* dr1 = c.work;
   float* dxp = c.work + n * O();
+  auto dw_of = [&](int64_t off) { return dw_convs ? dw_convs + off : nullptr; };
   be.relu_backward(no, y, dy, k.ds);
   bn_.backward_input(be, w + o.b2, s.c2, s.st2, k.ds, k.dc2, n);
-  be.conv2d_backward(g2_, n, s.r1, w + o.c2, k.dc2, dr1, nullptr, nullptr, c.precision);
+  be.conv2d_backward(g2_, n, s.r1, w + o.c2, k.dc2, dr1, dw_of(o.c2), nullptr, c.precision);
   be.relu_backward(no, s.r1, dr1, k.db1);
   bn_.backward_input(be, w + o.b1, s.c1, s.st1, k.db1, k.dc1, n);
   if (proj_) bn_.backward_input(be, w + o.bp, s.cp, s.stp, k.ds, k.dcp, n);
   if (!dx) return;
-  be.conv2d_backward(g1_, n, x, w + o.c1, k.dc1, dx, nullptr, nullptr, c.precision);
+  be.conv2d_backward(g1_, n, x, w + o.c1, k.dc1, dx, dw_of(o.c1), nullptr, c.precision);
   if (proj_) {
-    be.conv2d_backward(gp_, n, x, w + o.cp, k.dcp, dxp, nullptr, nullptr, c.precision);
+    be.conv2d_backward(gp_, n, x, w + o.cp, k.dcp, dxp, dw_of(o.cp), nullptr, c.precision);
     be.axpy(static_cast<size_t>(n * in_.numel()), 1.0f, dxp, dx);
   } else {
     be.axpy(no, 1.0f, k.ds, dx);
@@ -191,17 +201,17 @@ void ResidualBlock::input_half(const LayerCtx& c, ParamView w, const float* x, c
 }
 
 void ResidualBlock::weight_half(const LayerCtx& c, ParamView w, const float* x, float* dw, const float* aux,
-                                const float* keep, int64_t n) const {
+                                const float* keep, int64_t n, ConvGradsDone done) const {
   Backend& be = c.be;
   const Offsets o = off();
   const Saved s = saved(aux, n);
   const Kept k = kept(keep, n);
-  be.conv2d_backward(g2_, n, s.r1, w + o.c2, k.dc2, nullptr, dw + o.c2, nullptr, c.precision);
+  if (!done.conv2) be.conv2d_backward(g2_, n, s.r1, w + o.c2, k.dc2, nullptr, dw + o.c2, nullptr, c.precision);
   bn_.backward_weight(be, w + o.b2, s.c2, s.st2, k.ds, dw + o.b2, n);
-  be.conv2d_backward(g1_, n, x, w + o.c1, k.dc1, nullptr, dw + o.c1, nullptr, c.precision);
+  if (!done.conv1) be.conv2d_backward(g1_, n, x, w + o.c1, k.dc1, nullptr, dw + o.c1, nullptr, c.precision);
   bn_.backward_weight(be, w + o.b1, s.c1, s.st1, k.db1, dw + o.b1, n);
   if (!proj_) return;
-  be.conv2d_backward(gp_, n, x, w + o.cp, k.dcp, nullptr, dw + o.cp, nullptr, c.precision);
+  if (!done.conv1) be.conv2d_backward(gp_, n, x, w + o.cp, k.dcp, nullptr, dw + o.cp, nullptr, c.precision);
   bn_.backward_weight(be, w + o.bp, s.cp, s.stp, k.ds, dw + o.bp, n);
 }
 

@@ -137,14 +137,15 @@ Shape input_of(const Deck& d, bool tokens) {
   return d.data.shape.size() == 3 ? Shape::chw(d.data.shape[0], d.data.shape[1], d.data.shape[2]) : Shape::vec(d.data.shape[0]);
 }
 
-void check_model(const char* text, bool tokens = false) {
+void check_model(const char* text, bool tokens = false, bool bf16 = false) {
   const Deck d = parse_deck_text(text, "split.toml", {});
   const Model m(d, input_of(d, tokens), d.data.classes);
   int slices = 0;
   for (int first = 0; first < m.size(); ++first)
     for (int last = first + 1; last <= m.size(); ++last) {
-      const Run fused = run_slice(m, first, last, false, 7 + static_cast<uint64_t>(first * 31 + last));
-      const Run split = run_slice(m, first, last, true, 7 + static_cast<uint64_t>(first * 31 + last));
+      const uint64_t seed = 7 + static_cast<uint64_t>(first * 31 + last);
+      const Run fused = run_slice(m, first, last, false, seed, Recompute::none, bf16);
+      const Run split = run_slice(m, first, last, true, seed, Recompute::none, bf16);
       ASSERT_EQ(fused.grads.size(), split.grads.size());
       EXPECT_EQ(0, std::memcmp(fused.grads.data(), split.grads.data(), fused.grads.size() * sizeof(float)))
           << "parameter gradients differ for layers " << first << ".." << last - 1;
@@ -211,6 +212,22 @@ TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceCnn) { check_model(kCnnDeck);
 TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceMlp) { check_model(kMlpDeck); }
 TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceTransformer) { check_model(kGptDeck, true); }
 TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceResNet) { check_model(kResNetDeck); }
+// 16 and 32 channels in bf16: the host's oneDNN convolutions take nChw16c, the fused
+// backward's convolutions convert their output gradient once for both passes (the split
+// backward converts it in each), the inputs move by nchw_to_blocked16_bf16.
+TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceResNetBf16Blocked) {
+  const char* wide =
+      "[data]\nsource = \"synthetic\"\nshape = [3, 8, 8]\nclasses = 5\n[model]\n"
+      "[[model.layers]]\ntype = \"conv2d\"\nchannels = 16\nkernel = 3\npadding = 1\nbias = false\n"
+      "[[model.layers]]\ntype = \"batchnorm2d\"\n"
+      "[[model.layers]]\ntype = \"relu\"\n"
+      "[[model.layers]]\ntype = \"residual_block\"\nchannels = 16\n"
+      "[[model.layers]]\ntype = \"residual_block\"\nchannels = 32\nstride = 2\n"
+      "[[model.layers]]\ntype = \"global_avgpool\"\n"
+      "[[model.layers]]\ntype = \"linear\"\nout = 5\n"
+      "[[model.layers]]\ntype = \"softmax_cross_entropy\"\n";
+  check_model(wide, false, true);
+}
 
 // In bf16 every product of a stage reads the weight version's bf16 array (ParamView::operand)
 // and everything else (norms, biases, the embedding's tables) the fp32 values: given an array

@@ -97,6 +97,11 @@ void HostBackend::conv2d_forward(const WindowGeom& g, int64_t n, const float* x,
 void HostBackend::conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
                                   float* dx, float* dw, float* db, Precision p) {
   if (n == 0) return;
+  if (dx && (dw || db) && onednn_conv(g, n, ConvPass::backward_weights, p) &&
+      onednn_conv(g, n, ConvPass::backward_data, p)) {
+    onednn().conv_backward(p, g, n, x, w, dy, dx, dw, db);  // dy converted once for both passes
+    return;
+  }
   if (dw || db) {
     if (onednn_conv(g, n, ConvPass::backward_weights, p)) onednn().conv_backward_weights(p, g, n, x, dy, dw, db);
     else im2col_conv_backward(g, n, x, w, dy, nullptr, dw, db);

@@ -76,6 +76,11 @@ class OneDnn {
   // dw += dL/dw when dw is not null; db += dL/db when db is not null.
   void conv_backward_weights(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* dy, float* dw,
                              float* db);
+  // Both: the data pass, then the weights pass reading the data pass's converted dy where the
+  // two primitives take it in the same layout (one conversion instead of two; bitwise the two
+  // calls above).
+  void conv_backward(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
+                     float* dx, float* dw, float* db);
 
   // What a convolution's plan keeps for one pass (its ports' layout copies, bf16 input copies
   // and accumulators: make_port's allocations), from the primitive descriptors the plan would

@@ -277,29 +277,50 @@ void OneDnn::conv_backward_data(Precision p, const WindowGeom& g, int64_t n, con
   }
 }
 
-void OneDnn::conv_backward_weights(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* dy,
-                                   float* dw, float* db) {
-  Impl& d = *impl_;
+namespace {
+
+// The weights pass. `fed`, when not null, is the data pass's port for dy, holding it in this
+// primitive's layout already: dy is then not converted again.
+void weights_pass(OneDnn::Impl& d, OneDnn::Clock& clock, Precision p, const WindowGeom& g, int64_t n,
+                  const float* x, const float* dy, const Port* fed, float* dw, float* db) {
   ConvOp& op = d.conv_weights(p, d.conv_plan(p, g, n), g, n, db != nullptr);
   Lap lap;
   try {
     feed(op.src, d.strm, x);
-    feed(op.dst, d.strm, dy);
-    clock_.prepare_s += lap();
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, op.src.prim}, {DNNL_ARG_DIFF_DST, op.dst.prim}, {DNNL_ARG_DIFF_WEIGHTS, op.wei.prim}};
+    if (!fed) feed(op.dst, d.strm, dy);
+    clock.prepare_s += lap();
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, op.src.prim},
+                                               {DNNL_ARG_DIFF_DST, fed ? fed->prim : op.dst.prim},
+                                               {DNNL_ARG_DIFF_WEIGHTS, op.wei.prim}};
     if (db) args[DNNL_ARG_DIFF_BIAS] = op.bias;
     op.prim.execute(d.strm, args);
     d.strm.wait();
-    clock_.execute_s += lap();
+    clock.execute_s += lap();
     drain(op.wei, d.strm);
     d.strm.wait();
-    clock_.prepare_s += lap();
+    clock.prepare_s += lap();
   } catch (const dnnl::error& e) {
     onednn_fail(conv_str(p, g, n) + " (backward weights)", e);
   }
   if (dw) add_into(op.wei.acc, dw);
   if (db) add_into(op.bias_acc, db);
+}
+
+}  // namespace
+
+void OneDnn::conv_backward_weights(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* dy,
+                                   float* dw, float* db) {
+  weights_pass(*impl_, clock_, p, g, n, x, dy, nullptr, dw, db);
+}
+
+void OneDnn::conv_backward(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* w,
+                           const float* dy, float* dx, float* dw, float* db) {
+  conv_backward_data(p, g, n, w, dy, dx);
+  Impl& d = *impl_;
+  ConvPlan& plan = d.conv_plan(p, g, n);
+  const Port& fed = d.conv_data(p, plan, g, n).dst;
+  const bool same = d.conv_weights(p, plan, g, n, db != nullptr).dst.prim.get_desc() == fed.prim.get_desc();
+  weights_pass(d, clock_, p, g, n, x, dy, same ? &fed : nullptr, dw, db);
 }
 
 int64_t OneDnn::conv_pass_bytes(Precision p, const WindowGeom& g, int64_t n, ConvPass pass, bool bias,
