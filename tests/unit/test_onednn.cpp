@@ -114,11 +114,22 @@ TEST(OneDnnBf16, VectorAndBackendOpEqualScalar) {
   }
 }
 
+// x [n, c, hw] in nChw16c, by the index formula
+std::vector<float> blocked(const std::vector<float>& x, int64_t n, int64_t c, int64_t hw) {
+  std::vector<float> y(x.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t p = 0; p < hw; ++p)
+        y[static_cast<size_t>(((i * (c / 16) + ch / 16) * hw + p) * 16 + ch % 16)] = x[static_cast<size_t>((i * c + ch) * hw + p)];
+  return y;
+}
+
 // nchw_to_blocked16_bf16 (a bf16 convolution input into nChw16c): element (n, c, p) at
 // ((n C/16 + c/16) HW + p) 16 + c % 16 holds bf16_bits of the NCHW element, for every class
 // of float (normals, subnormals, inf, NaN, signed zeros), position counts with and without a
-// tail of fewer than 16 (49, 196, 16, 5), several images and channel blocks.
-TEST(OneDnnBf16, BlockedMoveIsBf16BitsInPlaceOfEachElement) {
+// tail of fewer than 16 (49, 196, 16, 5), several images and channel blocks; and
+// blocked16_to_nchw (an fp32 output back) returns every bit to its NCHW place.
+TEST(OneDnnBf16, BlockedMovesPutEachElementInItsPlace) {
   for (const int64_t hw : {49, 196, 16, 5}) {
     const int64_t n = 3, c = 32, cb = c / 16;
     std::vector<float> x(static_cast<size_t>(n * c * hw));
@@ -137,6 +148,10 @@ TEST(OneDnnBf16, BlockedMoveIsBf16BitsInPlaceOfEachElement) {
           const size_t at = static_cast<size_t>(((i * cb + ch / 16) * hw + p) * 16 + ch % 16);
           ASSERT_EQ(y[at], bf16_bits(v)) << "hw " << hw << " image " << i << " channel " << ch << " position " << p;
         }
+    // and back (fp32, blocked16_to_nchw): every bit where it came from
+    std::vector<float> back(x.size(), 7.0f);
+    host::blocked16_to_nchw(n * cb, hw, blocked(x, n, c, hw).data(), back.data());
+    ASSERT_EQ(0, std::memcmp(back.data(), x.data(), x.size() * sizeof(float))) << "hw " << hw;
   }
 }
 
@@ -459,7 +474,7 @@ TEST(OneDnnConv, Bf16MatchesIm2colOnRoundedInputs) {
 // rounding or 0 (oneDNN's reorder flushes it). Magnitudes 1e-30 to 1e30, both signs. (No NaN:
 // the zero weights of the window would carry it to its neighbours, 0 NaN = NaN.) 32 channels
 // go through nchw_to_blocked16_bf16 where the primitive takes nChw16c, which keeps
-// subnormals (BlockedMoveIsBf16BitsInPlaceOfEachElement); the bf16 dot product may still
+// subnormals (BlockedMovesPutEachElementInItsPlace); the bf16 dot product may still
 // flush them.
 TEST(OneDnnConv, Bf16InputRoundingIsPyTorchsForNormalValues) {
   const WindowGeom g = geom(32, 6, 32, 3, 1, 1);

@@ -1,14 +1,15 @@
-// The move of a convolution's bf16 input from pipetrain's NCHW fp32 activations into oneDNN's
-// channel-blocked nChw16c (format tag aBcd16b: element (n, c, p) of a [N, C, H W] tensor at
-// ((n C/16 + c/16) H W + p) 16 + c % 16), for C a multiple of 16 (onednn_conv.cpp's feed).
-// Contract: y = bf16_bits of each value (PyTorch's rounding: nearest even, subnormals kept,
-// NaN 0x7FC0), exactly bf16_bits of the same element in NCHW. A block of 16 channels is 16
-// planes of H W values in NCHW and H W rows of 16 values in nChw16c, so each 16 x 16 tile is
-// rounded and transposed in registers (GCC vector shuffles); H W % 16 trailing positions go
-// one by one. Why not oneDNN's reorder, which does the same in one pass: on a Zen 4 core,
-// 128x16x28x28, it took 0.42 ms in cache and 0.68 ms from memory, this 0.18 and 0.41 (the
-// same bits for normal values; 2026-12-04). The fp32 moves (NCHW <-> nChw16c) stay oneDNN's
-// reorders: a kernel like this one was no faster there.
+// Moves between pipetrain's NCHW activations and oneDNN's channel-blocked nChw16c (format
+// tag aBcd16b: element (n, c, p) of a [N, C, H W] tensor at ((n C/16 + c/16) H W + p) 16 +
+// c % 16), for C a multiple of 16, around the convolutions (onednn_conv.cpp's feed and drain):
+//  - nchw_to_blocked16_bf16: a bf16 input, y = bf16_bits of each value (PyTorch's rounding:
+//    nearest even, subnormals kept, NaN 0x7FC0);
+//  - blocked16_to_nchw: an fp32 output back, an exact copy.
+// A block of 16 channels is 16 planes of H W values in NCHW and H W rows of 16 values in
+// nChw16c, so each 16 x 16 tile is transposed in registers (GCC vector shuffles); H W % 16
+// trailing positions go one by one. Why not oneDNN's reorders, which make the same bits: on a
+// Zen 4 core, 128x16x28x28, fp32 -> bf16 blocked took 0.42 ms in cache and 0.68 from memory
+// there, 0.18 and 0.41 here; blocked -> NCHW 0.19 and 0.63 there, 0.20 and 0.44 here
+// (2026-12-04). fp32 inputs (NCHW -> nChw16c) stay oneDNN's: the same kernel was no faster.
 #include "onednn.hpp"
 #include "vec_math.hpp"
 
@@ -29,6 +30,7 @@ const vec16i kLo32 = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
 const vec16i kHi32 = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 const vec8q kLo64 = {0, 8, 1, 9, 2, 10, 3, 11}, kHi64 = {4, 12, 5, 13, 6, 14, 7, 15};
 const vec8q kLo128 = {0, 1, 8, 9, 2, 3, 10, 11}, kHi128 = {4, 5, 12, 13, 6, 7, 14, 15};
+const vec8q kLo256 = {0, 1, 2, 3, 8, 9, 10, 11}, kHi256 = {4, 5, 6, 7, 12, 13, 14, 15};
 
 // One stage of a transpose on 64-bit units: out[2i], out[2i + 1] take the `lo` and `hi`
 // shuffles of a[f] and a[f + step], where f runs over the first halves of blocks of 2 step
@@ -40,6 +42,20 @@ void pair_stage(const vec8q* a, int step, const vec8q& lo, const vec8q& hi, vec8
     out[2 * i] = __builtin_shuffle(a[f], a[f + step], lo);
     out[2 * i + 1] = __builtin_shuffle(a[f], a[f + step], hi);
   }
+}
+
+// r[i] lane j -> o[j] lane i: a 16 x 16 transpose of 32-bit values, the unit that holds one
+// column of consecutive rows growing from 64 bits (after the first shuffle) to 512.
+void transpose32(const vec16i (&r)[16], vec16i (&o)[16]) {
+  vec8q a[16], b[16], c[16], d[16];
+  for (int k = 0; k < 8; ++k) {
+    a[2 * k] = bits_as<vec8q>(__builtin_shuffle(r[2 * k], r[2 * k + 1], kLo32));
+    a[2 * k + 1] = bits_as<vec8q>(__builtin_shuffle(r[2 * k], r[2 * k + 1], kHi32));
+  }
+  pair_stage<16>(a, 2, kLo64, kHi64, b);
+  pair_stage<16>(b, 4, kLo128, kHi128, c);
+  pair_stage<16>(c, 8, kLo256, kHi256, d);
+  for (int j = 0; j < 16; ++j) o[j] = bits_as<vec16i>(d[j]);
 }
 
 // b[c] lane j: the bf16 bits (low half) of channel c at position j -> 16 rows of 16 bf16
@@ -73,6 +89,22 @@ void nchw_to_blocked16_bf16(int64_t groups, int64_t hw, const float* x, uint16_t
     }
     for (; p < hw; ++p)
       for (int c = 0; c < 16; ++c) d[p * 16 + c] = bf16_bits(s[c * hw + p]);
+  }
+}
+
+void blocked16_to_nchw(int64_t groups, int64_t hw, const float* x, float* y) {
+  for (int64_t g = 0; g < groups; ++g) {
+    const float* s = x + g * 16 * hw;
+    float* d = y + g * 16 * hw;
+    int64_t p = 0;
+    for (; p + 16 <= hw; p += 16) {
+      vec16i r[16], o[16];
+      for (int i = 0; i < 16; ++i) r[i] = bits_as<vec16i>(load(s + (p + i) * 16));
+      transpose32(r, o);
+      for (int c = 0; c < 16; ++c) store(d + c * hw + p, bits_as<vec16>(o[c]));
+    }
+    for (; p < hw; ++p)
+      for (int c = 0; c < 16; ++c) d[c * hw + p] = s[p * 16 + c];
   }
 }
 

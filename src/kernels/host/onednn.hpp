@@ -30,6 +30,8 @@ void to_bf16(size_t n, const float* x, uint16_t* y);
 // of hw positions each, y = bf16_bits of each value (blocked_layout.cpp): a bf16
 // convolution's input where its primitive chose the blocked layout.
 void nchw_to_blocked16_bf16(int64_t groups, int64_t hw, const float* x, uint16_t* y);
+// The way back for fp32 outputs: nChw16c -> NCHW, an exact copy.
+void blocked16_to_nchw(int64_t groups, int64_t hw, const float* x, float* y);
 
 // One strided-batched GEMM: C_b = alpha op(A_b) op(B_b) + beta C_b, row-major, b < batch,
 // X_b = X + b * stride_x. batch == 1 is a plain gemm (strides unused).

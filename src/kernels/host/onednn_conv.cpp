@@ -8,7 +8,8 @@
 // rounding exactly), otherwise oneDNN's reorder (rounding to nearest even as PyTorch, NaN
 // 0x7FC0; a subnormal input, |x| < 1.2e-38, becomes a signed zero where PyTorch keeps a bf16
 // subnormal); where the primitive takes the plain layout, to_bf16 (PyTorch's rounding
-// exactly) rounds into plan-owned NCHW copies. Outputs (y, dx, dw, db) are fp32. dx is
+// exactly) rounds into plan-owned NCHW copies. Outputs (y, dx, dw, db) are fp32 (y and dx
+// come back from nChw16c by blocked_layout.cpp's exact copy, else by a reorder). dx is
 // overwritten; dw and db are computed into plan-owned fp32 buffers and then added to the
 // caller's (dw += ..., db += ...), in index order. Backward data and backward weights are independent primitives, so a call for
 // dx alone or for dw/db alone is bitwise the same as the call that asks for all three.
@@ -44,17 +45,19 @@ md as_f32(const md& m) {
   return md(m.dims(), dt::f32, dims(st, st + m.data.ndims));
 }
 
-// N C / 16 where `user` is an NCHW fp32 tensor and `prim` the same tensor in nChw16c bf16
-// with C % 16 == 0: the move nchw_to_blocked16_bf16 makes; else 0 (a oneDNN reorder).
-int64_t blocked16_groups(const md& user, const md& prim) {
-  const dims d = user.dims();
-  if (d.size() != 4 || d[1] % 16 != 0 || user != md(d, dt::f32, tag::nchw)) return 0;
-  return prim == md(d, dt::bf16, tag::nChw16c) ? d[0] * d[1] / 16 : 0;
-}
-
 // How a port meets the caller: an input (a bf16 one rounded on the way in), an output
 // written in place, or an output accumulated into the caller's tensor through port.acc.
 enum class Role { input, output, accumulate };
+
+// N C / 16 where `user` is an NCHW fp32 tensor and `prim` the same tensor in nChw16c with
+// C % 16 == 0, bf16 for an input and fp32 for an output (the moves blocked_layout.cpp
+// makes); else 0 (a oneDNN reorder).
+int64_t blocked16_groups(const md& user, const md& prim, Role role) {
+  const dims d = user.dims();
+  if (d.size() != 4 || d[1] % 16 != 0 || user != md(d, dt::f32, tag::nchw)) return 0;
+  const dt t = role == Role::input ? dt::bf16 : dt::f32;
+  return role != Role::accumulate && prim == md(d, t, tag::nChw16c) ? d[0] * d[1] / 16 : 0;
+}
 
 // The caller's memory (user_md) and the primitive's (prim_md), with the reorder between them
 // when they differ: user -> primitive for an input, primitive -> user for an output. A bf16
@@ -79,7 +82,7 @@ void make_port(Port& port, const dnnl::engine& eng, const md& user_md, const md&
     return;
   }
   port.prim = dnnl::memory(prim_md, eng);
-  if (role == Role::input && (port.blocked16 = blocked16_groups(user, prim_md)) > 0) {
+  if ((port.blocked16 = blocked16_groups(user, prim_md, role)) > 0) {
     port.hw = user.dims()[2] * user.dims()[3];
     return;
   }
@@ -98,7 +101,11 @@ void feed(Port& port, dnnl::stream& s, const float* x) {
 }
 
 void drain(Port& port, dnnl::stream& s) {
-  if (port.reorders()) port.reorder.execute(s, port.prim, port.user);
+  if (port.blocked16 > 0)
+    blocked16_to_nchw(port.blocked16, port.hw, static_cast<const float*>(port.prim.get_data_handle()),
+                      static_cast<float*>(port.user.get_data_handle()));
+  else if (port.reorders())
+    port.reorder.execute(s, port.prim, port.user);
 }
 
 void add_into(const std::vector<float>& v, float* out) {
