@@ -25,11 +25,17 @@ namespace pt::host {
 // GFLOP/s; 1.41x at 4096 rows) and whose input gradient at 4096 rows [4096x768]x[768x3072]
 // 1.35x (101 against 75; a tie at 1024 rows), on a Zen 4 EPYC (2026-12-03). Forwards (x W^T,
 // B transposed) of the same widths are ties, and the CNN's first dense layer (N = 3136 over
-// K = 128) is 1.13-1.17x faster on oneDNN.
+// K = 128) is 1.13-1.17x faster on oneDNN. And for an input gradient over a long reduction
+// (dY W: neither operand transposed, K >= 2048, N >= 512): gpt2_small's qkv and MLP
+// up-projection input gradients, [1024x2304]x[2304x768] and [1024x3072]x[3072x768], run
+// 1.24x and 1.38x faster on OpenBLAS on a Zen 5 EPYC (183 against 147, 184 against 133
+// GFLOP/s; 2026-12-04), where oneDNN's brg:avx512_core reaches 0.72-0.79 of that machine's
+// fp32 peak (bench/README.md, "Issue 24 on an AMD EPYC, Zen 5").
 bool onednn_wins_gemm_fp32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch) {
   if (K <= 16 || (M <= 32 && (N <= 16 || K <= 32))) return false;
   if (batch > 1 && ta) return false;
   if (!tb && N >= 2048 && K >= 512) return false;
+  if (!ta && !tb && K >= 2048 && N >= 512) return false;
   return true;
 }
 
@@ -51,7 +57,8 @@ bool onednn_wins_conv_fp32(const WindowGeom& g, int64_t n, ConvPass pass) {
 
 std::string fp32_rule_description() {
   return "oneDNN; OpenBLAS for GEMMs with K <= 16 or M <= 32 and (N <= 16 or K <= 32), for batched GEMMs with a "
-         "transposed A and for GEMMs with N >= 2048 and K >= 512 and B not transposed; im2col + OpenBLAS for "
+         "transposed A, for GEMMs with N >= 2048 and K >= 512 and B not transposed and for GEMMs with K >= 2048 "
+         "and N >= 512 and neither operand transposed; im2col + OpenBLAS for "
          "convolution forwards with c_in k^2 < 16 and data passes with c_in k^2 < 32";
 }
 
