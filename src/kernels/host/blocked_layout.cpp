@@ -75,37 +75,45 @@ void transpose_bf16(const vec16i (&b)[16], uint16_t* out) {
   std::memcpy(out, d, sizeof d);
 }
 
-}  // namespace
-
-void nchw_to_blocked16_bf16(int64_t groups, int64_t hw, const float* x, uint16_t* y) {
+// For each group of 16 channels (its first value at element base = 16 g hw): tile(base, p) for
+// every full run of 16 positions from p, then tail(base, p) for each position left over.
+template <class Tile, class Tail>
+void for_blocks16(int64_t groups, int64_t hw, Tile tile, Tail tail) {
   for (int64_t g = 0; g < groups; ++g) {
-    const float* s = x + g * 16 * hw;
-    uint16_t* d = y + g * 16 * hw;
+    const int64_t base = g * 16 * hw;
     int64_t p = 0;
-    for (; p + 16 <= hw; p += 16) {
-      vec16i b[16];
-      for (int c = 0; c < 16; ++c) b[c] = bf16_bits16(load(s + c * hw + p));
-      transpose_bf16(b, d + p * 16);
-    }
-    for (; p < hw; ++p)
-      for (int c = 0; c < 16; ++c) d[p * 16 + c] = bf16_bits(s[c * hw + p]);
+    for (; p + 16 <= hw; p += 16) tile(base, p);
+    for (; p < hw; ++p) tail(base, p);
   }
 }
 
+}  // namespace
+
+void nchw_to_blocked16_bf16(int64_t groups, int64_t hw, const float* x, uint16_t* y) {
+  for_blocks16(
+      groups, hw,
+      [&](int64_t base, int64_t p) {
+        vec16i b[16];
+        for (int c = 0; c < 16; ++c) b[c] = bf16_bits16(load(x + base + c * hw + p));
+        transpose_bf16(b, y + base + p * 16);
+      },
+      [&](int64_t base, int64_t p) {
+        for (int c = 0; c < 16; ++c) y[base + p * 16 + c] = bf16_bits(x[base + c * hw + p]);
+      });
+}
+
 void blocked16_to_nchw(int64_t groups, int64_t hw, const float* x, float* y) {
-  for (int64_t g = 0; g < groups; ++g) {
-    const float* s = x + g * 16 * hw;
-    float* d = y + g * 16 * hw;
-    int64_t p = 0;
-    for (; p + 16 <= hw; p += 16) {
-      vec16i r[16], o[16];
-      for (int i = 0; i < 16; ++i) r[i] = bits_as<vec16i>(load(s + (p + i) * 16));
-      transpose32(r, o);
-      for (int c = 0; c < 16; ++c) store(d + c * hw + p, bits_as<vec16>(o[c]));
-    }
-    for (; p < hw; ++p)
-      for (int c = 0; c < 16; ++c) d[c * hw + p] = s[p * 16 + c];
-  }
+  for_blocks16(
+      groups, hw,
+      [&](int64_t base, int64_t p) {
+        vec16i r[16], o[16];
+        for (int i = 0; i < 16; ++i) r[i] = bits_as<vec16i>(load(x + base + (p + i) * 16));
+        transpose32(r, o);
+        for (int c = 0; c < 16; ++c) store(y + base + c * hw + p, bits_as<vec16>(o[c]));
+      },
+      [&](int64_t base, int64_t p) {
+        for (int c = 0; c < 16; ++c) y[base + c * hw + p] = x[base + p * 16 + c];
+      });
 }
 
 }  // namespace pt::host
