@@ -69,6 +69,12 @@ class WeightStore {
   void done_reading(int32_t rel_version);
   // The buffer the optimizer updates to produce rel_version (the latest, or a copy of it).
   float* begin_update(int32_t rel_version);
+  // bf16: the optimizer has written the new latest's values [offset, offset + count) (its
+  // RangeHook, in order, after begin_update): they are rounded and packed into the compute
+  // copy now, while in cache; once every range is in, the compute copy holds the latest and
+  // its first read rounds nothing. An update without the hook leaves that to the first read.
+  // No-op in fp32.
+  void updated_range(size_t offset, size_t count);
   // The latest version's fp32 values (bf16: the master).
   float* latest() { return pool_[static_cast<size_t>(latest_slot_)].data(); }
   const float* latest() const { return pool_[static_cast<size_t>(latest_slot_)].data(); }
@@ -106,6 +112,7 @@ class WeightStore {
   Buffer compute_;
   Buffer compute_packed_;  // pack_bf16 of the compute buffer when it holds the latest
   int64_t compute_id_ = -1;
+  size_t rounded_ = 0;                   // parameters of the latest rounded by updated_range
   const float* compute_bf16_ = nullptr;  // the bf16 array of the version in compute_
   uint64_t compute_version_ = 0;         // its array version (CView::version)
 };

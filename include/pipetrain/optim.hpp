@@ -27,7 +27,8 @@ struct OptimConfig {
 };
 
 // One update of n parameters w by gradients g * grad_scale at learning rate lr; `state` holds
-// the entry's state buffers (state_names' order), `update` counts this update from 1.
+// the entry's state buffers (state_names' order), `update` counts this update from 1. A step
+// must be elementwise: Optimizer::step may apply it to consecutive ranges of the buffers.
 struct OptimStep {
   Backend& be;
   const OptimConfig& cfg;
@@ -82,8 +83,15 @@ double learning_rate(const OptimConfig& c, int64_t update, int64_t total);
 class Optimizer {
  public:
   Optimizer(const OptimConfig& cfg, Backend& be, size_t n, int64_t total_updates);
-  // w -= update(g * grad_scale); advances the update counter.
-  void step(float* w, const float* g, float grad_scale);
+  // w -= update(g * grad_scale); advances the update counter. With `after`, the update runs
+  // over consecutive ranges [offset, offset + count) (on the host of kRange parameters, which
+  // stay in the L2 cache until after(offset, count) reads them; on a GPU one range) and calls
+  // after each one: the executor clears that range of the gradients there and rounds it into
+  // the bf16 compute copy (WeightStore::updated_range) while both are in cache. The values are
+  // the same either way.
+  using RangeHook = std::function<void(size_t offset, size_t count)>;
+  static constexpr size_t kRange = 16384;
+  void step(float* w, const float* g, float grad_scale, const RangeHook& after = {});
   int64_t updates() const { return updates_; }
   void set_updates(int64_t u) { updates_ = u; }
   double current_lr() const { return learning_rate(cfg_, updates_, total_); }

@@ -25,9 +25,17 @@ void MemoryDataset::scale_bytes(const uint8_t* __restrict in, int64_t f, float* 
   for (int64_t j = 0; j < f; ++j) out[j] = (static_cast<float>(in[j]) * (1.0f / 255.0f) - mean) * inv_std;
 }
 
+// Samples are read in a random order, so the next ones' lines are asked for ahead (the
+// prefetcher only follows a sample once inside it): about 4% of a Fashion-MNIST MLP step was
+// waiting on the first lines of each sample.
 void MemoryDataset::get(const int64_t* idx, int64_t n, float* x, int32_t* labels) const {
   const int64_t f = shape_.numel();
+  const int64_t row = bytes_.empty() ? f * static_cast<int64_t>(sizeof(float)) : f;
+  const char* base = bytes_.empty() ? reinterpret_cast<const char*>(floats_.data()) : reinterpret_cast<const char*>(bytes_.data());
+  constexpr int64_t ahead = 2;
   for (int64_t i = 0; i < n; ++i) {
+    if (i + ahead < n)
+      for (int64_t b = 0; b < row; b += 64) __builtin_prefetch(base + idx[i + ahead] * row + b);
     float* out = x + i * f;
     if (!bytes_.empty()) {
       scale_bytes(bytes_.data() + idx[i] * f, f, out);

@@ -241,9 +241,17 @@ void Executor::on_optimizer_step(const Action& a, Step& st) {
   rep.stage = a.stage;
   rep.lr = r.opt->current_lr();
   float* w = r.weights->begin_update(a.version);
-  if (!skip) apply_clip(be_, r.grads.data(), n, coefficient), r.opt->step(w, r.grads.data(), 1.0f / static_cast<float>(stride));
-  else r.opt->set_updates(r.opt->updates() + 1), ++stats_.skipped_updates;
-  be_.fill(r.grads.data(), 0.0f, n + 1);
+  float* g = r.grads.data();
+  if (!skip) {  // each range of the gradients is cleared, and in bf16 rounded, right after its update (in cache)
+    apply_clip(be_, g, n, coefficient);
+    WeightStore& store = *r.weights;
+    const auto after = [&](size_t offset, size_t count) { be_.fill(g + offset, 0.0f, count), store.updated_range(offset, count); };
+    r.opt->step(w, g, 1.0f / static_cast<float>(stride), after);
+    be_.fill(g + n, 0.0f, 1);
+  } else {
+    r.opt->set_updates(r.opt->updates() + 1), ++stats_.skipped_updates;
+    be_.fill(g, 0.0f, n + 1);
+  }
   rep.minibatches = r.weights->latest_id();
   rep.loss_sum = r.group.loss;
   rep.samples = stride * cfg_.batch_size;

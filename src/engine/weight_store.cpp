@@ -179,7 +179,23 @@ float* WeightStore::begin_update(int32_t rel) {
   }
   latest_id_ = abs;
   max_held_ = std::max(max_held_, held());
+  rounded_ = 0;
   return pool_[static_cast<size_t>(latest_slot_)].data();
+}
+
+// The ranges come in order, so the first one (offset 0) starts a new compute copy: whatever
+// version the buffer held is gone from then on (a stash is unpacked again when read).
+void WeightStore::updated_range(size_t offset, size_t count) {
+  if (!bf16_ || count == 0) return;
+  PT_CHECK(offset == rounded_ && offset % 2 == 0, "updated_range(" << offset << ", " << count << ") after " << rounded_);
+  if (offset == 0) compute_id_ = -1;
+  auto* packed = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(compute_packed_.data()) + 2 * offset);
+  be_.round_pack_bf16(count, latest() + offset, compute_.data() + offset, packed);
+  rounded_ += count;
+  if (rounded_ < n_) return;
+  compute_bf16_ = compute_packed_.data();
+  compute_version_ = next_array_version();
+  compute_id_ = latest_id_;
 }
 
 int WeightStore::held() const {

@@ -2,6 +2,8 @@
 // steps a stage's parameters with its entry (sgd.cpp, adamw.cpp; lr_schedules.cpp).
 #include "pipetrain/optim.hpp"
 
+#include <algorithm>
+
 #include "pipetrain/error.hpp"
 #include "pipetrain/registry.hpp"
 
@@ -50,11 +52,18 @@ Optimizer::Optimizer(const OptimConfig& cfg, Backend& be, size_t n, int64_t tota
   }
 }
 
-void Optimizer::step(float* w, const float* g, float grad_scale) {
+void Optimizer::step(float* w, const float* g, float grad_scale, const RangeHook& after) {
   const double lr = current_lr();
   ++updates_;
   if (n_ == 0) return;
-  cfg_.optimizer->step(OptimStep{be_, cfg_, n_, w, g, state_ptr_, lr, updates_, grad_scale});
+  const size_t range = after && be_.device() == Device::cpu ? kRange : n_;
+  std::vector<float*> state(state_ptr_.size());
+  for (size_t off = 0; off < n_; off += range) {
+    const size_t count = std::min(range, n_ - off);
+    for (size_t i = 0; i < state.size(); ++i) state[i] = state_ptr_[i] + off;
+    cfg_.optimizer->step(OptimStep{be_, cfg_, count, w + off, g + off, state, lr, updates_, grad_scale});
+    if (after) after(off, count);
+  }
 }
 
 std::vector<Buffer*> Optimizer::state() {
