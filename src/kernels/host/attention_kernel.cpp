@@ -10,7 +10,7 @@
 // (ascending key or query index, one fused multiply-add each), so a run is bitwise
 // reproducible; against the composed path only the summation order differs (fp32 rounding,
 // tested in tests/unit/test_attention_kernel.cpp against a double reference).
-// bf16: the products on oneDNN's matmul straight from the token-major buffers (below); the
+// bf16: the products on bf16 operands straight from the token-major buffers (below); the
 // probabilities are kept as a bf16 view (rounded once, as autocast's softmax of bf16 scores
 // returns them), which the dv product and the softmax backward both read, as autocast's do.
 // Selective recomputation passes no P: the forward then keeps no probabilities, and the
@@ -22,6 +22,7 @@
 
 #include <immintrin.h>
 
+#include "bf16_tile_gemm.hpp"
 #include "host_backend.hpp"
 #include "onednn.hpp"
 #include "pipetrain/error.hpp"
@@ -288,17 +289,20 @@ void HostFused::attention_backward(const AttentionGeom& g, CView qkv, CView P, c
     }
 }
 
-// ---- bf16: the products on oneDNN's matmul -----------------------------------------------
-// In bf16 every product reads bf16 operands, so oneDNN's matmul (AMX tiles or AVX512-BF16
-// dot products, fp32 accumulation) runs them straight from the token-major buffers: q, k, v
+// ---- bf16: the products on the tile kernel or oneDNN's matmul -----------------------------
+// In bf16 every product reads bf16 operands, so they run straight from the token-major
+// buffers, on bf16_tile_gemm.cpp's AVX512-BF16 kernel over the causal half (no AMX) or on
+// oneDNN's matmul over the whole square (AMX tiles; or no AVX512-BF16): q, k, v
 // of a head are [T, dh] slices with row stride 3D, o and do slices with row stride D (no
 // gathers, no permutations). Per (sample, head): S = scale q k^T, the causal softmax rows
 // here (fp32, the rows of vec_math.hpp), P rounded once to bf16 (kept in P, or a scratch
 // under selective recomputation, recomputed in the backward by the same two steps), o = P v;
 // backward dP = do v^T, dv = P^T do, dS = P (dP - rowsum(P dP)) from the bf16 P, rounded,
-// dq = scale dS k, dk = scale dS^T q. The products cover the whole [T, T] square (the
-// zeros above the diagonal of P and dS add nothing): twice the multiply-adds of the
-// triangle, at the matrix units' rate. The scale is applied to the fp32 results here, not as
+// dq = scale dS k, dk = scale dS^T q. On oneDNN the products cover the whole [T, T] square
+// (the zeros above the diagonal of P and dS add nothing): twice the multiply-adds of the
+// triangle, at the matrix units' rate; the tile kernel skips them (tinygpt bf16 +2.5%,
+// 2026-12-05, a Zen 5 EPYC where oneDNN ran these shapes on gemm:jit at about a third of the
+// bf16 rate). The scale is applied to the fp32 results here, not as
 // oneDNN's output scale (which made its matmul 4-7x slower on these shapes): the same fp32
 // product scale * acc either way. An f32 qkv view (tests) is rounded into a bf16 copy first,
 // so it takes the same products; outputs are written as their views say.
@@ -309,9 +313,26 @@ const float* elem(const float* bf16_base, int64_t e) {  // element e of a bf16 a
 }
 float* elem(float* bf16_base, int64_t e) { return reinterpret_cast<float*>(reinterpret_cast<uint16_t*>(bf16_base) + e); }
 
-// C = op(A) op(B), A and B bf16 with their row strides, C an f32 or bf16 view (ldc)
+// C = op(A) op(B), A and B bf16 with their row strides, C an f32 or bf16 view (ldc), on the
+// causal tile kernel where the CPU has AVX512-BF16 and no AMX (bf16_tile_gemm.hpp: `causal`
+// says which zeros of op(A) or which part of C it may skip), else on oneDNN's matmul (the
+// whole square)
+using Causal = TileGemm::Causal;
+// The tile kernel where it is built and oneDNN has no AMX: with AMX tiles oneDNN's matmul is
+// the faster one (the kernel's dot products are AVX512-BF16's).
+bool use_tile_kernel() { return tile_gemm_available() && onednn_isa_name().find("amx") == std::string::npos; }
 void product(OneDnn& d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-             int64_t ldb, View C, int64_t c_off, int64_t ldc) {
+             int64_t ldb, View C, int64_t c_off, int64_t ldc, Causal causal) {
+  static const bool tiles = use_tile_kernel();
+  if (tiles) {
+    static thread_local std::vector<uint32_t> scratch;
+    TileGemm t;
+    t.M = M, t.N = N, t.K = K, t.causal = causal;
+    t.A = reinterpret_cast<const uint16_t*>(A), t.lda = lda, t.a_trans = ta;
+    t.B = reinterpret_cast<const uint16_t*>(B), t.ldb = ldb, t.b_trans = tb;
+    t.C = C.bf16() ? elem(C.data, c_off) : C.data + c_off, t.ldc = ldc, t.c_bf16 = C.bf16();
+    return tile_gemm_bf16(t, scratch);
+  }
   GemmArgs a;
   a.ta = ta, a.tb = tb, a.M = M, a.N = N, a.K = K;
   a.A = A, a.lda = lda, a.B = B, a.ldb = ldb, a.a_bf16 = a.b_bf16 = true;
@@ -328,18 +349,44 @@ const float* as_bf16_array(CView x, size_t n, std::vector<uint16_t>& copy) {
 }
 
 // P of one head (bf16, [T, T]) from q and k at element q0 of the bf16 qkv x: S = scale q k^T
-// into s, then each causal softmax row, rounded into pb (and, for an f32 P view, its fp32
-// values into pf)
+// into s (rows of pad16(T) floats: s holds T pad16(T)), then each causal softmax row, rounded
+// into pb (and, for an f32 P view, its fp32 values into pf). A row runs over whole 16-float
+// vectors, the lanes past its diagonal masked (-inf scores, so 0 after the exponential): no
+// scalar tails on these short rows, and the same bits as causal_softmax_row (the max is
+// exact; the masked lanes add +0 to the same lane sums in the same order).
 void probabilities(OneDnn& d, const AttentionGeom& g, const float* x, int64_t q0, float* s, uint16_t* pb,
                    float* pf) {
-  const int64_t T = g.T, D3 = 3 * g.H * g.dh;
-  product(d, false, true, T, T, g.dh, elem(x, q0), D3, elem(x, q0 + D3 / 3), D3, View{s}, 0, T);
+  const int64_t T = g.T, Tp = pad16(T), D3 = 3 * g.H * g.dh;
+  product(d, false, true, T, T, g.dh, elem(x, q0), D3, elem(x, q0 + D3 / 3), D3, View{s}, 0, Tp, Causal::cols);
+  const float minus_inf = -__builtin_inff();
   for (int64_t i = 0; i < T; ++i) {
-    float* r = s + i * T;
-    for (int64_t j = 0; j <= i; ++j) r[j] *= g.scale;
-    causal_softmax_row(r, r, i + 1, T);
-    pack_bf16_span(static_cast<size_t>(T), r, pb + i * T);
-    if (pf) std::copy(r, r + T, pf + i * T);
+    float* r = s + i * Tp;
+    const int64_t len = i + 1, L = pad16(len), kept = std::min(L, T);
+    float mx[kLanes], acc[kLanes] = {};
+    for (int l = 0; l < kLanes; ++l) mx[l] = minus_inf;
+    for (int64_t k = 0; k < L; k += kLanes)
+      for (int l = 0; l < kLanes; ++l) {
+        const float v = k + l < len ? r[k + l] * g.scale : minus_inf;
+        r[k + l] = v;
+        mx[l] = v > mx[l] ? v : mx[l];
+      }
+    float m = mx[0];
+    for (int l = 1; l < kLanes; ++l) m = mx[l] > m ? mx[l] : m;
+    for (int64_t k = 0; k < L; k += kLanes)
+      for (int l = 0; l < kLanes; ++l) {
+        const float e = exp_approx(r[k + l] - m);
+        r[k + l] = e;
+        acc[l] += e;
+      }
+    float sum = 0;
+    for (int l = 0; l < kLanes; ++l) sum += acc[l];
+    const float inv = 1.0f / sum;
+    for (int64_t k = 0; k < L; ++k) r[k] *= inv;
+    pack_bf16_span(static_cast<size_t>(kept), r, pb + i * T);
+    std::fill(pb + i * T + kept, pb + (i + 1) * T, uint16_t{0});
+    if (!pf) continue;
+    std::copy(r, r + kept, pf + i * T);
+    std::fill(pf + i * T + kept, pf + (i + 1) * T, 0.0f);
   }
 }
 
@@ -359,7 +406,7 @@ void HostFused::attention_forward_bf16(const AttentionGeom& g, CView qkv, View P
   const bool keep_bf16 = P.data && P.bf16();  // P kept as a bf16 view: the products read it there
   std::vector<uint16_t> xcopy, pscratch(keep_bf16 ? 0 : static_cast<size_t>(TT));
   const float* x = as_bf16_array(qkv, static_cast<size_t>(g.n * T * 3 * D), xcopy);
-  std::vector<float> s(static_cast<size_t>(TT));
+  std::vector<float> s(static_cast<size_t>(T * pad16(T)));
   OneDnn& d = hb_.onednn();
   for (int64_t sm = 0; sm < g.n; ++sm)
     for (int64_t h = 0; h < g.H; ++h) {
@@ -367,7 +414,7 @@ void HostFused::attention_forward_bf16(const AttentionGeom& g, CView qkv, View P
       uint16_t* pb = keep_bf16 ? reinterpret_cast<uint16_t*>(P.data) + ph : pscratch.data();
       probabilities(d, g, x, q, s.data(), pb, P.data && !P.bf16() ? P.data + ph : nullptr);
       product(d, false, false, T, g.dh, T, reinterpret_cast<const float*>(pb), T, elem(x, q + 2 * D), 3 * D, o,
-              head_offset(g, sm, h, D), D);
+              head_offset(g, sm, h, D), D, Causal::k_lower);
     }
 }
 
@@ -376,7 +423,7 @@ void HostFused::attention_backward_bf16(const AttentionGeom& g, CView qkv, CView
   std::vector<uint16_t> xcopy, docopy, pscratch(static_cast<size_t>(TT)), ds(static_cast<size_t>(TT));
   const float* x = as_bf16_array(qkv, static_cast<size_t>(g.n * T * 3 * D), xcopy);
   const float* dob = as_bf16_array(dout, static_cast<size_t>(g.n * T * D), docopy);
-  std::vector<float> s(static_cast<size_t>(TT)), prow(static_cast<size_t>(std::max(T, g.dh))), c(static_cast<size_t>(T * g.dh));
+  std::vector<float> s(static_cast<size_t>(T * pad16(T))), prow(static_cast<size_t>(std::max(T, g.dh))), c(static_cast<size_t>(T * g.dh));
   OneDnn& d = hb_.onednn();
   for (int64_t sm = 0; sm < g.n; ++sm)
     for (int64_t h = 0; h < g.H; ++h) {
@@ -386,8 +433,8 @@ void HostFused::attention_backward_bf16(const AttentionGeom& g, CView qkv, CView
       else if (P.bf16()) pb = reinterpret_cast<const uint16_t*>(P.data) + ph;
       else to_bf16(static_cast<size_t>(TT), P.data + ph, pscratch.data());
       const auto* pbf = reinterpret_cast<const float*>(pb);
-      product(d, false, true, T, T, g.dh, elem(dob, od), D, elem(x, q + 2 * D), 3 * D, View{s.data()}, 0, T);  // dP
-      product(d, true, false, T, g.dh, T, pbf, T, elem(dob, od), D, dqkv, q + 2 * D, 3 * D);              // dv
+      product(d, false, true, T, T, g.dh, elem(dob, od), D, elem(x, q + 2 * D), 3 * D, View{s.data()}, 0, T, Causal::cols);  // dP
+      product(d, true, false, T, g.dh, T, pbf, T, elem(dob, od), D, dqkv, q + 2 * D, 3 * D, Causal::k_upper);  // dv
       for (int64_t i = 0; i < T; ++i) {  // dS from the bf16 P, rounded for the products
         for (int64_t j = 0; j < T; ++j) prow[static_cast<size_t>(j)] = bf16_to_float(pb[i * T + j]);
         float* r = s.data() + i * T;
@@ -395,9 +442,9 @@ void HostFused::attention_backward_bf16(const AttentionGeom& g, CView qkv, CView
         pack_bf16_span(static_cast<size_t>(T), r, ds.data() + i * T);
       }
       const auto* dsb = reinterpret_cast<const float*>(ds.data());
-      product(d, false, false, T, g.dh, T, dsb, T, elem(x, q + D), 3 * D, View{c.data()}, 0, g.dh);  // dq / scale
+      product(d, false, false, T, g.dh, T, dsb, T, elem(x, q + D), 3 * D, View{c.data()}, 0, g.dh, Causal::k_lower);  // dq / scale
       scaled_rows(c.data(), T, g.dh, g.scale, dqkv, q, 3 * D, prow.data());
-      product(d, true, false, T, g.dh, T, dsb, T, elem(x, q), 3 * D, View{c.data()}, 0, g.dh);  // dk / scale
+      product(d, true, false, T, g.dh, T, dsb, T, elem(x, q), 3 * D, View{c.data()}, 0, g.dh, Causal::k_upper);  // dk / scale
       scaled_rows(c.data(), T, g.dh, g.scale, dqkv, q + D, 3 * D, prow.data());
     }
 }
