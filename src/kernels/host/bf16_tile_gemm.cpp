@@ -24,7 +24,7 @@ namespace {
 
 // word (kp, n) of a [KP, width] pair array from element(k, n) of a [K, cols] operand
 template <class Elem>
-__attribute__((noinline)) void pack_pairs(int64_t K, int64_t cols, int64_t width, uint32_t* out, Elem elem) {
+void pack_pairs(int64_t K, int64_t cols, int64_t width, uint32_t* out, Elem elem) {
   for (int64_t kp = 0; kp < (K + 1) / 2; ++kp) {
     uint32_t* row = out + kp * width;
     const int64_t k = 2 * kp;
@@ -39,7 +39,7 @@ __attribute__((noinline)) void pack_pairs(int64_t K, int64_t cols, int64_t width
 // The same for a transposed operand with K even (Bt [N, K], row stride ld): word (kp, n) is the
 // 32-bit word at Bt + n ld + 2 kp, gathered 16 columns at a time (the scalar loop above was
 // a fifth of the kernel's time on the q k^T and do v^T products).
-__attribute__((noinline)) void pack_pairs_transposed(int64_t K, int64_t cols, int64_t width, uint32_t* out, const uint16_t* bt, int64_t ld) {
+void pack_pairs_transposed(int64_t K, int64_t cols, int64_t width, uint32_t* out, const uint16_t* bt, int64_t ld) {
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   for (int64_t n0 = 0; n0 < width; n0 += kW) {
     const int64_t n = std::min<int64_t>(kW, std::max<int64_t>(0, cols - n0));
@@ -76,7 +76,7 @@ inline void store(const TileGemm& g, int64_t i, int64_t col, __m512 v) {
 }
 
 template <int R, int CV>
-__attribute__((noinline)) void tile(const Operands& x, int64_t i0, int64_t v0, int64_t kp0, int64_t kp1) {
+void tile(const Operands& x, int64_t i0, int64_t v0, int64_t kp0, int64_t kp1) {
   __m512 acc[R][CV];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < CV; ++c) acc[r][c] = _mm512_setzero_ps();
