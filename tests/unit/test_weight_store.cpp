@@ -5,9 +5,11 @@
 // values, a store restored from them mid-IR reads the same, the bf16 array a read hands out
 // (ParamView) always holds the compute copy's values (a bf16 GEMM reading it equals one reading
 // a copy) under a version no earlier read had, and the bytes are master + compute copy + its
-// bf16 array + packed stashes.
+// bf16 array + packed stashes. The same holds when the compute copy is rounded range by range
+// during the update (updated_range, the optimizer's RangeHook), whose copy a read then uses.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -16,6 +18,7 @@
 
 #include "pipetrain/backend.hpp"
 #include "pipetrain/engine.hpp"
+#include "pipetrain/error.hpp"
 #include "pipetrain/schedule_registry.hpp"
 
 namespace pt {
@@ -52,8 +55,10 @@ void expect_array_holds(Backend& be, ParamView w, size_t n, Seen* seen) {
   ASSERT_TRUE(same_bits(y.data(), y_copy.data(), static_cast<size_t>(M))) << "the bf16 array is not the compute copy";
 }
 
-void drive(const std::string& sched, int K, int64_t steps, int M, size_t n) {
-  SCOPED_TRACE(sched + " n=" + std::to_string(n));
+// range > 0: each bf16 update is followed by updated_range over consecutive ranges of that
+// many parameters (the optimizer's RangeHook), as the executor does
+void drive(const std::string& sched, int K, int64_t steps, int M, size_t n, size_t range = 0) {
+  SCOPED_TRACE(sched + " n=" + std::to_string(n) + " range=" + std::to_string(range));
   auto be = make_host_backend();
   std::vector<int> first;
   for (int s = 0; s < K; ++s) first.push_back(s);
@@ -85,6 +90,7 @@ void drive(const std::string& sched, int K, int64_t steps, int M, size_t n) {
       for (WeightStore* w : stores) {
         float* p = w->begin_update(a.version);
         for (size_t k = 0; k < n; ++k) p[k] += 0.01f * static_cast<float>((updates + 1) * (k + 1)) / 3.0f;
+        for (size_t off = 0; range && off < n; off += range) w->updated_range(off, std::min(range, n - off));
       }
       ++updates;
       ASSERT_TRUE(same_bits(f32.latest(), b16.latest(), n));
@@ -123,6 +129,33 @@ TEST(WeightStoreBf16, PipedreamStashesPackedCopies) {
 TEST(WeightStoreBf16, OtherStashingSchedules) {
   drive("pipedream-vsync", 3, 8, 1, 9);
   drive("2bw", 3, 6, 4, 10);
+}
+
+// The compute copy rounded range by range during the update (WeightStore::updated_range):
+// every read above still equals the fp32 version rounded, arrays stay unique, for stashing
+// schedules and an odd last range.
+TEST(WeightStoreBf16, RangesRoundedDuringTheUpdate) {
+  drive("pipedream", 3, 8, 1, 7, 4);
+  drive("pipedream", 4, 10, 1, 1000, 64);
+  drive("2bw", 3, 6, 4, 10, 2);
+}
+
+// After the last range the copy holds the latest: a read rounds nothing more (a master changed
+// behind the store's back is not seen until latest_changed), and ranges out of order are refused.
+TEST(WeightStoreBf16, ReadAfterRangesUsesTheirCopy) {
+  auto be = make_host_backend();
+  const size_t n = 10;
+  WeightStore b(*be, n, true);
+  float* p = b.begin_update(0);
+  for (size_t k = 0; k < n; ++k) p[k] = 1.0f + static_cast<float>(k) / 7.0f;
+  const std::vector<float> want = rounded(*be, p, n);
+  b.updated_range(0, 4), b.updated_range(4, 6);
+  p[0] = 100.0f;  // not through the store
+  EXPECT_TRUE(same_bits(b.read_latest(), want.data(), n));
+  b.latest_changed();
+  EXPECT_EQ(static_cast<const float*>(b.read_latest())[0], 100.0f);
+  b.begin_update(1);
+  EXPECT_THROW(b.updated_range(4, 6), Error);
 }
 
 TEST(WeightStoreBf16, Fp32StoreHasNoCopies) {
