@@ -140,3 +140,37 @@ TEST(VecMath, Bf16GeluTablesGiveTheFormulasBits) {
     same_bits(want, got, count, out16 ? "gelu backward, bf16 out" : "gelu backward, f32 out");
   }
 }
+
+// The vector bf16 conversion (bf16_span: the packing and rounding of weights, activations
+// and messages) gives bf16_bits for every float of both signs and nine exponents, each with
+// all 2^23 significands: the subnormals (exponent 0) and NaN and infinity (255), on
+// AVX512-BF16 handed from its vcvtneps2bf16 to the exact path (0x7FC0 for NaN, subnormals
+// rounded, not flushed), the smallest normals, 1.0, and the largest, where rounding
+// overflows to infinity. Every rounding case lives in the significand's low 17 bits. Each
+// chunk mixes the special values with ordinary ones (starting mid-exponent), so vectors that
+// hold both are covered too.
+TEST(VecMath, Bf16ConversionGivesBf16Bits) {
+  const size_t chunk = size_t{1} << 20;
+  std::vector<uint32_t> in(chunk);
+  std::vector<float> x(chunk), rounded(chunk);
+  std::vector<uint16_t> packed(chunk);
+  size_t bad = 0, seen = 0;
+  uint32_t first_bad = 0;
+  for (uint32_t sign : {0u, 1u})
+    for (uint32_t e : {0u, 1u, 2u, 100u, 127u, 200u, 253u, 254u, 255u}) {
+      const uint32_t lo = (sign << 31 | e << 23) - static_cast<uint32_t>(chunk / 2);  // wraps below +0
+      for (uint32_t off = 0; off < (1u << 23); off += static_cast<uint32_t>(chunk)) {
+        for (size_t i = 0; i < chunk; ++i) in[i] = lo + off + static_cast<uint32_t>(i);
+        std::memcpy(x.data(), in.data(), chunk * sizeof(float));
+        pt::host::bf16_span<true, true>(chunk, x.data(), rounded.data(), packed.data());
+        for (size_t i = 0; i < chunk; ++i, ++seen) {
+          const uint16_t want = pt::bf16_bits(x[i]);
+          uint32_t r;
+          std::memcpy(&r, &rounded[i], sizeof r);
+          if ((packed[i] != want || r != static_cast<uint32_t>(want) << 16) && bad++ == 0) first_bad = in[i];
+        }
+      }
+    }
+  EXPECT_EQ(seen, size_t{18} << 23);
+  EXPECT_EQ(bad, 0u) << "first wrong pattern 0x" << std::hex << first_bad;
+}

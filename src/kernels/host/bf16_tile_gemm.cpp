@@ -71,7 +71,7 @@ inline void store(const TileGemm& g, int64_t i, int64_t col, __m512 v) {
   }
   vec16 f;
   std::memcpy(&f, &v, sizeof f);
-  const vec16h h = __builtin_convertvector(bf16_bits16(f), vec16h);
+  const vec16h h = bf16_half16(f);
   std::memcpy(reinterpret_cast<uint16_t*>(g.C) + i * g.ldc + col, &h, static_cast<size_t>(2 * n));
 }
 

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include <immintrin.h>
+
 #include "pipetrain/backend.hpp"  // bf16_bits
 
 namespace pt::host {
@@ -96,9 +98,26 @@ inline vec16i bf16_bits16(vec16 x) {
   const vec16i r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return (u & 0x7fffffffu) > 0x7f800000u ? vec16i{} + 0x7fc0u : r;
 }
+// bf16_bits of 16 floats as 16 bf16 values: the same bits as bf16_bits16. With AVX512-BF16
+// one vcvtneps2bf16 rounds to nearest even as bf16_bits does, except on NaN (it keeps the
+// payload; bf16_bits gives 0x7FC0) and on subnormal inputs (it flushes them to zero; bf16_bits
+// rounds them): a vector holding either takes the exact integer path.
+inline vec16h bf16_half16(vec16 x) {
+#if defined(__AVX512BF16__) && defined(__AVX512DQ__)
+  __m512 v;
+  std::memcpy(&v, &x, sizeof v);
+  if (_mm512_fpclass_ps_mask(v, 0xA1) == 0) {  // 0x01 quiet NaN | 0x20 subnormal | 0x80 signalling NaN
+    const __m256bh h = _mm512_cvtneps_pbh(v);
+    vec16h r;
+    std::memcpy(&r, &h, sizeof r);
+    return r;
+  }
+#endif
+  return __builtin_convertvector(bf16_bits16(x), vec16h);
+}
 // bf16_round on 16 floats: the same bits
 inline vec16 round_bf16(vec16 x) {
-  const vec16i b = bf16_bits16(x) << 16;
+  const vec16i b = __builtin_convertvector(bf16_half16(x), vec16i) << 16;
   vec16 y;
   std::memcpy(&y, &b, sizeof y);
   return y;
@@ -125,13 +144,10 @@ inline void bf16_span(size_t n, const float* x, float* y, void* out) {
   auto* o = static_cast<unsigned char*>(out);
   size_t i = 0;
   for (; i + static_cast<size_t>(kW) <= n; i += static_cast<size_t>(kW)) {
-    const vec16i b = bf16_bits16(load(x + i));
-    if (Pack) {
-      const vec16h h = __builtin_convertvector(b, vec16h);
-      std::memcpy(o + 2 * i, &h, sizeof h);
-    }
+    const vec16h h = bf16_half16(load(x + i));
+    if (Pack) std::memcpy(o + 2 * i, &h, sizeof h);
     if (Round) {
-      const vec16i r = b << 16;
+      const vec16i r = __builtin_convertvector(h, vec16i) << 16;
       std::memcpy(y + i, &r, sizeof r);
     }
   }
