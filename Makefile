@@ -22,7 +22,9 @@ CXX      := mpicxx
 HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-openmpi 2>/dev/null)
 HDF5_LIBS   := $(shell pkg-config --libs hdf5-openmpi 2>/dev/null)
 CPPFLAGS := -DOMPI_SKIP_MPICXX -Iinclude -isystem /usr/include/trilinos $(HDF5_CFLAGS)
-CXXFLAGS := -std=c++17 $(OPT) $(ARCH) -g -Wall -Wextra -Wno-unused-parameter -MMD -MP
+# -fno-math-errno: std::sqrt without an errno branch, so loops with a square root vectorize
+# (the AdamW update: 2.5x). IEEE sqrt gives the same bits; no reassociation is allowed.
+CXXFLAGS := -std=c++17 $(OPT) $(ARCH) -fno-math-errno -g -Wall -Wextra -Wno-unused-parameter -MMD -MP
 LDLIBS   := -ltrilinos_kokkoskernels -ltrilinos_kokkoscore -ldnnl -lgomp -lopenblas $(HDF5_LIBS) -ltomlplusplus -lz -ldl
 
 SRC := $(shell find src -name '*.cpp' ! -name main.cpp ! -name cuda_stub.cpp | sort)

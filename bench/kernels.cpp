@@ -13,7 +13,11 @@
 // samples, min-max), each as a fraction of the machine peak of its precision, the kernel the
 // fp32 rule picks, and the oneDNN implementation names. Beside each row pipetrain's own 1024^3
 // GEMM is sampled, interleaved with the row, as a load check ("own" columns; not the peak).
-// Every row call goes through the Backend interface (bf16 includes rounding the inputs).
+// Every row call goes through the Backend interface. A bf16 GEMM row reads its operands as
+// bf16 views packed once beforehand, as the training layers hand them over (activations,
+// gradients and the weight version's bf16 array), so it times the product, not a conversion;
+// the batched GEMM rows (fp32 pointers, as the composed attention passes them) and the
+// convolution rows round their fp32 inputs inside the call.
 // --csv FILE writes one row per shape and variant.
 // Times are the calling thread's CPU time (the kernels run one thread, on it), so time slices
 // lost to other jobs on a shared machine do not count; --clock wall times the wall clock.
@@ -35,6 +39,7 @@
 #include <vector>
 
 #include "../src/kernels/host/host_backend.hpp"
+#include "../src/kernels/host/vec_math.hpp"
 #include "machine_peak.hpp"
 #include "pipetrain/backend.hpp"
 #include "pipetrain/commands.hpp"
@@ -231,13 +236,22 @@ Row gemm_row(const std::string& group, const std::string& name, bool ta, bool tb
   auto A = std::make_shared<std::vector<float>>(filled(static_cast<size_t>(batch * M * K), 1));
   auto B = std::make_shared<std::vector<float>>(filled(static_cast<size_t>(batch * K * N), 2));
   auto C = std::make_shared<std::vector<float>>(filled(static_cast<size_t>(batch * M * N), 3));
+  auto packed = [](const std::vector<float>& x) {  // a bf16 view: ceil(n / 2) floats of bf16 pairs
+    auto v = std::make_shared<std::vector<float>>((x.size() + 1) / 2);
+    host::pack_bf16_span(x.size(), x.data(), v->data());
+    return v;
+  };
+  auto Ab = packed(*A), Bb = packed(*B);
   const int64_t lda = ta ? M : K, ldb = tb ? K : N;
   Row r;
   r.group = group;
   r.name = name;
   r.flops = 2.0 * M * N * K * batch;
   r.call = [=](Backend& be, Precision p) {
-    if (batch == 1) be.gemm(ta, tb, M, N, K, 1.0f, A->data(), lda, B->data(), ldb, beta, C->data(), N, p);
+    const bool b16 = p == Precision::bf16;
+    const CView a = b16 ? CView(Ab->data(), DType::bf16) : CView(A->data());
+    const CView b = b16 ? CView(Bb->data(), DType::bf16) : CView(B->data());
+    if (batch == 1) be.gemm(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, beta, C->data(), N, p);
     else
       be.gemm_strided_batched(ta, tb, M, N, K, 1.0f, A->data(), lda, M * K, B->data(), ldb, K * N, beta, C->data(), N,
                               M * N, batch, p);

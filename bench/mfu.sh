@@ -8,7 +8,9 @@
 #    microbatches of 4 x 256 tokens), with cluster.peak_gflops set to the peak measured just
 #    before it, so its PERF line prints mfu= too; its model GFLOP/s (summary.json: 6 N per token
 #    plus the attention scores, 12 T D per layer, as PaLM counts them) over the mean of the two
-#    peaks around it is the round's MFU.
+#    peaks around it is the round's MFU (the whole run: the first step's primitive creation and
+#    first-touch page faults included, as the PERF line's mfu=); its steady MFU takes the
+#    median time between consecutive optimizer steps in trace.json instead (steps 2 to STEPS).
 # Prints the CPU model and its bf16 case, each round, the median and range over rounds, and the
 # goal line (AMX: MFU >= 0.50; a CPU without AMX cannot judge it). PT_KEPT_LAYOUTS passes through.
 # Usage: bench/mfu.sh [ROUNDS=3] [STEPS=6]   (about 2 minutes per round on one core)
@@ -30,7 +32,7 @@ peak() {
     sed 's/.*bf16 \([0-9.]*\) GFLOP\/s (\(.*\))$/\1 \2/'
 }
 
-mfus=()
+mfus=(); steady=()
 for r in $(seq 1 "$rounds"); do
   read -r p0 src0 <<<"$(peak)"
   [ -n "${p0:-}" ] || { echo "FAIL: no machine peak from build/pt_bench_kernels"; exit 1; }
@@ -44,13 +46,23 @@ for r in $(seq 1 "$rounds"); do
   g=$(json_get "$sum" model_gflops_per_s); tps=$(json_get "$sum" tokens_per_s)
   m=$(awk -v g="$g" -v a="$p0" -v b="$p1" 'BEGIN { printf "%.4f", g / ((a + b) / 2) }')
   mfus+=("$m")
+  # steady: the run's model FLOPs per step over the median time between optimizer steps
+  wall=$(json_get "$sum" train_wall_s)
+  step_s=$(python3 -c "import json, statistics as s, sys
+t = json.load(open(sys.argv[1])); ev = t['traceEvents'] if isinstance(t, dict) else t
+ends = [e['ts'] + e['dur'] for e in ev if e.get('ph') == 'X' and e.get('cat') == 'OPTIMIZER_STEP']
+print(s.median([b - a for a, b in zip(ends, ends[1:])]) / 1e6 if len(ends) > 2 else 'nan')" "$dir/gpt2_small/trace.json")
+  ms=$(awk -v g="$g" -v w="$wall" -v n="$steps" -v d="$step_s" -v a="$p0" -v b="$p1" 'BEGIN { printf "%.4f", g * w / n / d / ((a + b) / 2) }')
+  steady+=("$ms")
   echo "round $r: peak $p0 / $p1 GFLOP/s ($src0), $(printf '%.1f' "$tps") tokens/s, model $(printf '%.1f' "$g") GFLOP/s, MFU $m;" \
-       "PERF: $(grep -o 'mfu=[^ ]*' "$dir.log")"
+       "PERF: $(grep -o 'mfu=[^ ]*' "$dir.log"); steady: $(printf '%.3f' "$step_s") s per step, MFU $ms;" \
+       "$(grep -o 'memory per rank.*' "$dir.log")"
 done
 read -r med lo hi <<<"$(printf '%s\n' "${mfus[@]}" | stats)"
-echo "gpt2_small bf16 MFU: median $med (range $lo-$hi over $rounds rounds)"
+read -r smed slo shi <<<"$(printf '%s\n' "${steady[@]}" | stats)"
+echo "gpt2_small bf16 MFU: median $med (range $lo-$hi over $rounds rounds); steady (steps 2-$steps): median $smed (range $slo-$shi)"
 if grep -q ' amx_bf16 ' <<<" $(grep -m1 '^flags' /proc/cpuinfo) "; then
-  awk -v m="$med" 'BEGIN { exit !(m >= 0.5) }' && echo "goal MFU >= 0.50 (AMX): PASS" || echo "goal MFU >= 0.50 (AMX): FAIL"
+  awk -v m="$med" 'BEGIN { exit !(m >= 0.5) }' && echo "goal MFU >= 0.50 (AMX, whole run): PASS" || echo "goal MFU >= 0.50 (AMX, whole run): FAIL"
 else
   echo "goal MFU >= 0.50 is set for an AMX CPU: not judged here"
 fi

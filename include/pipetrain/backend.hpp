@@ -301,10 +301,10 @@ std::unique_ptr<Backend> make_host_backend();
 // huge_pages = false: an allocation that never asks for them (labels, std::vector).
 int64_t host_resident_bytes(int64_t bytes, bool huge_pages = true);
 // Whether the host backend keeps each bf16 weight matrix (a weight version's bf16 array,
-// CView::version) also in the layout oneDNN's matmul prefers for each product that reads it
-// (the forward's y = x W^T and the input gradient's dx = dy W), reordered once per weight
-// version: off unless PT_KEPT_LAYOUTS=1 in the environment (docs/JOBS.md). The memory model
-// counts those copies (Layer::product_weight_values).
+// CView::version) that the input gradient dx = dy W reads also in the layout oneDNN's matmul
+// prefers for that product, reordered once per weight version: off unless PT_KEPT_LAYOUTS=1
+// in the environment (docs/JOBS.md). The memory model counts those copies
+// (Layer::product_weight_values).
 bool kept_weight_layouts();
 // The CUDA backend; throws a clear error in a build without CUDA=1.
 std::unique_ptr<Backend> make_cuda_backend(int device_index);

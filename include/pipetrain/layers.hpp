@@ -232,9 +232,9 @@ class Layer {
   // per token (model_flops_per_sample in run_outputs.cpp).
   virtual double attention_model_flops() const { return 0.0; }
   // Values of the weight matrices its products read (RowLinear: y = x W^T and dx = dy W): in
-  // bf16 the host backend keeps each also in oneDNN's layout for each of those products
-  // (kept_weight_layouts, backend.hpp), 2 bytes per value and product, which the memory model
-  // counts (the forward's for every layer, the input gradient's for all but the model's first).
+  // bf16 the host backend keeps each also in oneDNN's layout for the input gradient dx = dy W
+  // (kept_weight_layouts, backend.hpp), 2 bytes per value, which the memory model counts for
+  // every layer but the model's first (it computes no input gradient).
   virtual int64_t product_weight_values() const { return 0; }
   // A split layer (LayerSpec::tensor_parts > 1): the sums over its tensor group a forward
   // runs, and the floats per sample they sum together; a backward (its input half) runs as

@@ -77,10 +77,10 @@ struct StageFootprint {
   // the unit's and the evaluation's sizes): cached with their plans (a rank's stages add up),
   // and the scratch the library and the backend each grow to their largest (a rank's largest).
   int64_t kernel_work = 0, kernel_scratchpad = 0, kernel_scratch = 0;
-  // bf16: values of the weight matrices the host backend keeps in oneDNN's layout, once per
-  // product that reads them (Layer::product_weight_values: the forward's of every layer, the
-  // input gradient's of the layers whose input gradient is computed; a profile's: every
-  // parameter, and again every parameter but the first layer's), 2 bytes each
+  // bf16: values of the weight matrices the host backend keeps in oneDNN's layout for the
+  // input-gradient product (Layer::product_weight_values of the layers whose input gradient is
+  // computed: all but the model's first; a profile's: every parameter but the first layer's),
+  // 2 bytes each
   int64_t kept_weight_values = 0;
 };
 

@@ -32,8 +32,8 @@ class ModelFootprints final : public FootprintSource {
     f.unit = StagePools::unit_sizes(f.geo.slot_floats, unit, bin, bout, f.first_stage, f.last_stage, unit, in_.labels_per_sample);
     f.eval = StageRuntime::eval_sizes(bin, bout, f.last_stage, in_.eval_mb, in_.labels_per_sample);
     f.in_numel = bin.shape.numel();
-    if (in_.bf16)  // forward products everywhere; the model's first layer computes no input gradient
-      for (int l = first; l < end; ++l) f.kept_weight_values += m_.layer(l).product_weight_values() * (l == 0 ? 1 : 2);
+    if (in_.bf16)  // the input-gradient products; the model's first layer computes no input gradient
+      for (int l = std::max(first, 1); l < end; ++l) f.kept_weight_values += m_.layer(l).product_weight_values();
     if (in_.kernels) kernel_bytes(f, unit);
     return f;
   }
@@ -99,7 +99,7 @@ class ChainFootprints final : public FootprintSource {
     const double scale = static_cast<double>(unit) / pmb_, params = params_[j] - params_[i];
     const double in = first == 0 ? input_ : out_[i - 1], kept = split ? kept_[j] - kept_[i] : 0.0;
     f.params = static_cast<int64_t>(params);
-    if (bf16_) f.kept_weight_values = static_cast<int64_t>(params_[j] - params_[i] + params_[j] - params_[std::max<size_t>(i, 1)]);
+    if (bf16_) f.kept_weight_values = static_cast<int64_t>(params_[j] - params_[std::max<size_t>(i, 1)]);
     f.optimizer_floats = static_cast<int64_t>(opt_[j] - opt_[i]);
     const std::vector<double>& stash = recompute == Recompute::selective ? stash_sel_ : stash_;
     const double layout = in + stash[j] - stash[i] + kept, out = out_[j - 1];

@@ -224,8 +224,9 @@ TEST(Simulator, Bf16StashesCostHalf) {
         const double P = p.layers[static_cast<size_t>(s)].param_bytes, v = m.versions;
         const double weights = static_cast<double>(m[MemCategory::master] + m[MemCategory::weight_copies]);
         // bf16: master + compute copy + its packed twin, packed stashes, and (kept_weight_layouts)
-        // the input-gradient products' weights in oneDNN's layout (not the model's first layer)
-        const double kept = bf16 && kept_weight_layouts() && s > 0 ? P / 2 : 0.0;
+        // the input-gradient product's weights in oneDNN's layout, one copy per version's bf16
+        // array (not the model's first layer)
+        const double kept = bf16 && kept_weight_layouts() && s > 0 ? v * P / 2 : 0.0;
         EXPECT_DOUBLE_EQ(weights, bf16 ? 2.5 * P + (v - 1) * P / 2 + kept : v * P) << prec << " " << k << " stage " << s;
         const double want = stage_memory(cc, s, s + 1, 1, l.in_flight_depth(s));
         EXPECT_NEAR(m.total(), want, 1e-9 * want) << prec << " " << k << " stage " << s;

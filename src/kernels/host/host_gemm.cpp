@@ -1,8 +1,8 @@
 // Host backend, its products: which library runs each GEMM (oneDNN's matmul in bf16, and for
 // the fp32 shapes the measured rule of kernel_choice.cpp gives it; OpenBLAS through KokkosBlas
 // otherwise) and the linear layer's fused matmul + bias. A weight version's bf16 array
-// (ParamView::operand: a CView with a version) is kept in oneDNN's layout for each product
-// that reads it (the forward's and the input gradient's) with kept_weight_layouts.
+// (ParamView::operand: a CView with a version) is kept in oneDNN's layout for the input
+// gradient's product with kept_weight_layouts.
 // Beside the oneDNN code it drives (onednn_matmul.cpp, onednn_conv.cpp).
 #include <KokkosBlas3_gemm.hpp>
 
@@ -100,8 +100,9 @@ void HostFused::linear_forward(int64_t rows, int64_t in, int64_t out, CView x, C
   hb_.onednn().gemm(p, a);
 }
 
-// A versioned weight read by a single dense bf16 product: the forward's transposed read
-// (x W^T; 1.01-1.12x on an AMX Xeon at gpt2_small's shapes) and dx = dy W (1.14-1.39x).
+// A versioned weight read by a single dense bf16 product; OneDnn keeps a layout for the
+// untransposed read only (dx = dy W: 1.19-1.64x on an AMX Xeon at gpt2_small's shapes; the
+// forward's transposed x W^T 0.86-1.12x, docs/PRECISION.md).
 void HostBackend::key_weight(GemmArgs& a, CView B) {
   if (B.version && a.b_bf16 && a.batch == 1) a.b_key = a.B, a.b_version = B.version;
 }

@@ -125,10 +125,10 @@ void pack_bf16(int64_t batch, int64_t rows, int64_t cols, const float* src, int6
       to_bf16(static_cast<size_t>(cols), src + b * stride + r * ld, dst.data() + (b * rows + r) * cols);
 }
 
-// A weight (b_version) read as a dense bf16 array by a single product, while kept layouts
-// are on: kept in the primitive's layout.
+// A weight (b_version) read untransposed as a dense bf16 array by a single product (the input
+// gradient dx = dy W), while kept layouts are on: kept in the primitive's layout.
 bool kept_layout_wanted(bool on, Precision p, const GemmArgs& a) {
-  return on && p == Precision::bf16 && a.b_version != 0 && a.b_key && a.b_bf16 && a.batch == 1;
+  return on && p == Precision::bf16 && a.b_version != 0 && a.b_key && a.b_bf16 && a.batch == 1 && !a.tb;
 }
 
 // B's copy in the plan's layout, reordered from the plain bf16 B when its version changed.
