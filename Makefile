@@ -23,7 +23,8 @@ HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-openmpi 2>/dev/null)
 HDF5_LIBS   := $(shell pkg-config --libs hdf5-openmpi 2>/dev/null)
 CPPFLAGS := -DOMPI_SKIP_MPICXX -Iinclude -isystem /usr/include/trilinos $(HDF5_CFLAGS)
 # -fno-math-errno: std::sqrt without an errno branch, so loops with a square root vectorize
-# (the AdamW update: 2.5x). IEEE sqrt gives the same bits; no reassociation is allowed.
+# (the AdamW update: 2.5x). IEEE sqrt gives the same bits and no reassociation is allowed:
+# weights bitwise unchanged (tinygpt, MLP, CNN, ResNet; bench/README.md, 2026-12-06).
 CXXFLAGS := -std=c++17 $(OPT) $(ARCH) -fno-math-errno -g -Wall -Wextra -Wno-unused-parameter -MMD -MP
 LDLIBS   := -ltrilinos_kokkoskernels -ltrilinos_kokkoscore -ldnnl -lgomp -lopenblas $(HDF5_LIBS) -ltomlplusplus -lz -ldl
 

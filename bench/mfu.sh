@@ -51,16 +51,22 @@ for r in $(seq 1 "$rounds"); do
   step_s=$(python3 -c "import json, statistics as s, sys
 t = json.load(open(sys.argv[1])); ev = t['traceEvents'] if isinstance(t, dict) else t
 ends = [e['ts'] + e['dur'] for e in ev if e.get('ph') == 'X' and e.get('cat') == 'OPTIMIZER_STEP']
-print(s.median([b - a for a, b in zip(ends, ends[1:])]) / 1e6 if len(ends) > 2 else 'nan')" "$dir/gpt2_small/trace.json")
-  ms=$(awk -v g="$g" -v w="$wall" -v n="$steps" -v d="$step_s" -v a="$p0" -v b="$p1" 'BEGIN { printf "%.4f", g * w / n / d / ((a + b) / 2) }')
-  steady+=("$ms")
+print(s.median([b - a for a, b in zip(ends, ends[1:])]) / 1e6 if len(ends) > 1 else 'n/a')" "$dir/gpt2_small/trace.json" 2>/dev/null)
+  ms=n/a
+  if [[ "$step_s" =~ ^[0-9.]+$ ]] && awk -v d="$step_s" 'BEGIN { exit !(d > 0) }'; then
+    ms=$(awk -v g="$g" -v w="$wall" -v n="$steps" -v d="$step_s" -v a="$p0" -v b="$p1" 'BEGIN { printf "%.4f", g * w / n / d / ((a + b) / 2) }')
+    steady+=("$ms")
+  else
+    step_s=0  # fewer than 2 optimizer steps in trace.json (or no trace): no steady figure
+  fi
   echo "round $r: peak $p0 / $p1 GFLOP/s ($src0), $(printf '%.1f' "$tps") tokens/s, model $(printf '%.1f' "$g") GFLOP/s, MFU $m;" \
        "PERF: $(grep -o 'mfu=[^ ]*' "$dir.log"); steady: $(printf '%.3f' "$step_s") s per step, MFU $ms;" \
        "$(grep -o 'memory per rank.*' "$dir.log")"
 done
 read -r med lo hi <<<"$(printf '%s\n' "${mfus[@]}" | stats)"
-read -r smed slo shi <<<"$(printf '%s\n' "${steady[@]}" | stats)"
-echo "gpt2_small bf16 MFU: median $med (range $lo-$hi over $rounds rounds); steady (steps 2-$steps): median $smed (range $slo-$shi)"
+smed=n/a; slo=; shi=
+[ ${#steady[@]} -gt 0 ] && read -r smed slo shi <<<"$(printf '%s\n' "${steady[@]}" | stats)"
+echo "gpt2_small bf16 MFU: median $med (range $lo-$hi over $rounds rounds); steady (steps 2-$steps): median $smed (range $slo-$shi over ${#steady[@]} rounds)"
 if grep -q ' amx_bf16 ' <<<" $(grep -m1 '^flags' /proc/cpuinfo) "; then
   awk -v m="$med" 'BEGIN { exit !(m >= 0.5) }' && echo "goal MFU >= 0.50 (AMX, whole run): PASS" || echo "goal MFU >= 0.50 (AMX, whole run): FAIL"
 else

@@ -35,6 +35,10 @@ if [ "$what" = unit ] || [ "$what" = all ]; then
   run "layer tests with the composed attention (PT_FUSED_ATTENTION=0)" 300 env PT_FUSED_ATTENTION=0 \
     $MPIRUN $MPIRUN_FLAGS -x PT_FUSED_ATTENTION -np 1 $BUILD/pt_tests --gtest_brief=1 \
     --gtest_filter='Bf16VsAutocast*:SplitBackward*:Recompute*:GradCheck*:LayerVsTorch*:ModelVsTorch*:TiedHead*:SequenceLayers*:Executor*'
+  # the memory model and the simulator with the opt-in weight layouts counted (PT_KEPT_LAYOUTS=1)
+  run "memory tests with kept weight layouts (PT_KEPT_LAYOUTS=1)" 300 env PT_KEPT_LAYOUTS=1 \
+    $MPIRUN $MPIRUN_FLAGS -x PT_KEPT_LAYOUTS -np 1 $BUILD/pt_tests --gtest_brief=1 \
+    --gtest_filter='Simulator*:MemoryModel*:*Footprint*:ParamViews*'
 fi
 if [ "$what" = unit ] || [ "$what" = all ]; then
   run "functions in src/ stay under 80 lines" 60 python3 tools/long_functions.py src
