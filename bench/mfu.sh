@@ -10,7 +10,8 @@
 #    plus the attention scores, 12 T D per layer, as PaLM counts them) over the mean of the two
 #    peaks around it is the round's MFU (the whole run: the first step's primitive creation and
 #    first-touch page faults included, as the PERF line's mfu=); its steady MFU takes the
-#    median time between consecutive optimizer steps in trace.json instead (steps 2 to STEPS).
+#    median seconds per step over steps 2 to STEPS instead (every step logged;
+#    tools/studies.py's steady_seconds_per_step).
 # Prints the CPU model and its bf16 case, each round, the median and range over rounds, and the
 # goal line (AMX: MFU >= 0.50; a CPU without AMX cannot judge it). PT_KEPT_LAYOUTS passes through.
 # Usage: bench/mfu.sh [ROUNDS=3] [STEPS=6]   (about 2 minutes per round on one core)
@@ -40,24 +41,22 @@ for r in $(seq 1 "$rounds"); do
   rm -rf "$dir"
   taskset -c "$core" $MPIRUN $MPIRUN_FLAGS --bind-to none -x PT_KEPT_LAYOUTS -np 1 "$PT_BIN" train input/gpt2_small.toml \
     --set train.precision=\"bf16\" --set train.max_steps="$steps" --set cluster.peak_gflops="$p0" \
-    --set run.output_dir=\""$dir"\" >"$dir.log" 2>&1 || { echo "FAIL: round $r (see $dir.log)"; exit 1; }
+    --set train.log_every=1 --set run.output_dir=\""$dir"\" >"$dir.log" 2>&1 || { echo "FAIL: round $r (see $dir.log)"; exit 1; }
   read -r p1 src1 <<<"$(peak)"
   sum="$dir/gpt2_small/summary.json"
   g=$(json_get "$sum" model_gflops_per_s); tps=$(json_get "$sum" tokens_per_s)
   m=$(awk -v g="$g" -v a="$p0" -v b="$p1" 'BEGIN { printf "%.4f", g / ((a + b) / 2) }')
   mfus+=("$m")
-  # steady: the run's model FLOPs per step over the median time between optimizer steps
+  # steady: the run's model FLOPs per step over its median seconds per step after the first
   wall=$(json_get "$sum" train_wall_s)
-  step_s=$(python3 -c "import json, statistics as s, sys
-t = json.load(open(sys.argv[1])); ev = t['traceEvents'] if isinstance(t, dict) else t
-ends = [e['ts'] + e['dur'] for e in ev if e.get('ph') == 'X' and e.get('cat') == 'OPTIMIZER_STEP']
-print(s.median([b - a for a, b in zip(ends, ends[1:])]) / 1e6 if len(ends) > 1 else 'n/a')" "$dir/gpt2_small/trace.json" 2>/dev/null)
+  step_s=$(python3 -c "import sys; sys.path.insert(0, 'tools'); from studies import steady_seconds_per_step
+print(steady_seconds_per_step(sys.argv[1], float(sys.argv[2])))" "$dir/gpt2_small" "$(json_get "$sum" batch_size)" 2>/dev/null)
   ms=n/a
   if [[ "$step_s" =~ ^[0-9.]+$ ]] && awk -v d="$step_s" 'BEGIN { exit !(d > 0) }'; then
     ms=$(awk -v g="$g" -v w="$wall" -v n="$steps" -v d="$step_s" -v a="$p0" -v b="$p1" 'BEGIN { printf "%.4f", g * w / n / d / ((a + b) / 2) }')
     steady+=("$ms")
   else
-    step_s=0  # fewer than 2 optimizer steps in trace.json (or no trace): no steady figure
+    step_s=0  # a single logged step: no steady figure
   fi
   echo "round $r: peak $p0 / $p1 GFLOP/s ($src0), $(printf '%.1f' "$tps") tokens/s, model $(printf '%.1f' "$g") GFLOP/s, MFU $m;" \
        "PERF: $(grep -o 'mfu=[^ ]*' "$dir.log"); steady: $(printf '%.3f' "$step_s") s per step, MFU $ms;" \
