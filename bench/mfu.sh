@@ -8,8 +8,9 @@
 #    microbatches of 4 x 256 tokens), with cluster.peak_gflops set to the peak measured just
 #    before it, so its PERF line prints mfu= too; its model GFLOP/s (summary.json: 6 N per token
 #    plus the attention scores, 12 T D per layer, as PaLM counts them) over the mean of the two
-#    peaks around it is the round's MFU (the whole run: the first step's primitive creation and
-#    first-touch page faults included, as the PERF line's mfu=); its steady MFU takes the
+#    peaks around it is the round's MFU (the whole run: the first step's primitive creation
+#    included, as the PERF line's mfu=; the activation pools are allocated and first touched at
+#    setup since 2026-12-06, before train_wall_s starts); its steady MFU takes the
 #    median seconds per step over steps 2 to STEPS instead (every step logged;
 #    tools/studies.py's steady_seconds_per_step).
 # Prints the CPU model and its bf16 case, each round, the median and range over rounds, and the

@@ -56,6 +56,9 @@ class WeightStore {
   WeightStore& operator=(const WeightStore&) = delete;
   // Prepare for an IR whose relative version 0 is the current latest version.
   void prepare(const Schedule& ir, int rank, int stage, size_t from = 0);
+  // prepare's allocation alone (the buffers for the IR's most versions held at once): the
+  // trainer's setup, before the clock starts.
+  void reserve(const Schedule& ir, int rank, int stage);
   // Replace the held versions (resume): absolute ids, the latest, and the IR's base id.
   // bf16: the latest becomes the fp32 master, the others are stored packed.
   void restore(const std::vector<std::pair<int64_t, std::vector<float>>>& versions, int64_t latest, int64_t base);
@@ -290,6 +293,9 @@ class Executor {
     return mb * in_numel * 4 + mb * std::max<int64_t>(1, label_count) * 4 + mb * 8;
   }
 
+  // Allocate what train(ir) grows for its IR (activation pools, weight versions) now: a fresh
+  // run's trainer does it at setup, before its clock starts (train(ir) then grows neither).
+  void reserve(const Schedule& ir);
   // Run this rank's actions of a training IR. Unit m holds samples perm[m*mb .. (m+1)*mb)
   // of the segment; sample_base + position is the global sample id (dropout keys).
   // Returns false when a checkpoint_and_stop cut ended it early. With `resume`, start

@@ -120,6 +120,10 @@ class StagePools {
   // Before an IR runs: grow to its max units in flight on this stage (at least 1; never
   // shrinks), units of mb_size samples; then start with every buffer free.
   void prepare(const Schedule& ir, int rank, int stage, int64_t mb_size, int64_t labels_per_sample);
+  // prepare's growing alone (the trainer's setup, before the clock starts): held units keep
+  // their buffers, and the new ones are claimable after the next prepare, which for the same
+  // IR then grows nothing.
+  void reserve(const Schedule& ir, int rank, int stage, int64_t mb_size, int64_t labels_per_sample);
 
   // Activation slots.
   bool can_claim() const { return !free_slots_.empty(); }

@@ -88,6 +88,15 @@ bool Executor::train(const Schedule& ir, const std::vector<int64_t>& perm, int64
   return !st.stopped;
 }
 
+void Executor::reserve(const Schedule& ir) {
+  const int64_t mb = cfg_.batch_size / ir.microbatches;
+  for (StageRuntime* r : stages_) {
+    PT_CHECK(mb == r->stage->train_mb(), "IR microbatch " << mb << " != stage slot size " << r->stage->train_mb());
+    r->pools.reserve(ir, ctx_.rank(), r->id, mb, r->labels_per_sample);
+    r->weights->reserve(ir, ctx_.rank(), r->id);
+  }
+}
+
 LayerCtx Executor::layer_ctx(StageRuntime& r, const Stage::Slot& slot, int64_t mb, bool training) const {
   LayerCtx c{be_, cfg_.seed, sample_base_ + mb * mb_size_, training, slot.labels, 1.0f / static_cast<float>(cfg_.batch_size)};
   c.state = r.state.data();
@@ -174,8 +183,12 @@ void Executor::on_backward_weight(const Action& a, Step& st) {
   finish_unit(r, a, st);
 }
 
-// After a unit's last backward work (B or W): its loss joins the update group's, the
-// gradients are checked, and its slot is free once its activation send completed.
+// After a unit's last backward work (B or W): its loss joins the update group's, and its slot
+// is free once its activation send completed. The accumulated gradients are checked once per
+// accumulation, after its last unit: a non-finite value stays non-finite under the sums that
+// follow it (NaN absorbs, inf + finite = inf, inf - inf = NaN), so the check finds what a check
+// per unit would, at a quarter of the reads over 4 microbatches (all_finite over gpt2_small's
+// 85.6M gradients was 1.5% of a bf16 step, checked per unit; 2026-12-06).
 void Executor::finish_unit(StageRuntime& r, const Action& a, Step& st) {
   const StagePools::Unit& u = r.pools.unit(a.mb);
   r.group.loss += u.loss;
@@ -183,7 +196,8 @@ void Executor::finish_unit(StageRuntime& r, const Action& a, Step& st) {
     const float nan = NAN;
     be_.from_host(r.grads.data(), &nan, 1);  // test-only: poison this update's gradient
   }
-  check_finite_grads(r, a.mb, "after its backward");
+  if (!cfg_.skip_nonfinite && st.ends_accumulation(ctx_.rank(), a.stage))  // "skip": reduce_group reads them
+    check_finite_grads(r, a.mb, "after its backward, the last to add to the update's gradients (checked once per update)");
   if (cfg_.debug_versions) version_log_.push_back({a.stage, a.mb, u.fwd_version, r.weights->base() + a.version});
   wait(&r.pools.act_send_req(a.mb), [&] { return "SEND_ACT mb " + std::to_string(a.mb) + " completion (rank " + std::to_string(ctx_.rank()) + ")"; });
   r.pools.release(a.mb);

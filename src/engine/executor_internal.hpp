@@ -48,6 +48,19 @@ struct Executor::Step {
   // stages updates each; the boundary is after the last).
   size_t last_update_of(int32_t version) const { return last_update.at(version); }
   std::map<int32_t, size_t> last_update;
+  // Whether the running action (B or W) is its stage's last gradient accumulation before the
+  // stage's gradients are reduced, normed or applied (or the IR ends): no B or W of `stage`
+  // comes first in this rank's actions.
+  bool ends_accumulation(int rank, int stage) const {
+    const auto& acts = ir.workers[static_cast<size_t>(rank)];
+    for (size_t k = i + 1; k < acts.size(); ++k) {
+      const Action& b = acts[k];
+      if (b.stage != stage) continue;
+      if (b.op == Op::backward || b.op == Op::backward_weight) return false;
+      if (b.op == Op::allreduce || b.op == Op::grad_norm || b.op == Op::optimizer_step) return true;
+    }
+    return true;
+  }
 };
 
 }  // namespace pt

@@ -25,6 +25,11 @@ void StagePools::prepare(const Schedule& ir, int rank, int stage, int64_t mb_siz
     PT_CHECK(g.mb < 0 && !g.recv.pending(), "an IR starts while mb " << g.mb << " still holds an incoming gradient buffer");
   for (const Request& q : grad_out_req_) PT_CHECK(!q.pending(), "an IR starts while a gradient send is pending");
   for (int64_t m : rec_mb_) PT_CHECK(m < 0, "an IR starts while mb " << m << " still holds a recompute buffer");
+  reserve(ir, rank, stage, mb_size, labels_per_sample);
+  reset();
+}
+
+void StagePools::reserve(const Schedule& ir, int rank, int stage, int64_t mb_size, int64_t labels_per_sample) {
   const int need = std::max(1, max_in_flight(ir, rank, stage));
   while (size() < need) grow(mb_size, labels_per_sample);
   const int rec = full_ ? 1 + max_between_i_and_w(ir, rank, stage) : 0;
@@ -34,7 +39,6 @@ void StagePools::prepare(const Schedule& ir, int rank, int stage, int64_t mb_siz
     rec_mb_.push_back(-1);
     rec_filled_.push_back(0);
   }
-  reset();
 }
 
 StagePools::UnitSizes StagePools::unit_sizes(int64_t slot_floats, int64_t train_mb, const Boundary& in, const Boundary& out,

@@ -33,6 +33,14 @@ void WeightStore::prepare(const Schedule& ir, int rank, int stage, size_t from) 
     base_ = latest_id_;
     PT_CHECK(held() == 1, "an IR must start with one live version, have " << held());
   }
+  reserve(ir, rank, stage);
+  uses_.clear();
+  const auto& acts = ir.workers[static_cast<size_t>(rank)];
+  for (size_t i = from; i < acts.size(); ++i)
+    if (acts[i].stage == stage && is_compute(acts[i].op)) ++uses_[acts[i].version];
+}
+
+void WeightStore::reserve(const Schedule& ir, int rank, int stage) {
   const int need = max_versions_held(ir, rank, stage);
   const Sizes z = sizes(n_, bf16_, need);
   if (bf16_) {  // one master, need - 1 packed stashes
@@ -46,10 +54,6 @@ void WeightStore::prepare(const Schedule& ir, int rank, int stage, size_t from) 
       id_.push_back(-1);
     }
   }
-  uses_.clear();
-  const auto& acts = ir.workers[static_cast<size_t>(rank)];
-  for (size_t i = from; i < acts.size(); ++i)
-    if (acts[i].stage == stage && is_compute(acts[i].op)) ++uses_[acts[i].version];
 }
 
 void WeightStore::restore(const std::vector<std::pair<int64_t, std::vector<float>>>& versions, int64_t latest,

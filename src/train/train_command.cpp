@@ -334,6 +334,12 @@ int Trainer::run() {
     init.input = data_.train->input_transform();
     write_initial_weights(init);
   }
+  // The first segment's activation pools and weight versions are allocated (their pages
+  // touched: HostBackend::alloc zeroes) with the stage's other buffers, before the clock: a
+  // run that cannot hold them fails before its first step, and train_wall_s times steps, not
+  // the first touch of gpt2_small's pools (about 1 s of its first step on one core before).
+  if (!resume_state_ && steps_done_ < total_steps_)
+    ex_->reserve(setup_.schedule(TrainSetup::segment_steps(steps_done_, spe_, total_steps_, deck_.train.eval_every)));
   ctx_->barrier("start of training");
   t_origin_ = now_s();
   policy_->start_clock();

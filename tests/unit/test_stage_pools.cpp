@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,29 @@ TEST(StagePools, SizedFromTheIrsUnitsInFlightNeverShrinking) {
   for (int m = 0; m < p.pools.size(); ++m) p.pools.claim(m);  // every slot, no allocation
   EXPECT_FALSE(p.pools.can_claim());
   expect_internal([&] { p.pools.claim(99); }, "no free activation slot for mb 99");
+}
+
+// reserve (the trainer's setup) grows the pools as prepare would for the IR, while a unit is
+// held too, which keeps its slot; prepare for the same IR then grows nothing, and every slot
+// reserve made is claimable.
+TEST(StagePools, ReserveGrowsAsPrepareWouldAndPrepareThenGrowsNothing) {
+  Pools p("zb-h1", 1, false, 4);
+  const Schedule big = make_schedule("gpipe", p.layout, 1, 8);
+  const int need = max_in_flight(big, 1, 1);
+  ASSERT_GT(need, p.pools.size());
+  const float* held = p.forward(0).input;
+  p.pools.reserve(big, 1, 1, kMb, 1);
+  EXPECT_EQ(p.pools.size(), need);
+  EXPECT_EQ(p.pools.activation_bytes(), need * p.stage.slot_floats() * 4);
+  EXPECT_EQ(p.pools.buffer_bytes(), need * (p.out.floats(kMb) + p.in.floats(kMb)) * 4);
+  EXPECT_EQ(p.pools.backward_slot(0, StagePools::Half::fused).input, held) << "reserve moved a held unit";
+  p.pools.release(0);
+  p.pools.prepare(big, 1, 1, kMb, 1);
+  EXPECT_EQ(p.pools.size(), need) << "prepare grew after reserve";
+  std::set<const float*> bufs;
+  for (int m = 0; m < need; ++m) bufs.insert(p.forward(m).input);
+  EXPECT_EQ(static_cast<int>(bufs.size()), need);
+  EXPECT_FALSE(p.pools.can_claim());
 }
 
 TEST(StagePools, SplitBackwardUnitKeepsItsSlotFromIUntilW) {

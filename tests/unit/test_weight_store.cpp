@@ -121,6 +121,24 @@ void drive(const std::string& sched, int K, int64_t steps, int M, size_t n, size
   EXPECT_EQ(b16.bytes(), 2 * n4 + pool * 4 * static_cast<int64_t>((n + 1) / 2));  // + bf16 array + stashes
 }
 
+// reserve (the trainer's setup) allocates what prepare would for the IR: prepare then adds no
+// bytes, and a store prepared without it ends the same size.
+TEST(WeightStore, ReserveAllocatesWhatPrepareWould) {
+  auto be = make_host_backend();
+  const Schedule ir = make_schedule("pipedream", Layout::make({0, 1, 2, 3}, 4, {1, 1, 1, 1}), 10, 1);
+  for (const bool bf16 : {false, true}) {
+    WeightStore reserved(*be, 1000, bf16), plain(*be, 1000, bf16);
+    const int64_t at_start = reserved.bytes();
+    reserved.reserve(ir, 0, 0);
+    EXPECT_GT(reserved.bytes(), at_start) << "bf16 " << bf16 << ": pipedream's stage 0 holds several versions";
+    const int64_t after_reserve = reserved.bytes();
+    reserved.prepare(ir, 0, 0);
+    plain.prepare(ir, 0, 0);
+    EXPECT_EQ(reserved.bytes(), after_reserve) << "bf16 " << bf16 << ": prepare allocated after reserve";
+    EXPECT_EQ(plain.bytes(), after_reserve) << "bf16 " << bf16;
+  }
+}
+
 TEST(WeightStoreBf16, PipedreamStashesPackedCopies) {
   drive("pipedream", 3, 8, 1, 7);  // odd n: the last packed word holds one value
   drive("pipedream", 4, 10, 1, 1000);
