@@ -8,11 +8,13 @@
 // of the external measurements given with --external (bench/torch_matmul.py: torch.matmul),
 // naming where the peak came from; then for every training GEMM of the MLP, tinygpt (T = 128,
 // D = 256), gpt2_small (T = 256, D = 768) and the CNN, and every convolution of
-// input/fashion_cnn.toml (and a 3-channel stem): GFLOP/s of OpenBLAS fp32 (im2col + OpenBLAS
-// for convolutions), oneDNN fp32 and oneDNN bf16 through pipetrain's Backend (median of REPS
-// samples, min-max), each as a fraction of the machine peak of its precision, the kernel the
-// fp32 rule picks, and the oneDNN implementation names. Beside each row pipetrain's own 1024^3
-// GEMM is sampled, interleaved with the row, as a load check ("own" columns; not the peak).
+// input/fashion_cnn.toml (and a 3-channel stem), and the fused causal attention of tinygpt and
+// gpt2_small (useful FLOPs only: the causal half of each product): GFLOP/s of OpenBLAS fp32
+// (im2col + OpenBLAS for convolutions), oneDNN fp32 and oneDNN bf16 through pipetrain's
+// Backend (median of REPS samples, min-max), each as a fraction of the machine peak of its
+// precision, the kernel the fp32 rule picks, and the oneDNN implementation names. Beside each
+// row pipetrain's own 1024^3 GEMM is sampled, interleaved with the row, as a load check
+// ("own" columns; not the peak).
 // Every row call goes through the Backend interface. A bf16 GEMM row reads its operands as
 // bf16 views packed once beforehand, as the training layers hand them over (activations,
 // gradients and the weight version's bf16 array), so it times the product, not a conversion;
@@ -29,6 +31,8 @@
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -44,6 +48,7 @@
 #include "pipetrain/backend.hpp"
 #include "pipetrain/commands.hpp"
 #include "pipetrain/error.hpp"
+#include "pipetrain/fused.hpp"
 
 namespace pt::bench {
 namespace {
@@ -119,6 +124,7 @@ struct Row {
   std::function<void(Backend&, Precision)> call;
   bool rule_onednn = false;                 // the fp32 rule's pick for this shape (and pass)
   std::function<std::string(int)> impl;     // oneDNN implementation of variant kDnn32 / kDnn16
+  bool ruled = true;                        // false: no library is picked (a fused kernel): "-"
 };
 
 // Samples of GFLOP/s per variant (the row's three families, then the peak row in fp32 and
@@ -277,6 +283,53 @@ void linear_rows(std::vector<Row>& rows, const std::string& group, const std::st
   rows.push_back(gemm_row(group, tag + " dw  " + s, true, false, out, in, R, 1, 1.0f));
 }
 
+// The fused causal attention core of a transformer block (FusedKernels::attention_forward /
+// attention_backward, as the block calls it: q, k, v in one token-major [n T, 3 D] buffer, the
+// probabilities kept, in bf16 every view bf16), n sequences of T, H heads of dh. Its FLOPs
+// are the useful ones, the causal half of each product (T (T + 1) / 2 x dh multiply-adds: two
+// products forward, four backward), so the fraction says how close the kernel runs to the
+// machine's GEMM rate on the work it must do; the softmax rows are not counted. The fp32
+// columns run the same fp32 kernel (it calls no GEMM library). Not in the GEMM goal.
+void attention_rows(std::vector<Row>& rows, const std::string& group, int64_t n, int64_t T, int64_t H, int64_t dh) {
+  AttentionGeom geom;
+  geom.n = n, geom.T = T, geom.H = H, geom.dh = dh, geom.scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  const size_t nx = static_cast<size_t>(n * T * 3 * H * dh), no = static_cast<size_t>(n * T * H * dh);
+  const size_t np = static_cast<size_t>(n * H * T * T);
+  auto x = std::make_shared<std::vector<float>>(filled(nx, 8)), dout = std::make_shared<std::vector<float>>(filled(no, 9));
+  auto xb = std::make_shared<std::vector<float>>((nx + 1) / 2);
+  host::pack_bf16_span(nx, x->data(), xb->data());
+  auto P32 = std::make_shared<std::vector<float>>(np), P16 = std::make_shared<std::vector<float>>((np + 1) / 2);
+  auto o = std::make_shared<std::vector<float>>(no), dx = std::make_shared<std::vector<float>>(nx);
+  auto forward = [=](Backend& be, Precision p) {
+    AttentionGeom g = geom;
+    g.precision = p;
+    const bool b16 = p == Precision::bf16;
+    be.fused().attention_forward(g, b16 ? CView(xb->data(), DType::bf16) : CView(x->data()),
+                                 b16 ? View(P16->data(), DType::bf16) : View(P32->data()),
+                                 b16 ? View(o->data(), DType::bf16) : View(o->data()));
+  };
+  const double useful = 2.0 * static_cast<double>(T * (T + 1) / 2) * static_cast<double>(dh) * static_cast<double>(n * H);
+  const std::string s = std::to_string(n) + "x" + std::to_string(H) + " heads [" + std::to_string(T) + "x" + std::to_string(dh) + "]";
+  Row f;
+  f.group = group, f.name = "attn fused fwd " + s, f.flops = 2 * useful, f.call = forward;
+  f.impl = [](int) { return std::string("fused"); };
+  f.ruled = false;
+  rows.push_back(f);
+  Row b = f;
+  b.name = "attn fused bwd " + s, b.flops = 4 * useful;
+  auto ready = std::make_shared<std::array<bool, 2>>();  // P filled by a forward, per precision
+  b.call = [=](Backend& be, Precision p) {
+    const bool b16 = p == Precision::bf16;
+    if (!(*ready)[b16]) forward(be, p), (*ready)[b16] = true;  // in the warm-up call
+    AttentionGeom g = geom;
+    g.precision = p;
+    be.fused().attention_backward(g, b16 ? CView(xb->data(), DType::bf16) : CView(x->data()),
+                                  b16 ? CView(P16->data(), DType::bf16) : CView(P32->data()), dout->data(),
+                                  b16 ? View(dx->data(), DType::bf16) : View(dx->data()));
+  };
+  rows.push_back(b);
+}
+
 WindowGeom conv_geom(int64_t c_in, int64_t h, int64_t c_out, int64_t k, int64_t pad) {
   WindowGeom g;
   g.c_in = c_in, g.h_in = h, g.w_in = h, g.c_out = c_out, g.kernel = k, g.stride = 1, g.padding = pad;
@@ -347,6 +400,8 @@ std::vector<Row> all_rows() {
   rows.push_back(gemm_row("tinygpt", "attn S=QK^T  64x[128x32]x[32x128]", false, true, 128, 128, 32, 64, 0.0f));
   rows.push_back(gemm_row("tinygpt", "attn O=PV    64x[128x128]x[128x32]", false, false, 128, 32, 128, 64, 0.0f));
   rows.push_back(gemm_row("tinygpt", "attn dV=P^TdO 64x[128x128]x[128x32]", true, false, 128, 32, 128, 64, 0.0f));
+  attention_rows(rows, "tinygpt", 8, 128, 8, 32);
+  attention_rows(rows, "gpt2_small", 4, 256, 12, 64);
   conv_rows(rows, "conv0", conv_geom(1, 28, 32, 3, 1), 128);  // fashion_cnn
   conv_rows(rows, "conv1", conv_geom(32, 14, 64, 3, 1), 128);
   conv_rows(rows, "conv0", conv_geom(1, 28, 32, 3, 1), 32);
@@ -373,6 +428,8 @@ double fraction(const std::vector<Stats>& st, int v, const MachinePeak& mp) {
   return st[static_cast<size_t>(v)].median / mp.of(v == kDnn16);
 }
 
+const char* rule_name(const Row& r) { return !r.ruled ? "-" : r.rule_onednn ? "oneDNN" : "OpenBLAS"; }
+
 void print_row(const Row& r, const std::vector<Stats>& st, const std::string& impl32, const std::string& impl16,
                const MachinePeak& mp) {
   std::printf("%-12s %-44s %8.4f", r.group.c_str(), r.name.c_str(), r.flops * 1e-9);
@@ -383,7 +440,7 @@ void print_row(const Row& r, const std::vector<Stats>& st, const std::string& im
     std::printf("  %-22s", cell);
   }
   std::printf("  %4.0f %4.0f  %-8s %s | %s\n", st[kPeak32].median, st[kPeak16].median,
-              r.rule_onednn ? "oneDNN" : "OpenBLAS", impl32.c_str(), impl16.c_str());
+              rule_name(r), impl32.c_str(), impl16.c_str());
 }
 
 void print_header(const Options& opt) {
@@ -400,7 +457,7 @@ void csv_rows(std::ofstream& csv, const Row& r, const std::vector<Stats>& st, co
     csv << r.group << ",\"" << r.name << "\"," << r.flops * 1e-9 << "," << kVariantName[v] << "," << st[v].median << ","
         << st[v].lo << "," << st[v].hi << "," << fraction(st, v, mp) << "," << mp.of(v == kDnn16) << ",\""
         << mp.source[v == kDnn16 ? 1 : 0] << "\"," << st[v == kDnn16 ? kPeak16 : kPeak32].median
-        << "," << (r.rule_onednn ? "oneDNN" : "OpenBLAS") << "," << (v == kBlas ? "openblas" : v == kDnn32 ? i32 : i16)
+        << "," << rule_name(r) << "," << (v == kBlas ? "openblas" : v == kDnn32 ? i32 : i16)
         << "\n";
 }
 

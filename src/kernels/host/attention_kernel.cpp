@@ -436,10 +436,12 @@ void HostFused::attention_backward_bf16(const AttentionGeom& g, CView qkv, CView
       product(d, false, true, T, T, g.dh, elem(dob, od), D, elem(x, q + 2 * D), 3 * D, View{s.data()}, 0, T, Causal::cols);  // dP
       product(d, true, false, T, g.dh, T, pbf, T, elem(dob, od), D, dqkv, q + 2 * D, 3 * D, Causal::k_upper);  // dv
       for (int64_t i = 0; i < T; ++i) {  // dS from the bf16 P, rounded for the products
-        for (int64_t j = 0; j < T; ++j) prow[static_cast<size_t>(j)] = bf16_to_float(pb[i * T + j]);
+        const int64_t kept = std::min(pad16(i + 1), T);  // whole vectors up to the diagonal; zeros after it
+        for (int64_t j = 0; j < kept; ++j) prow[static_cast<size_t>(j)] = bf16_to_float(pb[i * T + j]);
         float* r = s.data() + i * T;
         causal_softmax_grad_row(prow.data(), r, r, i + 1, T);
-        pack_bf16_span(static_cast<size_t>(T), r, ds.data() + i * T);
+        pack_bf16_span(static_cast<size_t>(kept), r, ds.data() + i * T);
+        std::fill(ds.data() + i * T + kept, ds.data() + (i + 1) * T, uint16_t{0});
       }
       const auto* dsb = reinterpret_cast<const float*>(ds.data());
       product(d, false, false, T, g.dh, T, dsb, T, elem(x, q + D), 3 * D, View{c.data()}, 0, g.dh, Causal::k_lower);  // dq / scale

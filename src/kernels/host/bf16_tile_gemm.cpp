@@ -36,20 +36,50 @@ void pack_pairs(int64_t K, int64_t cols, int64_t width, uint32_t* out, Elem elem
   }
 }
 
+// All-lanes forms of the shuffles below through their zero-masked intrinsics: GCC 12's plain
+// ones pass an undefined vector as the unused merge source, which -Wmaybe-uninitialized flags.
+inline __m512i lo32(__m512i a, __m512i b) { return _mm512_maskz_unpacklo_epi32(0xffff, a, b); }
+inline __m512i hi32(__m512i a, __m512i b) { return _mm512_maskz_unpackhi_epi32(0xffff, a, b); }
+inline __m512i lo64(__m512i a, __m512i b) { return _mm512_maskz_unpacklo_epi64(0xff, a, b); }
+inline __m512i hi64(__m512i a, __m512i b) { return _mm512_maskz_unpackhi_epi64(0xff, a, b); }
+template <int Imm>
+inline __m512i lanes(__m512i a, __m512i b) { return _mm512_maskz_shuffle_i32x4(0xffff, a, b, Imm); }
+
+// r[j] = column j of the 16 x 16 matrix of 32-bit words whose row i was r[i]: pairs of rows
+// interleaved by word, then by word pair (each 128-bit lane then holds a 4 x 4 block
+// transposed), then the lanes gathered across the four row groups
+inline void transpose16(__m512i (&r)[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) t[i] = lo32(r[i], r[i + 1]), t[i + 1] = hi32(r[i], r[i + 1]);
+  __m512i u[16];  // u[4 g + m], lane L: column 4 L + m of rows 4 g .. 4 g + 3
+  for (int g = 0; g < 16; g += 4) {
+    u[g] = lo64(t[g], t[g + 2]), u[g + 1] = hi64(t[g], t[g + 2]);
+    u[g + 2] = lo64(t[g + 1], t[g + 3]), u[g + 3] = hi64(t[g + 1], t[g + 3]);
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512i v0 = lanes<0x44>(u[m], u[4 + m]), v1 = lanes<0xEE>(u[m], u[4 + m]);
+    const __m512i w0 = lanes<0x44>(u[8 + m], u[12 + m]), w1 = lanes<0xEE>(u[8 + m], u[12 + m]);
+    r[m] = lanes<0x88>(v0, w0), r[4 + m] = lanes<0xDD>(v0, w0);
+    r[8 + m] = lanes<0x88>(v1, w1), r[12 + m] = lanes<0xDD>(v1, w1);
+  }
+}
+
 // The same for a transposed operand with K even (Bt [N, K], row stride ld): word (kp, n) is the
-// 32-bit word at Bt + n ld + 2 kp, gathered 16 columns at a time (the scalar loop above was
-// a fifth of the kernel's time on the q k^T and do v^T products).
+// 32-bit word at Bt + n ld + 2 kp, so the pair array is the transpose of Bt read as [N, K/2]
+// words: 16 x 16 blocks loaded a row of Bt each (zeros past N and K/2), transposed in
+// registers, stored a row of the array each (a gather per 16 words was a fifth of the
+// kernel's time on the q k^T and do v^T products; 16 x 16 transposes cost a quarter of that)
 void pack_pairs_transposed(int64_t K, int64_t cols, int64_t width, uint32_t* out, const uint16_t* bt, int64_t ld) {
-  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  for (int64_t n0 = 0; n0 < width; n0 += kW) {
-    const int64_t n = std::min<int64_t>(kW, std::max<int64_t>(0, cols - n0));
-    const __mmask16 m = n == kW ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
-    const __m512i rows = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(n0))),
-                                            _mm512_set1_epi32(static_cast<int>(ld)));  // uint16 offsets of the rows
-    for (int64_t kp = 0; kp < K / 2; ++kp) {
-      const __m512i idx = _mm512_add_epi32(rows, _mm512_set1_epi32(static_cast<int>(2 * kp)));
-      const __m512i w = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, bt, 2);
-      _mm512_storeu_si512(out + kp * width + n0, w);
+  const int64_t KP = K / 2;
+  for (int64_t k0 = 0; k0 < KP; k0 += kW) {
+    const int64_t kn = std::min<int64_t>(kW, KP - k0);
+    const __mmask16 km = kn == kW ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << kn) - 1);
+    for (int64_t n0 = 0; n0 < width; n0 += kW) {
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = n0 + i < cols ? _mm512_maskz_loadu_epi32(km, bt + (n0 + i) * ld + 2 * k0) : _mm512_setzero_si512();
+      transpose16(r);
+      for (int64_t j = 0; j < kn; ++j) _mm512_storeu_si512(out + (k0 + j) * width + n0, r[j]);
     }
   }
 }
@@ -135,7 +165,7 @@ void tile_gemm_bf16(const TileGemm& g, std::vector<uint32_t>& scratch) {
   const bool pack_a = g.a_trans || g.K % 2 != 0;
   scratch.resize(static_cast<size_t>(KP * np + (pack_a ? KP * g.M : 0)));
   uint32_t* bp = scratch.data();
-  if (g.b_trans && g.K % 2 == 0 && g.ldb * g.N < (int64_t{1} << 31)) pack_pairs_transposed(g.K, g.N, np, bp, g.B, g.ldb);
+  if (g.b_trans && g.K % 2 == 0) pack_pairs_transposed(g.K, g.N, np, bp, g.B, g.ldb);
   else if (g.b_trans) pack_pairs(g.K, g.N, np, bp, [&](int64_t k, int64_t n) { return g.B[n * g.ldb + k]; });
   else pack_pairs(g.K, g.N, np, bp, [&](int64_t k, int64_t n) { return g.B[k * g.ldb + n]; });
   Operands x{g.A, g.lda, 2, bp, np, &g};
