@@ -300,13 +300,21 @@ void attention_rows(std::vector<Row>& rows, const std::string& group, int64_t n,
   host::pack_bf16_span(nx, x->data(), xb->data());
   auto P32 = std::make_shared<std::vector<float>>(np), P16 = std::make_shared<std::vector<float>>((np + 1) / 2);
   auto o = std::make_shared<std::vector<float>>(no), dx = std::make_shared<std::vector<float>>(nx);
-  auto forward = [=](Backend& be, Precision p) {
+  struct Operands {  // what a call in precision p reads and writes: bf16 views in bf16
+    AttentionGeom g;
+    CView x;
+    View P, o, dx;
+  };
+  auto operands = [=](Precision p) {
     AttentionGeom g = geom;
     g.precision = p;
-    const bool b16 = p == Precision::bf16;
-    be.fused().attention_forward(g, b16 ? CView(xb->data(), DType::bf16) : CView(x->data()),
-                                 b16 ? View(P16->data(), DType::bf16) : View(P32->data()),
-                                 b16 ? View(o->data(), DType::bf16) : View(o->data()));
+    const DType t = p == Precision::bf16 ? DType::bf16 : DType::f32;
+    return Operands{g, CView(t == DType::bf16 ? xb->data() : x->data(), t),
+                    View(t == DType::bf16 ? P16->data() : P32->data(), t), View(o->data(), t), View(dx->data(), t)};
+  };
+  auto forward = [=](Backend& be, Precision p) {
+    const Operands a = operands(p);
+    be.fused().attention_forward(a.g, a.x, a.P, a.o);
   };
   const double useful = 2.0 * static_cast<double>(T * (T + 1) / 2) * static_cast<double>(dh) * static_cast<double>(n * H);
   const std::string s = std::to_string(n) + "x" + std::to_string(H) + " heads [" + std::to_string(T) + "x" + std::to_string(dh) + "]";
@@ -321,11 +329,8 @@ void attention_rows(std::vector<Row>& rows, const std::string& group, int64_t n,
   b.call = [=](Backend& be, Precision p) {
     const bool b16 = p == Precision::bf16;
     if (!(*ready)[b16]) forward(be, p), (*ready)[b16] = true;  // in the warm-up call
-    AttentionGeom g = geom;
-    g.precision = p;
-    be.fused().attention_backward(g, b16 ? CView(xb->data(), DType::bf16) : CView(x->data()),
-                                  b16 ? CView(P16->data(), DType::bf16) : CView(P32->data()), dout->data(),
-                                  b16 ? View(dx->data(), DType::bf16) : View(dx->data()));
+    const Operands a = operands(p);
+    be.fused().attention_backward(a.g, a.x, a.P, dout->data(), a.dx);
   };
   rows.push_back(b);
 }
