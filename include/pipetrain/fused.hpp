@@ -46,6 +46,21 @@ class FusedKernels {
   virtual void linear_forward(int64_t rows, int64_t in, int64_t out, CView x, CView w, const float* b, View y,
                               Precision p);
 
+  // A batch norm's forward with its epilogue: y = relu(bn(x) + add) over n C HW values, `add`
+  // may be null and `relu` false. bn(x) and the statistics are batchnorm_forward_training's
+  // (training) or batchnorm_forward_inference's (running statistics, which must be given).
+  // Default: that call, then axpy(1, add, y) and relu_forward(y, y); the host applies both in
+  // the normalisation's own pass over y (the same float operations in the same order, so the
+  // same bits).
+  struct BnArgs {
+    int64_t n, C, HW;
+    float eps, momentum;
+    const float *gamma, *beta;
+    float *save_mean, *save_invstd;     // training
+    float *running_mean, *running_var;  // training: updated when given; inference: read
+  };
+  virtual void batchnorm_forward(bool training, const BnArgs& a, const float* x, float* y, const float* add, bool relu);
+
   // The causal attention core, where the backend has it (attention(); else the layers
   // compose it, and the calls below are refused). Operands stay token-major, as the
   // projections write and read them: qkv [n, T, 3, H, dh] (q, k, v of each token), o and do

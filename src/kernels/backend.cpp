@@ -13,6 +13,18 @@ void FusedKernels::linear_forward(int64_t rows, int64_t in, int64_t out, CView x
   if (y.bf16()) be_.pack_bf16(static_cast<size_t>(rows * out), y.data, y.data);
 }
 
+void FusedKernels::batchnorm_forward(bool training, const BnArgs& a, const float* x, float* y, const float* add,
+                                     bool relu) {
+  if (training)
+    be_.batchnorm_forward_training(a.n, a.C, a.HW, a.eps, a.momentum, x, a.gamma, a.beta, y, a.save_mean,
+                                   a.save_invstd, a.running_mean, a.running_var);
+  else
+    be_.batchnorm_forward_inference(a.n, a.C, a.HW, a.eps, x, a.gamma, a.beta, a.running_mean, a.running_var, y);
+  const size_t count = static_cast<size_t>(a.n * a.C * a.HW);
+  if (add) be_.axpy(count, 1.0f, add, y);
+  if (relu) be_.relu_forward(count, y, y);
+}
+
 void Backend::round_pack_bf16(size_t n, const float* x, float* y, float* packed) {
   round_bf16(n, x, y);
   pack_bf16(n, y, packed);  // exact: y holds bf16 values

@@ -13,18 +13,22 @@ void ChannelNorm::init_state(float* host) const {
   init_constant(host + C, C, 1.0f);
 }
 
-void ChannelNorm::forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* stats, float* state,
-                          int64_t n) const {
-  if (c.training)
-    return c.be.batchnorm_forward_training(n, C, HW, eps, momentum, x, w, w + C, y, stats, stats + C, state,
-                                           state ? state + C : nullptr);
-  PT_CHECK(state, "batch norm in evaluation without its running statistics (LayerCtx::state is null)");
-  c.be.batchnorm_forward_inference(n, C, HW, eps, x, w, w + C, state, state + C, y);
+void ChannelNorm::forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* stats, float* state, int64_t n,
+                          const float* add, bool relu) const {
+  PT_CHECK(c.training || state, "batch norm in evaluation without its running statistics (LayerCtx::state is null)");
+  const FusedKernels::BnArgs a{n,     C,         HW, eps, momentum, w, w + C, stats, stats ? stats + C : nullptr,
+                               state, state ? state + C : nullptr};
+  c.be.fused().batchnorm_forward(c.training, a, x, y, add, relu);
 }
 
 void ChannelNorm::backward_input(Backend& be, const float* w, const float* x, const float* stats, const float* dy,
                                  float* dx, int64_t n) const {
   if (dx) be.batchnorm_backward(n, C, HW, eps, x, w, stats, stats + C, dy, dx, nullptr, nullptr);
+}
+
+void ChannelNorm::backward(Backend& be, const float* w, const float* x, const float* stats, const float* dy, float* dx,
+                           float* dw, int64_t n) const {
+  be.batchnorm_backward(n, C, HW, eps, x, w, stats, stats + C, dy, dx, dw, dw ? dw + C : nullptr);
 }
 
 void ChannelNorm::backward_weight(Backend& be, const float* w, const float* x, const float* stats, const float* dy,
@@ -56,7 +60,7 @@ class BatchNorm2d final : public Layer {
   }
   void backward(const LayerCtx& c, ParamView w, const float* x, const float*, const float* dy, float* dx, float* dw,
                 const float* aux, int64_t n) const override {
-    c.be.batchnorm_backward(n, bn_.C, bn_.HW, bn_.eps, x, w, aux, aux + bn_.C, dy, dx, dw, dw + bn_.C);
+    bn_.backward(c.be, w, x, aux, dy, dx, dw, n);
   }
   bool splits_backward() const override { return true; }
   void backward_input(const LayerCtx& c, ParamView w, const float* x, const float*, const float* dy, float* dx, float*,

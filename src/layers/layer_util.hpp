@@ -179,11 +179,18 @@ struct ChannelNorm {
   float eps = 1e-5f, momentum = 0.1f;
   int64_t size() const { return 2 * C; }
   void init_state(float* host) const;  // mean 0, variance 1
-  void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* stats, float* state, int64_t n) const;
+  // y = bn(x), then + add (n C HW values, when given), then ReLU (relu): FusedKernels::
+  // batchnorm_forward, one pass over y on the host
+  void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* stats, float* state, int64_t n,
+               const float* add = nullptr, bool relu = false) const;
   void backward_input(Backend& be, const float* w, const float* x, const float* stats, const float* dy, float* dx,
                       int64_t n) const;
   void backward_weight(Backend& be, const float* w, const float* x, const float* stats, const float* dy, float* dw,
                        int64_t n) const;
+  // both halves in one call (one pass for their channel sums; the same bits as the two
+  // calls): dx, and dweight, dbias into dw (skipped when dw is null)
+  void backward(Backend& be, const float* w, const float* x, const float* stats, const float* dy, float* dx, float* dw,
+                int64_t n) const;
 };
 
 // Inverted dropout of `features` values per sample with the stream (seed, layer, slot):

@@ -55,7 +55,7 @@ class ResidualBlock final : public Layer {
                 const float* aux, int64_t n) const override {
     const KeepInWork k = keep_in_work(c, split_aux_per_sample(), n);
     input_half(k.ctx, w, x, y, dy, dx, aux, k.keep, n, dw);
-    weight_half(k.ctx, w, x, dw, aux, k.keep, n, {true, dx != nullptr});
+    weight_half(k.ctx, w, x, dw, aux, k.keep, n, {true, dx != nullptr, true});
   }
   bool splits_backward() const override { return true; }
   void backward_input(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy, float* dx,
@@ -64,7 +64,7 @@ class ResidualBlock final : public Layer {
   }
   void backward_weight(const LayerCtx& c, ParamView w, const float* x, const float*, const float*, float* dw,
                        const float* aux, int64_t n) const override {
-    weight_half(c, w, x, dw, aux, aux + n * aux_per_sample(), n, {false, false});
+    weight_half(c, w, x, dw, aux, aux + n * aux_per_sample(), n, {false, false, false});
   }
   double flops_forward() const override {
     const double conv = 2.0 * O() * (in_.c() * 9 + bn_.C * 9 + (proj_ ? in_.c() : 0));
@@ -108,10 +108,11 @@ class ResidualBlock final : public Layer {
   // Which convolutions' weight gradients the input half computed already (the fused backward):
   // conv2's, and conv1's with the shortcut's (only where there is a dx).
   struct ConvGradsDone {
-    bool conv2, conv1;
+    bool conv2, conv1, norms;
   };
   // dw_convs: not null in the fused backward, then each convolution's weight gradient comes
-  // with its input gradient.
+  // with its input gradient, and each batch norm's weight and bias gradients with its input
+  // gradient (one pass for the channel sums both need).
   void input_half(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy, float* dx,
                   const float* aux, float* keep, int64_t n, float* dw_convs) const;
   void weight_half(const LayerCtx& c, ParamView w, const float* x, float* dw, const float* aux, const float* keep,
@@ -156,22 +157,18 @@ void ResidualBlock::forward(const LayerCtx& c, ParamView w, const float* x, floa
   Backend& be = c.be;
   const Offsets o = off();
   const Saved s = saved(aux, n);
-  const size_t no = static_cast<size_t>(n * O());
   float* st = c.state;
   const int64_t S = 2 * bn_.C;  // state floats per batch norm
   be.conv2d_forward(g1_, n, x, w + o.c1, nullptr, s.c1, c.precision);
-  bn_.forward(c, w + o.b1, s.c1, s.r1, s.st1, st, n);
-  be.relu_forward(no, s.r1, s.r1);
+  bn_.forward(c, w + o.b1, s.c1, s.r1, s.st1, st, n, nullptr, true);
   be.conv2d_forward(g2_, n, s.r1, w + o.c2, nullptr, s.c2, c.precision);
-  bn_.forward(c, w + o.b2, s.c2, y, s.st2, st ? st + S : nullptr, n);
+  const float* shortcut = x;
   if (proj_) {
     be.conv2d_forward(gp_, n, x, w + o.cp, nullptr, s.cp, c.precision);
     bn_.forward(c, w + o.bp, s.cp, c.work, s.stp, st ? st + 2 * S : nullptr, n);
-    be.axpy(no, 1.0f, c.work, y);
-  } else {
-    be.axpy(no, 1.0f, x, y);
+    shortcut = c.work;
   }
-  be.relu_forward(no, y, y);
+  bn_.forward(c, w + o.b2, s.c2, y, s.st2, st ? st + S : nullptr, n, shortcut, true);  // relu(bn2 + shortcut)
 }
 
 void ResidualBlock::input_half(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy,
@@ -185,11 +182,11 @@ void ResidualBlock::input_half(const LayerCtx& c, ParamView w, const float* x, c
   float* dxp = c.work + n * O();
   auto dw_of = [&](int64_t off) { return dw_convs ? dw_convs + off : nullptr; };
   be.relu_backward(no, y, dy, k.ds);
-  bn_.backward_input(be, w + o.b2, s.c2, s.st2, k.ds, k.dc2, n);
+  bn_.backward(be, w + o.b2, s.c2, s.st2, k.ds, k.dc2, dw_of(o.b2), n);
   be.conv2d_backward(g2_, n, s.r1, w + o.c2, k.dc2, dr1, dw_of(o.c2), nullptr, c.precision);
   be.relu_backward(no, s.r1, dr1, k.db1);
-  bn_.backward_input(be, w + o.b1, s.c1, s.st1, k.db1, k.dc1, n);
-  if (proj_) bn_.backward_input(be, w + o.bp, s.cp, s.stp, k.ds, k.dcp, n);
+  bn_.backward(be, w + o.b1, s.c1, s.st1, k.db1, k.dc1, dw_of(o.b1), n);
+  if (proj_) bn_.backward(be, w + o.bp, s.cp, s.stp, k.ds, k.dcp, dw_of(o.bp), n);
   if (!dx) return;
   be.conv2d_backward(g1_, n, x, w + o.c1, k.dc1, dx, dw_of(o.c1), nullptr, c.precision);
   if (proj_) {
@@ -207,12 +204,12 @@ void ResidualBlock::weight_half(const LayerCtx& c, ParamView w, const float* x, 
   const Saved s = saved(aux, n);
   const Kept k = kept(keep, n);
   if (!done.conv2) be.conv2d_backward(g2_, n, s.r1, w + o.c2, k.dc2, nullptr, dw + o.c2, nullptr, c.precision);
-  bn_.backward_weight(be, w + o.b2, s.c2, s.st2, k.ds, dw + o.b2, n);
+  if (!done.norms) bn_.backward_weight(be, w + o.b2, s.c2, s.st2, k.ds, dw + o.b2, n);
   if (!done.conv1) be.conv2d_backward(g1_, n, x, w + o.c1, k.dc1, nullptr, dw + o.c1, nullptr, c.precision);
-  bn_.backward_weight(be, w + o.b1, s.c1, s.st1, k.db1, dw + o.b1, n);
+  if (!done.norms) bn_.backward_weight(be, w + o.b1, s.c1, s.st1, k.db1, dw + o.b1, n);
   if (!proj_) return;
   if (!done.conv1) be.conv2d_backward(gp_, n, x, w + o.cp, k.dcp, nullptr, dw + o.cp, nullptr, c.precision);
-  bn_.backward_weight(be, w + o.bp, s.cp, s.stp, k.ds, dw + o.bp, n);
+  if (!done.norms) bn_.backward_weight(be, w + o.bp, s.cp, s.stp, k.ds, dw + o.bp, n);
 }
 
 LayerType residual_block_type() {

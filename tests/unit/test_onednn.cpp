@@ -114,45 +114,63 @@ TEST(OneDnnBf16, VectorAndBackendOpEqualScalar) {
   }
 }
 
-// x [n, c, hw] in nChw16c, by the index formula
-std::vector<float> blocked(const std::vector<float>& x, int64_t n, int64_t c, int64_t hw) {
+// Where element (image i, channel ch, position p) of an NCHW [n, c, hw] tensor sits in nChw16c
+// (((i C/16 + ch/16) HW + p) 16 + ch % 16) and in NHWC ((i HW + p) C + ch), by the index
+// formulas of oneDNN's format tags aBcd16b and acdb.
+size_t channel_minor_at(bool nhwc, int64_t c, int64_t hw, int64_t i, int64_t ch, int64_t p) {
+  if (nhwc) return static_cast<size_t>((i * hw + p) * c + ch);
+  return static_cast<size_t>(((i * (c / 16) + ch / 16) * hw + p) * 16 + ch % 16);
+}
+
+// x [n, c, hw] in that layout
+std::vector<float> channel_minor(const std::vector<float>& x, bool nhwc, int64_t n, int64_t c, int64_t hw) {
   std::vector<float> y(x.size());
   for (int64_t i = 0; i < n; ++i)
     for (int64_t ch = 0; ch < c; ++ch)
-      for (int64_t p = 0; p < hw; ++p)
-        y[static_cast<size_t>(((i * (c / 16) + ch / 16) * hw + p) * 16 + ch % 16)] = x[static_cast<size_t>((i * c + ch) * hw + p)];
+      for (int64_t p = 0; p < hw; ++p) y[channel_minor_at(nhwc, c, hw, i, ch, p)] = x[static_cast<size_t>((i * c + ch) * hw + p)];
   return y;
 }
 
-// nchw_to_blocked16_bf16 (a bf16 convolution input into nChw16c): element (n, c, p) at
-// ((n C/16 + c/16) HW + p) 16 + c % 16 holds bf16_bits of the NCHW element, for every class
-// of float (normals, subnormals, inf, NaN, signed zeros), position counts with and without a
-// tail of fewer than 16 (49, 196, 16, 5), several images and channel blocks; and
-// blocked16_to_nchw (an fp32 output back) returns every bit to its NCHW place.
-TEST(OneDnnBf16, BlockedMovesPutEachElementInItsPlace) {
-  for (const int64_t hw : {49, 196, 16, 5}) {
-    const int64_t n = 3, c = 32, cb = c / 16;
-    std::vector<float> x(static_cast<size_t>(n * c * hw));
-    uint64_t s = 0x2545f4914f6cdd1dull + static_cast<uint64_t>(hw);
-    for (float& v : x) {
-      s = s * 6364136223846793005ull + 1442695040888963407ull;
-      v = from_bits(static_cast<uint32_t>(s >> 32));
-    }
-    x[0] = -0.0f, x[1] = from_bits(0x00008000), x[2] = std::numeric_limits<float>::quiet_NaN();
-    std::vector<uint16_t> y(x.size(), 0x1234);
-    host::nchw_to_blocked16_bf16(n * cb, hw, x.data(), y.data());
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t ch = 0; ch < c; ++ch)
-        for (int64_t p = 0; p < hw; ++p) {
-          const float v = x[static_cast<size_t>((i * c + ch) * hw + p)];
-          const size_t at = static_cast<size_t>(((i * cb + ch / 16) * hw + p) * 16 + ch % 16);
-          ASSERT_EQ(y[at], bf16_bits(v)) << "hw " << hw << " image " << i << " channel " << ch << " position " << p;
+// nchw_to_c16_bf16 (a bf16 convolution input into nChw16c, step 16, or NHWC, step C): every
+// element lands where the format tag's formula puts it and holds bf16_bits of the NCHW
+// element, for every class of float (normals, subnormals, inf, NaN, signed zeros), position
+// counts with and without a tail of fewer than 16 (49, 196, 16, 5), several images and 16, 32
+// and 48 channels; nchw_to_c16 (an fp32 input) copies every bit there, and c16_to_nchw (an
+// fp32 output back) returns every bit to its NCHW place.
+TEST(OneDnnBf16, ChannelMinorMovesPutEachElementInItsPlace) {
+  for (const bool nhwc : {false, true})
+    for (const int64_t c : {16, 32, 48})
+      for (const int64_t hw : {49, 196, 16, 5}) {
+        const int64_t n = 3, groups = n * c / 16, step = nhwc ? c : 16;
+        std::vector<float> x(static_cast<size_t>(n * c * hw));
+        uint64_t s = 0x2545f4914f6cdd1dull + static_cast<uint64_t>(hw * c);
+        for (float& v : x) {
+          s = s * 6364136223846793005ull + 1442695040888963407ull;
+          v = from_bits(static_cast<uint32_t>(s >> 32));
         }
-    // and back (fp32, blocked16_to_nchw): every bit where it came from
-    std::vector<float> back(x.size(), 7.0f);
-    host::blocked16_to_nchw(n * cb, hw, blocked(x, n, c, hw).data(), back.data());
-    ASSERT_EQ(0, std::memcmp(back.data(), x.data(), x.size() * sizeof(float))) << "hw " << hw;
-  }
+        x[0] = -0.0f, x[1] = from_bits(0x00008000), x[2] = std::numeric_limits<float>::quiet_NaN();
+        std::vector<uint16_t> y(x.size(), 0x1234);
+        host::nchw_to_c16_bf16(groups, hw, step, x.data(), y.data());
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t ch = 0; ch < c; ++ch)
+            for (int64_t p = 0; p < hw; ++p) {
+              const float v = x[static_cast<size_t>((i * c + ch) * hw + p)];
+              ASSERT_EQ(y[channel_minor_at(nhwc, c, hw, i, ch, p)], bf16_bits(v))
+                  << (nhwc ? "NHWC" : "nChw16c") << " c " << c << " hw " << hw << " image " << i << " channel " << ch
+                  << " position " << p;
+            }
+        // an fp32 input (nchw_to_c16): every bit where the formula puts it
+        std::vector<float> moved(x.size(), 7.0f);
+        host::nchw_to_c16(groups, hw, step, x.data(), moved.data());
+        const std::vector<float> want = channel_minor(x, nhwc, n, c, hw);
+        ASSERT_EQ(0, std::memcmp(moved.data(), want.data(), x.size() * sizeof(float)))
+            << (nhwc ? "NHWC" : "nChw16c") << " c " << c << " hw " << hw;
+        // and back (fp32, c16_to_nchw): every bit where it came from
+        std::vector<float> back(x.size(), 7.0f);
+        host::c16_to_nchw(groups, hw, step, channel_minor(x, nhwc, n, c, hw).data(), back.data());
+        ASSERT_EQ(0, std::memcmp(back.data(), x.data(), x.size() * sizeof(float)))
+            << (nhwc ? "NHWC" : "nChw16c") << " c " << c << " hw " << hw;
+      }
 }
 
 // ---- GEMM ---------------------------------------------------------------------------------
@@ -473,8 +491,8 @@ TEST(OneDnnConv, Bf16MatchesIm2colOnRoundedInputs) {
 // (ties to even included: 1 + 2^-8 and 1 + 3 2^-8); a subnormal gives either its PyTorch
 // rounding or 0 (oneDNN's reorder flushes it). Magnitudes 1e-30 to 1e30, both signs. (No NaN:
 // the zero weights of the window would carry it to its neighbours, 0 NaN = NaN.) 32 channels
-// go through nchw_to_blocked16_bf16 where the primitive takes nChw16c, which keeps
-// subnormals (BlockedMovesPutEachElementInItsPlace); the bf16 dot product may still
+// go through nchw_to_c16_bf16 where the primitive takes nChw16c or NHWC, which keeps
+// subnormals (ChannelMinorMovesPutEachElementInItsPlace); the bf16 dot product may still
 // flush them.
 TEST(OneDnnConv, Bf16InputRoundingIsPyTorchsForNormalValues) {
   const WindowGeom g = geom(32, 6, 32, 3, 1, 1);

@@ -214,7 +214,7 @@ TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceTransformer) { check_model(kG
 TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceResNet) { check_model(kResNetDeck); }
 // 16 and 32 channels in bf16: the host's oneDNN convolutions take nChw16c, the fused
 // backward's convolutions convert their output gradient once for both passes (the split
-// backward converts it in each), the inputs move by nchw_to_blocked16_bf16.
+// backward converts it in each), the inputs move by nchw_to_c16_bf16.
 TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceResNetBf16Blocked) {
   const char* wide =
       "[data]\nsource = \"synthetic\"\nshape = [3, 8, 8]\nclasses = 5\n[model]\n"

@@ -1,16 +1,26 @@
-// Moves between pipetrain's NCHW activations and oneDNN's channel-blocked nChw16c (format
-// tag aBcd16b: element (n, c, p) of a [N, C, H W] tensor at ((n C/16 + c/16) H W + p) 16 +
-// c % 16), for C a multiple of 16, around the convolutions (onednn_conv.cpp's feed and drain):
-//  - nchw_to_blocked16_bf16: a bf16 input, y = bf16_bits of each value (PyTorch's rounding:
+// Moves between pipetrain's NCHW activations and the two channel-minor layouts oneDNN's
+// convolutions choose, for C a multiple of 16, around the convolutions (onednn_conv.cpp's feed
+// and drain). In both, the 16 channels of a group at one position are 16 consecutive values,
+// and positions follow each other `step` values apart:
+//  - nChw16c (format tag aBcd16b; AVX-512 kernels): step 16, group g's first value at 16 g HW;
+//  - NHWC (acdb; the AMX brgconv kernels): step C, image n's group j's first value at
+//    n C HW + 16 j.
+// Both are the same formula: with per = step / 16 groups in an image's row of channels,
+// group g = n per + j starts at n per 16 HW + 16 j.
+//  - nchw_to_c16_bf16: a bf16 input, y = bf16_bits of each value (PyTorch's rounding:
 //    nearest even, subnormals kept, NaN 0x7FC0);
-//  - blocked16_to_nchw: an fp32 output back, an exact copy.
-// A block of 16 channels is 16 planes of H W values in NCHW and H W rows of 16 values in
-// nChw16c, so each 16 x 16 tile is transposed in registers (GCC vector shuffles); H W % 16
-// trailing positions go one by one. Why not oneDNN's reorders, which make the same bits: on a
-// Zen 4 core, 128x16x28x28, fp32 -> bf16 blocked took 0.42 ms in cache and 0.68 from memory
-// there, 0.18 and 0.41 here; blocked -> NCHW 0.19 and 0.63 there, 0.20 and 0.44 here
-// (2026-12-04). fp32 inputs (NCHW -> nChw16c) stay oneDNN's: the same kernel was no faster.
+//  - nchw_to_c16: an fp32 input, an exact copy;
+//  - c16_to_nchw: an fp32 output back, an exact copy.
+// A group of 16 channels is 16 planes of H W values in NCHW and H W rows of 16 values here,
+// so each 16 x 16 tile is transposed in registers (GCC vector shuffles); H W % 16 trailing
+// positions go one by one. Why not oneDNN's reorders, which make the same bits: on a Zen 4
+// core, 128x16x28x28, fp32 -> bf16 blocked took 0.42 ms in cache and 0.68 from memory there,
+// 0.18 and 0.41 here; blocked -> NCHW 0.19 and 0.63 there, 0.20 and 0.44 here (2026-12-04).
+// On the AMX Xeon, oneDNN's generic reorders into and out of NHWC (jit:uni, jit:blk) took as
+// long as the convolutions between them (ResNet bf16, ONEDNN_VERBOSE, 2026-12-06), and its
+// fp32 reorder into nChw16c (jit:blk) 0.32 ms a call against 1.1 ms for the convolution.
 #include "onednn.hpp"
+#include "pipetrain/error.hpp"
 #include "vec_math.hpp"
 
 namespace pt::host {
@@ -46,7 +56,7 @@ void pair_stage(const vec8q* a, int step, const vec8q& lo, const vec8q& hi, vec8
 
 // r[i] lane j -> o[j] lane i: a 16 x 16 transpose of 32-bit values, the unit that holds one
 // column of consecutive rows growing from 64 bits (after the first shuffle) to 512.
-void transpose32(const vec16i (&r)[16], vec16i (&o)[16]) {
+inline __attribute__((always_inline)) void transpose32(const vec16i (&r)[16], vec16i (&o)[16]) {
   vec8q a[16], b[16], c[16], d[16];
   for (int k = 0; k < 8; ++k) {
     a[2 * k] = bits_as<vec8q>(__builtin_shuffle(r[2 * k], r[2 * k + 1], kLo32));
@@ -75,44 +85,66 @@ void transpose_bf16(const vec16i (&b)[16], uint16_t* out) {
   std::memcpy(out, d, sizeof d);
 }
 
-// For each group of 16 channels (its first value at element base = 16 g hw): tile(base, p) for
-// every full run of 16 positions from p, then tail(base, p) for each position left over.
+// For each group of 16 channels: tile(from, to, p) for every full run of 16 positions from p,
+// then tail(from, to, p) for each position left over; `from` is the group's first value in
+// NCHW (16 g hw), `to` in the channel-minor layout of the given step. An image's groups go
+// position run by position run, so in NHWC each run's rows of C values are written (or read)
+// whole, one after the other.
 template <class Tile, class Tail>
-void for_blocks16(int64_t groups, int64_t hw, Tile tile, Tail tail) {
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t base = g * 16 * hw;
+void for_blocks16(const char* what, int64_t groups, int64_t hw, int64_t step, Tile tile, Tail tail) {
+  PT_CHECK(step % 16 == 0 && step > 0 && groups % (step / 16) == 0,
+           what << ": step " << step << " for " << groups << " groups of 16 channels");
+  const int64_t per = step / 16;
+  for (int64_t image = 0; image < groups / per; ++image) {
+    const int64_t g0 = image * per, to0 = image * per * 16 * hw;
     int64_t p = 0;
-    for (; p + 16 <= hw; p += 16) tile(base, p);
-    for (; p < hw; ++p) tail(base, p);
+    for (; p + 16 <= hw; p += 16)
+      for (int64_t j = 0; j < per; ++j) tile((g0 + j) * 16 * hw, to0 + j * 16, p);
+    for (; p < hw; ++p)
+      for (int64_t j = 0; j < per; ++j) tail((g0 + j) * 16 * hw, to0 + j * 16, p);
   }
+}
+
+// 16 rows of 16 floats, src_ld apart -> their transpose, 16 rows dst_ld apart (exact).
+void transpose_tile(const float* src, int64_t src_ld, float* dst, int64_t dst_ld) {
+  vec16i r[16], o[16];
+  for (int i = 0; i < 16; ++i) r[i] = bits_as<vec16i>(load(src + i * src_ld));
+  transpose32(r, o);
+  for (int i = 0; i < 16; ++i) store(dst + i * dst_ld, bits_as<vec16>(o[i]));
 }
 
 }  // namespace
 
-void nchw_to_blocked16_bf16(int64_t groups, int64_t hw, const float* x, uint16_t* y) {
+void nchw_to_c16_bf16(int64_t groups, int64_t hw, int64_t step, const float* x, uint16_t* y) {
   for_blocks16(
-      groups, hw,
-      [&](int64_t base, int64_t p) {
+      "nchw_to_c16_bf16", groups, hw, step,
+      [&](int64_t from, int64_t to, int64_t p) {
         vec16i b[16];
-        for (int c = 0; c < 16; ++c) b[c] = bf16_bits16(load(x + base + c * hw + p));
-        transpose_bf16(b, y + base + p * 16);
+        for (int c = 0; c < 16; ++c) b[c] = bf16_bits16(load(x + from + c * hw + p));
+        alignas(64) uint16_t t[256];
+        transpose_bf16(b, t);
+        for (int i = 0; i < 16; ++i) std::memcpy(y + to + (p + i) * step, t + 16 * i, 32);
       },
-      [&](int64_t base, int64_t p) {
-        for (int c = 0; c < 16; ++c) y[base + p * 16 + c] = bf16_bits(x[base + c * hw + p]);
+      [&](int64_t from, int64_t to, int64_t p) {
+        for (int c = 0; c < 16; ++c) y[to + p * step + c] = bf16_bits(x[from + c * hw + p]);
       });
 }
 
-void blocked16_to_nchw(int64_t groups, int64_t hw, const float* x, float* y) {
+void nchw_to_c16(int64_t groups, int64_t hw, int64_t step, const float* x, float* y) {
   for_blocks16(
-      groups, hw,
-      [&](int64_t base, int64_t p) {
-        vec16i r[16], o[16];
-        for (int i = 0; i < 16; ++i) r[i] = bits_as<vec16i>(load(x + base + (p + i) * 16));
-        transpose32(r, o);
-        for (int c = 0; c < 16; ++c) store(y + base + c * hw + p, bits_as<vec16>(o[c]));
-      },
-      [&](int64_t base, int64_t p) {
-        for (int c = 0; c < 16; ++c) y[base + c * hw + p] = x[base + p * 16 + c];
+      "nchw_to_c16", groups, hw, step,
+      [&](int64_t from, int64_t to, int64_t p) { transpose_tile(x + from + p, hw, y + to + p * step, step); },
+      [&](int64_t from, int64_t to, int64_t p) {
+        for (int c = 0; c < 16; ++c) y[to + p * step + c] = x[from + c * hw + p];
+      });
+}
+
+void c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const float* x, float* y) {
+  for_blocks16(
+      "c16_to_nchw", groups, hw, step,
+      [&](int64_t from, int64_t to, int64_t p) { transpose_tile(x + to + p * step, step, y + from + p, hw); },
+      [&](int64_t from, int64_t to, int64_t p) {
+        for (int c = 0; c < 16; ++c) y[from + c * hw + p] = x[to + p * step + c];
       });
 }
 

@@ -17,8 +17,8 @@ enum class Fp32Kernels { rule, openblas, onednn };
 
 class HostBackend;
 
-// The host's fused kernels (fused.hpp): linear + bias on oneDNN's matmul (host_gemm.cpp) and
-// the causal attention core (attention_kernel.cpp).
+// The host's fused kernels (fused.hpp): linear + bias on oneDNN's matmul (host_gemm.cpp), the
+// causal attention core (attention_kernel.cpp) and batch norm + add + ReLU (batchnorm.cpp).
 class HostFused final : public FusedKernels {
  public:
   explicit HostFused(HostBackend& hb);
@@ -29,6 +29,9 @@ class HostFused final : public FusedKernels {
   bool attention() const override { return attention_; }
   void attention_forward(const AttentionGeom& g, CView qkv, View P, View o) override;
   void attention_backward(const AttentionGeom& g, CView qkv, CView P, const float* dout, View dqkv) override;
+  // the epilogue in the normalisation's pass (batchnorm.cpp)
+  void batchnorm_forward(bool training, const BnArgs& a, const float* x, float* y, const float* add,
+                         bool relu) override;
 
  private:
   // bf16: the products on oneDNN's matmul

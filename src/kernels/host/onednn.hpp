@@ -26,12 +26,15 @@ namespace pt::host {
 // y[i] = bf16_bits(x[i]) for i < n (vectorised; PyTorch's rounding, see backend.hpp).
 void to_bf16(size_t n, const float* x, uint16_t* y);
 
-// NCHW fp32 -> oneDNN's nChw16c (aBcd16b) bf16 for `groups` = N C / 16 blocks of 16 channels
-// of hw positions each, y = bf16_bits of each value (blocked_layout.cpp): a bf16
-// convolution's input where its primitive chose the blocked layout.
-void nchw_to_blocked16_bf16(int64_t groups, int64_t hw, const float* x, uint16_t* y);
-// The way back for fp32 outputs: nChw16c -> NCHW, an exact copy.
-void blocked16_to_nchw(int64_t groups, int64_t hw, const float* x, float* y);
+// NCHW fp32 -> a channel-minor layout, bf16, for `groups` = N C / 16 groups of 16 channels
+// of hw positions each, positions `step` values apart: 16 for oneDNN's nChw16c (aBcd16b), C
+// for NHWC (acdb); y = bf16_bits of each value (blocked_layout.cpp): a bf16 convolution's
+// input where its primitive chose one of them.
+void nchw_to_c16_bf16(int64_t groups, int64_t hw, int64_t step, const float* x, uint16_t* y);
+// The same move for an fp32 input, an exact copy.
+void nchw_to_c16(int64_t groups, int64_t hw, int64_t step, const float* x, float* y);
+// The way back for fp32 outputs: nChw16c or NHWC -> NCHW, an exact copy.
+void c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const float* x, float* y);
 
 // One strided-batched GEMM: C_b = alpha op(A_b) op(B_b) + beta C_b, row-major, b < batch,
 // X_b = X + b * stride_x. batch == 1 is a plain gemm (strides unused).

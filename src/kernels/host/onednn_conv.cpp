@@ -4,12 +4,13 @@
 // format_tag::any, so oneDNN picks its preferred (blocked) layouts; the reorders from and to
 // the caller's layout are built with it and cached in the plan, with the memory they need.
 // bf16: x, w and dy go to bf16 in the same pass that brings them into the primitive's
-// layout: blocked_layout.cpp's kernel where that is nChw16c with C % 16 == 0 (PyTorch's
+// layout: blocked_layout.cpp's kernel where that is nChw16c or NHWC with C % 16 == 0 (PyTorch's
 // rounding exactly), otherwise oneDNN's reorder (rounding to nearest even as PyTorch, NaN
 // 0x7FC0; a subnormal input, |x| < 1.2e-38, becomes a signed zero where PyTorch keeps a bf16
 // subnormal); where the primitive takes the plain layout, to_bf16 (PyTorch's rounding
-// exactly) rounds into plan-owned NCHW copies. Outputs (y, dx, dw, db) are fp32 (y and dx
-// come back from nChw16c by blocked_layout.cpp's exact copy, else by a reorder). dx is
+// exactly) rounds into plan-owned NCHW copies. fp32 inputs go into nChw16c or NHWC (C % 16
+// == 0) by blocked_layout.cpp's exact copy, else by a reorder. Outputs (y, dx, dw, db) are
+// fp32 (y and dx come back from nChw16c or NHWC by the exact copy, else by a reorder). dx is
 // overwritten; dw and db are computed into plan-owned fp32 buffers and then added to the
 // caller's (dw += ..., db += ...), in index order. Backward data and backward weights are independent primitives, so a call for
 // dx alone or for dw/db alone is bitwise the same as the call that asks for all three.
@@ -49,14 +50,19 @@ md as_f32(const md& m) {
 // written in place, or an output accumulated into the caller's tensor through port.acc.
 enum class Role { input, output, accumulate };
 
-// N C / 16 where `user` is an NCHW fp32 tensor and `prim` the same tensor in nChw16c with
-// C % 16 == 0, bf16 for an input and fp32 for an output (the moves blocked_layout.cpp
-// makes); else 0 (a oneDNN reorder).
-int64_t blocked16_groups(const md& user, const md& prim, Role role) {
+// N C / 16 where `user` is an NCHW fp32 tensor with C % 16 == 0 and `prim` the same tensor in
+// nChw16c or NHWC, bf16 or fp32 for an input and fp32 for an output (the moves
+// blocked_layout.cpp makes), with the step between positions there (16 or C); else 0 (a
+// oneDNN reorder).
+int64_t channels16_groups(const md& user, const md& prim, Role role, int64_t* step) {
   const dims d = user.dims();
-  if (d.size() != 4 || d[1] % 16 != 0 || user != md(d, dt::f32, tag::nchw)) return 0;
-  const dt t = role == Role::input ? dt::bf16 : dt::f32;
-  return role != Role::accumulate && prim == md(d, t, tag::nChw16c) ? d[0] * d[1] / 16 : 0;
+  if (d.size() != 4 || d[1] % 16 != 0 || user != md(d, dt::f32, tag::nchw) || role == Role::accumulate) return 0;
+  const dt t = prim.data_type();
+  if (t != dt::f32 && (t != dt::bf16 || role != Role::input)) return 0;
+  if (prim == md(d, t, tag::nChw16c)) *step = 16;
+  else if (prim == md(d, t, tag::nhwc)) *step = d[1];
+  else return 0;
+  return d[0] * d[1] / 16;
 }
 
 // The caller's memory (user_md) and the primitive's (prim_md), with the reorder between them
@@ -82,8 +88,9 @@ void make_port(Port& port, const dnnl::engine& eng, const md& user_md, const md&
     return;
   }
   port.prim = dnnl::memory(prim_md, eng);
-  if ((port.blocked16 = blocked16_groups(user, prim_md, role)) > 0) {
+  if ((port.groups16 = channels16_groups(user, prim_md, role, &port.step)) > 0) {
     port.hw = user.dims()[2] * user.dims()[3];
+    port.rounds = prim_md.data_type() == dt::bf16;
     return;
   }
   port.reorder = role == Role::input ? dnnl::reorder(port.user, port.prim) : dnnl::reorder(port.prim, port.user);
@@ -94,16 +101,19 @@ void make_port(Port& port, const dnnl::engine& eng, const md& user_md, const md&
 void feed(Port& port, dnnl::stream& s, const float* x) {
   if (!port.bf16.empty()) to_bf16(port.bf16.size(), x, port.bf16.data());
   else port.user.set_data_handle(const_cast<float*>(x));
-  if (port.blocked16 > 0)
-    nchw_to_blocked16_bf16(port.blocked16, port.hw, x, static_cast<uint16_t*>(port.prim.get_data_handle()));
+  void* to = port.groups16 > 0 ? port.prim.get_data_handle() : nullptr;
+  if (to && port.rounds)
+    nchw_to_c16_bf16(port.groups16, port.hw, port.step, x, static_cast<uint16_t*>(to));
+  else if (to)
+    nchw_to_c16(port.groups16, port.hw, port.step, x, static_cast<float*>(to));
   else if (port.reorders())
     port.reorder.execute(s, port.user, port.prim);
 }
 
 void drain(Port& port, dnnl::stream& s) {
-  if (port.blocked16 > 0)
-    blocked16_to_nchw(port.blocked16, port.hw, static_cast<const float*>(port.prim.get_data_handle()),
-                      static_cast<float*>(port.user.get_data_handle()));
+  if (port.groups16 > 0)
+    c16_to_nchw(port.groups16, port.hw, port.step, static_cast<const float*>(port.prim.get_data_handle()),
+                static_cast<float*>(port.user.get_data_handle()));
   else if (port.reorders())
     port.reorder.execute(s, port.prim, port.user);
 }

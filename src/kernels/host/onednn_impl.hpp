@@ -20,16 +20,17 @@ namespace pt::host {
 // the primitive takes in the plain layout, the rounded copy in `bf16`) and the primitive's
 // (its preferred layout), with the move between them (user -> primitive for inputs, which
 // also rounds a bf16 input; primitive -> user for outputs) when they differ: a bf16 input
-// from NCHW to nChw16c and an fp32 output from nChw16c to NCHW by blocked_layout.cpp's
-// kernels (`blocked16` groups of 16 channels of `hw` positions), any other pair by a oneDNN
-// reorder.
+// (or an fp32 input's exact copy) from NCHW to nChw16c or NHWC and an fp32 output back to
+// NCHW by blocked_layout.cpp's kernels (`groups16` groups of 16 channels of `hw` positions,
+// `step` values apart in the primitive's layout), any other pair by a oneDNN reorder.
 struct Port {
   dnnl::memory user, prim;
-  dnnl::reorder reorder;            // empty when prim is user or blocked16 moves it
-  int64_t blocked16 = 0, hw = 0;    // > 0: blocked_layout.cpp moves it
+  dnnl::reorder reorder;                   // empty when prim is user or groups16 moves it
+  int64_t groups16 = 0, hw = 0, step = 0;  // groups16 > 0: blocked_layout.cpp moves it
+  bool rounds = false;                     // that move rounds to bf16 (else an exact copy)
   std::vector<uint16_t> bf16;       // bf16 inputs: the rounded copy the user memory points to
   std::vector<float> acc;           // accumulated outputs: the result before it is added
-  bool reorders() const { return static_cast<bool>(reorder) || blocked16 > 0; }
+  bool reorders() const { return static_cast<bool>(reorder) || groups16 > 0; }
 };
 
 struct MatmulPlan {
