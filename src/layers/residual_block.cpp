@@ -105,8 +105,8 @@ class ResidualBlock final : public Layer {
     v.ds = k.take(O()), v.dc2 = k.take(O()), v.db1 = k.take(O()), v.dc1 = k.take(O()), v.dcp = proj_ ? k.take(O()) : nullptr;
     return v;
   }
-  // Which convolutions' weight gradients the input half computed already (the fused backward):
-  // conv2's, and conv1's with the shortcut's (only where there is a dx).
+  // Which weight gradients the input half computed already (the fused backward): conv2's,
+  // conv1's with the shortcut's (only where there is a dx), and the batch norms'.
   struct ConvGradsDone {
     bool conv2, conv1, norms;
   };
