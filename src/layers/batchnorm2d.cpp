@@ -23,7 +23,7 @@ void ChannelNorm::forward(const LayerCtx& c, ParamView w, const float* x, float*
 
 void ChannelNorm::backward_input(Backend& be, const float* w, const float* x, const float* stats, const float* dy,
                                  float* dx, int64_t n) const {
-  if (dx) be.batchnorm_backward(n, C, HW, eps, x, w, stats, stats + C, dy, dx, nullptr, nullptr);
+  if (dx) backward(be, w, x, stats, dy, dx, nullptr, n);
 }
 
 void ChannelNorm::backward(Backend& be, const float* w, const float* x, const float* stats, const float* dy, float* dx,
@@ -33,7 +33,7 @@ void ChannelNorm::backward(Backend& be, const float* w, const float* x, const fl
 
 void ChannelNorm::backward_weight(Backend& be, const float* w, const float* x, const float* stats, const float* dy,
                                   float* dw, int64_t n) const {
-  be.batchnorm_backward(n, C, HW, eps, x, w, stats, stats + C, dy, nullptr, dw, dw + C);
+  backward(be, w, x, stats, dy, nullptr, dw, n);
 }
 
 namespace {
