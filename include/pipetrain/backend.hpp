@@ -61,6 +61,7 @@ struct ConvKernelBytes {
   int64_t kept = 0, scratchpad = 0, scratch = 0;
 };
 
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -119,19 +120,29 @@ class Backend {
   virtual void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) = 0;
   virtual void bias_grad_rows(CView dy, float* db, int64_t rows, int64_t cols) = 0;
 
-  // Convolution over n samples in precision p. w: [c_out, c_in, k, k]; b may be null.
+  // Convolution over n samples in precision p. w: [c_out, c_in, k, k]; b may be null. The
+  // activations lie as `io` says (the same values, bit for bit, in any layout).
   virtual void conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
-                              float* y, Precision p) = 0;
+                              float* y, Precision p, ConvLayouts io = {}) = 0;
   // dw, db accumulate (+=); dx is overwritten. Any of dx, dw, db may be null: the split
   // backward asks for dx alone (I) and for dw, db alone (W), each bitwise as in one call.
   virtual void conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
-                               float* dx, float* dw, float* db, Precision p) = 0;
+                               float* dx, float* dw, float* db, Precision p, ConvLayouts io = {}) = 0;
+  // The layout this backend's kernels for the convolution g of n samples take their input and
+  // output in, where a caller keeping its activations so saves the moves around every pass
+  // (host: the one oneDNN picks, nchw16c or nhwc, when it picks the same for x and y of the
+  // forward and C % 16 == 0); nchw where there is none (the default).
+  virtual ImageLayout conv_layout(const WindowGeom& g, int64_t n, Precision p) { return ImageLayout::nchw; }
+  // y = x moved from layout `from` to `to` (n images of C channels, HW positions; exact).
+  virtual void relayout(int64_t n, int64_t C, int64_t HW, ImageLayout from, const float* x, ImageLayout to,
+                        float* y) = 0;
 
   // Pooling. Max pooling stores the flat input index of each maximum in `argmax`.
   // ConvKernelBytes of a convolution of n samples with (bias) a bias: its forward, and with
-  // `train` its weight pass and (data) its data pass, in precision p; nothing by default.
+  // `train` its weight pass and (data) its data pass, in precision p, its activations as io
+  // says; nothing by default.
   virtual ConvKernelBytes conv_kernel_bytes(const WindowGeom& g, int64_t n, bool bias, bool train, bool data,
-                                            Precision p) {
+                                            Precision p, ConvLayouts io = {}) {
     return {};
   }
   virtual void maxpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y, int32_t* argmax) = 0;
@@ -234,23 +245,26 @@ class Backend {
   virtual void mean_rows(int64_t rows, int64_t cols, const float* x, float* y) = 0;
   virtual void mean_rows_backward(int64_t rows, int64_t cols, const float* dy, float* dx) = 0;
 
-  // ---- batch normalisation over NCHW batches, per channel (spatial), fp32 statistics --------
+  // ---- batch normalisation over image batches, per channel (spatial), fp32 statistics --------
+  // x, y, dy and dx lie in `layout` (the same bits in any).
 
   // Training: batch mean and biased variance over (n, H, W) normalise x; save_mean and
   // save_invstd ([C]) keep (mean, 1/sqrt(var + eps)) for backward; when running_mean is not
   // null, running = (1 - momentum) running + momentum batch, the variance unbiased (PyTorch).
   virtual void batchnorm_forward_training(int64_t n, int64_t C, int64_t HW, float eps, float momentum, const float* x,
                                           const float* gamma, const float* beta, float* y, float* save_mean,
-                                          float* save_invstd, float* running_mean, float* running_var) = 0;
+                                          float* save_invstd, float* running_mean, float* running_var,
+                                          ImageLayout layout = ImageLayout::nchw) = 0;
   // Evaluation: y = (x - running_mean) / sqrt(running_var + eps) * gamma + beta.
   virtual void batchnorm_forward_inference(int64_t n, int64_t C, int64_t HW, float eps, const float* x,
                                            const float* gamma, const float* beta, const float* running_mean,
-                                           const float* running_var, float* y) = 0;
+                                           const float* running_var, float* y,
+                                           ImageLayout layout = ImageLayout::nchw) = 0;
   // dx is overwritten; dgamma and dbeta accumulate; dx, or dgamma and dbeta (together), may
   // be null (the split backward's halves; each bitwise as in the full call).
   virtual void batchnorm_backward(int64_t n, int64_t C, int64_t HW, float eps, const float* x, const float* gamma,
                                   const float* save_mean, const float* save_invstd, const float* dy, float* dx,
-                                  float* dgamma, float* dbeta) = 0;
+                                  float* dgamma, float* dbeta, ImageLayout layout = ImageLayout::nchw) = 0;
 
   // Reductions returned to the host.
   virtual double sum(size_t n, const float* x) = 0;

@@ -12,6 +12,8 @@
 // ParamView: a layer's parameters as the layers read them, the fp32 values and (where the
 // stage holds the weight version in bf16) the same values as a bf16 array, with the
 // version's id; a product takes operand(dtype). No pointer registry maps one to the other.
+// ImageLayout: how a batch of images lies (NCHW, or channel-minor as a convolution library
+// takes it), for the operations that take image batches (Backend's convolution, batch norm).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,22 @@
 #include "pipetrain/device.hpp"
 
 namespace pt {
+
+// How a batch of n images of C channels and HW positions lies in memory. nchw: each channel's
+// H W plane in turn. The other two need C % 16 == 0: channels in groups of 16, the 16 values
+// of a group at one position consecutive; nchw16c (oneDNN's nChw16c): a group's HW positions
+// 16 values apart, the groups of an image in turn; nhwc: an image's C values of one position
+// consecutive (C values between positions). The convolution of the layer that keeps its
+// activations so between its own operations (the residual block) asks conv_layout.
+enum class ImageLayout : uint8_t { nchw, nchw16c, nhwc };
+// The step between positions of a group of 16 channels (16 or C), 0 for nchw.
+inline int64_t layout_step(ImageLayout l, int64_t C) {
+  return l == ImageLayout::nchw ? 0 : l == ImageLayout::nchw16c ? 16 : C;
+}
+// A convolution's activations: x and dx in `in`, y and dy in `out`.
+struct ConvLayouts {
+  ImageLayout in = ImageLayout::nchw, out = ImageLayout::nchw;
+};
 
 enum class DType : unsigned char { f32, bf16 };
 

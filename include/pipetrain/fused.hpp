@@ -58,6 +58,7 @@ class FusedKernels {
     const float *gamma, *beta;
     float *save_mean, *save_invstd;     // training
     float *running_mean, *running_var;  // training: updated when given; inference: read
+    ImageLayout layout = ImageLayout::nchw;  // of x, add and y
   };
   virtual void batchnorm_forward(bool training, const BnArgs& a, const float* x, float* y, const float* add, bool relu);
 

@@ -134,10 +134,14 @@ class Layer {
   virtual int64_t aux_per_sample() const { return 0; }
   // Floats per sample of scratch (LayerCtx::work) a forward or backward call needs.
   virtual int64_t workspace_per_sample() const { return 0; }
-  // The convolutions it runs (geometry; with a bias), for the memory model's kernel bytes (Backend::conv_kernel_bytes).
+  // The convolutions it runs (geometry; with a bias), for the memory model's kernel bytes
+  // (Backend::conv_kernel_bytes); with `keeps_layout`, its activations lie in the layout the
+  // backend's convolution `layout_of` takes (Backend::conv_layout; the residual block).
   struct ConvUse {
     WindowGeom g;
     bool bias = false;
+    bool keeps_layout = false;
+    WindowGeom layout_of{};
   };
   virtual std::vector<ConvUse> convolutions() const { return {}; }
   // Split backward of a composite layer (transformer_block, residual_block, attention,

@@ -17,9 +17,10 @@ void FusedKernels::batchnorm_forward(bool training, const BnArgs& a, const float
                                      bool relu) {
   if (training)
     be_.batchnorm_forward_training(a.n, a.C, a.HW, a.eps, a.momentum, x, a.gamma, a.beta, y, a.save_mean,
-                                   a.save_invstd, a.running_mean, a.running_var);
+                                   a.save_invstd, a.running_mean, a.running_var, a.layout);
   else
-    be_.batchnorm_forward_inference(a.n, a.C, a.HW, a.eps, x, a.gamma, a.beta, a.running_mean, a.running_var, y);
+    be_.batchnorm_forward_inference(a.n, a.C, a.HW, a.eps, x, a.gamma, a.beta, a.running_mean, a.running_var, y,
+                                    a.layout);
   const size_t count = static_cast<size_t>(a.n * a.C * a.HW);
   if (add) be_.axpy(count, 1.0f, add, y);
   if (relu) be_.relu_forward(count, y, y);

@@ -17,7 +17,7 @@ void ChannelNorm::forward(const LayerCtx& c, ParamView w, const float* x, float*
                           const float* add, bool relu) const {
   PT_CHECK(c.training || state, "batch norm in evaluation without its running statistics (LayerCtx::state is null)");
   const FusedKernels::BnArgs a{n,     C,         HW, eps, momentum, w, w + C, stats, stats ? stats + C : nullptr,
-                               state, state ? state + C : nullptr};
+                               state, state ? state + C : nullptr, layout};
   c.be.fused().batchnorm_forward(c.training, a, x, y, add, relu);
 }
 
@@ -28,7 +28,7 @@ void ChannelNorm::backward_input(Backend& be, const float* w, const float* x, co
 
 void ChannelNorm::backward(Backend& be, const float* w, const float* x, const float* stats, const float* dy, float* dx,
                            float* dw, int64_t n) const {
-  be.batchnorm_backward(n, C, HW, eps, x, w, stats, stats + C, dy, dx, dw, dw ? dw + C : nullptr);
+  be.batchnorm_backward(n, C, HW, eps, x, w, stats, stats + C, dy, dx, dw, dw ? dw + C : nullptr, layout);
 }
 
 void ChannelNorm::backward_weight(Backend& be, const float* w, const float* x, const float* stats, const float* dy,

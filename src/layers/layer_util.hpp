@@ -177,6 +177,7 @@ struct RowNorm {
 struct ChannelNorm {
   int64_t C = 0, HW = 0;
   float eps = 1e-5f, momentum = 0.1f;
+  ImageLayout layout = ImageLayout::nchw;  // of x, y, dy, dx (and add)
   int64_t size() const { return 2 * C; }
   void init_state(float* host) const;  // mean 0, variance 1
   // y = bn(x), then + add (n C HW values, when given), then ReLU (relu): FusedKernels::

@@ -8,6 +8,12 @@
 // Backward = input half (every inner output gradient into `keep`) then weight half; the fused
 // backward asks each convolution for its input and weight gradients in one call (the
 // backend converts the output gradient once), the weight half then does the rest.
+// Inside the block the activations (x's copy, the convolutions' outputs, the batch norms',
+// the inner gradients) lie in the layout the backend's convolution takes (conv_layout:
+// oneDNN's nChw16c or NHWC on the host), so no convolution moves its operands: the block
+// moves x in and y out, dy in and dx out (four moves instead of ten or more), and the batch
+// norms work in that layout (the same bits in every layout). NCHW where the backend has no
+// such layout (CUDA) or the channels are not a multiple of 16.
 #include <algorithm>
 #include <cmath>
 
@@ -38,13 +44,17 @@ class ResidualBlock final : public Layer {
   void init_state(float* host) const override {
     for (int i = 0; i < (proj_ ? 3 : 2); ++i) bn_.init_state(host + i * 2 * bn_.C);
   }
-  // conv1 out, relu(bn1) out, conv2 out, [shortcut conv out], batch statistics of each bn
+  // conv1 out, relu(bn1) out, conv2 out, [shortcut conv out], batch statistics of each bn,
+  // x in the inner layout (unused in NCHW)
   std::vector<ConvUse> convolutions() const override {
-    std::vector<ConvUse> c = {{g1_, false}, {g2_, false}};
-    if (proj_) c.push_back({gp_, false});
+    const bool keeps = in_.c() % 16 == 0;  // as inner() decides
+    std::vector<ConvUse> c = {{g1_, false, keeps, g2_}, {g2_, false, keeps, g2_}};
+    if (proj_) c.push_back({gp_, false, keeps, g2_});
     return c;
   }
-  int64_t aux_per_sample() const override { return (proj_ ? 4 : 3) * O() + (proj_ ? 3 : 2) * 2 * bn_.C; }
+  int64_t aux_per_sample() const override {
+    return (proj_ ? 4 : 3) * O() + (proj_ ? 3 : 2) * 2 * bn_.C + in_.numel();
+  }
   // output gradients of bn2 (= the shortcut bn's), conv2, bn1, conv1, [shortcut conv]
   int64_t split_aux_per_sample() const override { return (proj_ ? 5 : 4) * O(); }
   int64_t workspace_per_sample() const override {
@@ -87,15 +97,35 @@ class ResidualBlock final : public Layer {
     return o;
   }
   struct Saved {
-    float *c1, *r1, *c2, *cp, *st1, *st2, *stp;
+    float *c1, *r1, *c2, *cp, *st1, *st2, *stp, *xl;
   };
   Saved saved(const float* aux, int64_t n) const {
     Carve s{const_cast<float*>(aux), n};
     Saved v;
     v.c1 = s.take(O()), v.r1 = s.take(O()), v.c2 = s.take(O()), v.cp = proj_ ? s.take(O()) : nullptr;
     v.st1 = s.take(2 * bn_.C), v.st2 = s.take(2 * bn_.C), v.stp = proj_ ? s.take(2 * bn_.C) : nullptr;
+    v.xl = s.take(in_.numel());
     return v;
   }
+  // The inner layout for n samples (see the top), the batch norms in it, and x as the
+  // convolutions read it (x itself in NCHW, else its copy in aux).
+  struct Inner {
+    ImageLayout l;
+    ChannelNorm bn;
+    ConvLayouts io;
+    const float* x;
+    bool nchw() const { return l == ImageLayout::nchw; }
+  };
+  Inner inner(const LayerCtx& c, const float* x, const Saved& s, int64_t n) const {
+    Inner in;
+    in.l = in_.c() % 16 == 0 ? c.be.conv_layout(g2_, n, c.precision) : ImageLayout::nchw;  // as convolutions()
+    in.bn = bn_;
+    in.bn.layout = in.l;
+    in.io = {in.l, in.l};
+    in.x = in.nchw() ? x : s.xl;
+    return in;
+  }
+  int64_t in_hw() const { return in_.h() * in_.w(); }
   struct Kept {
     float *ds, *dc2, *db1, *dc1, *dcp;
   };
@@ -159,16 +189,20 @@ void ResidualBlock::forward(const LayerCtx& c, ParamView w, const float* x, floa
   const Saved s = saved(aux, n);
   float* st = c.state;
   const int64_t S = 2 * bn_.C;  // state floats per batch norm
-  be.conv2d_forward(g1_, n, x, w + o.c1, nullptr, s.c1, c.precision);
-  bn_.forward(c, w + o.b1, s.c1, s.r1, s.st1, st, n, nullptr, true);
-  be.conv2d_forward(g2_, n, s.r1, w + o.c2, nullptr, s.c2, c.precision);
-  const float* shortcut = x;
+  const Inner in = inner(c, x, s, n);
+  if (!in.nchw()) be.relayout(n, in_.c(), in_hw(), ImageLayout::nchw, x, in.l, s.xl);
+  be.conv2d_forward(g1_, n, in.x, w + o.c1, nullptr, s.c1, c.precision, in.io);
+  in.bn.forward(c, w + o.b1, s.c1, s.r1, s.st1, st, n, nullptr, true);
+  be.conv2d_forward(g2_, n, s.r1, w + o.c2, nullptr, s.c2, c.precision, in.io);
+  const float* shortcut = in.x;
   if (proj_) {
-    be.conv2d_forward(gp_, n, x, w + o.cp, nullptr, s.cp, c.precision);
-    bn_.forward(c, w + o.bp, s.cp, c.work, s.stp, st ? st + 2 * S : nullptr, n);
+    be.conv2d_forward(gp_, n, in.x, w + o.cp, nullptr, s.cp, c.precision, in.io);
+    in.bn.forward(c, w + o.bp, s.cp, c.work, s.stp, st ? st + 2 * S : nullptr, n);
     shortcut = c.work;
   }
-  bn_.forward(c, w + o.b2, s.c2, y, s.st2, st ? st + S : nullptr, n, shortcut, true);  // relu(bn2 + shortcut)
+  float* out = in.nchw() ? y : c.work + (proj_ ? n * O() : 0);
+  in.bn.forward(c, w + o.b2, s.c2, out, s.st2, st ? st + S : nullptr, n, shortcut, true);  // relu(bn2 + shortcut)
+  if (!in.nchw()) be.relayout(n, bn_.C, bn_.HW, in.l, out, ImageLayout::nchw, y);
 }
 
 void ResidualBlock::input_half(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy,
@@ -177,24 +211,31 @@ void ResidualBlock::input_half(const LayerCtx& c, ParamView w, const float* x, c
   const Offsets o = off();
   const Saved s = saved(aux, n);
   const Kept k = kept(keep, n);
+  const Inner in = inner(c, x, s, n);
   const size_t no = static_cast<size_t>(n * O());
   float* dr1 = c.work;
   float* dxp = c.work + n * O();
   auto dw_of = [&](int64_t off) { return dw_convs ? dw_convs + off : nullptr; };
-  be.relu_backward(no, y, dy, k.ds);
-  bn_.backward(be, w + o.b2, s.c2, s.st2, k.ds, k.dc2, dw_of(o.b2), n);
-  be.conv2d_backward(g2_, n, s.r1, w + o.c2, k.dc2, dr1, dw_of(o.c2), nullptr, c.precision);
+  be.relu_backward(no, y, dy, in.nchw() ? k.ds : dr1);  // dr1: NCHW scratch until conv2's dx
+  if (!in.nchw()) be.relayout(n, bn_.C, bn_.HW, ImageLayout::nchw, dr1, in.l, k.ds);
+  in.bn.backward(be, w + o.b2, s.c2, s.st2, k.ds, k.dc2, dw_of(o.b2), n);
+  be.conv2d_backward(g2_, n, s.r1, w + o.c2, k.dc2, dr1, dw_of(o.c2), nullptr, c.precision, in.io);
   be.relu_backward(no, s.r1, dr1, k.db1);
-  bn_.backward(be, w + o.b1, s.c1, s.st1, k.db1, k.dc1, dw_of(o.b1), n);
-  if (proj_) bn_.backward(be, w + o.bp, s.cp, s.stp, k.ds, k.dcp, dw_of(o.bp), n);
+  in.bn.backward(be, w + o.b1, s.c1, s.st1, k.db1, k.dc1, dw_of(o.b1), n);
+  if (proj_) in.bn.backward(be, w + o.bp, s.cp, s.stp, k.ds, k.dcp, dw_of(o.bp), n);
   if (!dx) return;
-  be.conv2d_backward(g1_, n, x, w + o.c1, k.dc1, dx, dw_of(o.c1), nullptr, c.precision);
+  // dx in the inner layout: dx itself in NCHW, else dxp (moved into dx at the end, the
+  // shortcut's dx in dx meanwhile)
+  float* dxa = in.nchw() ? dx : dxp;
+  be.conv2d_backward(g1_, n, in.x, w + o.c1, k.dc1, dxa, dw_of(o.c1), nullptr, c.precision, in.io);
   if (proj_) {
-    be.conv2d_backward(gp_, n, x, w + o.cp, k.dcp, dxp, dw_of(o.cp), nullptr, c.precision);
-    be.axpy(static_cast<size_t>(n * in_.numel()), 1.0f, dxp, dx);
+    float* dxs = in.nchw() ? dxp : dx;
+    be.conv2d_backward(gp_, n, in.x, w + o.cp, k.dcp, dxs, dw_of(o.cp), nullptr, c.precision, in.io);
+    be.axpy(static_cast<size_t>(n * in_.numel()), 1.0f, dxs, dxa);
   } else {
-    be.axpy(no, 1.0f, k.ds, dx);
+    be.axpy(no, 1.0f, k.ds, dxa);
   }
+  if (!in.nchw()) be.relayout(n, in_.c(), in_hw(), in.l, dxa, ImageLayout::nchw, dx);
 }
 
 void ResidualBlock::weight_half(const LayerCtx& c, ParamView w, const float* x, float* dw, const float* aux,
@@ -203,13 +244,15 @@ void ResidualBlock::weight_half(const LayerCtx& c, ParamView w, const float* x, 
   const Offsets o = off();
   const Saved s = saved(aux, n);
   const Kept k = kept(keep, n);
-  if (!done.conv2) be.conv2d_backward(g2_, n, s.r1, w + o.c2, k.dc2, nullptr, dw + o.c2, nullptr, c.precision);
-  if (!done.norms) bn_.backward_weight(be, w + o.b2, s.c2, s.st2, k.ds, dw + o.b2, n);
-  if (!done.conv1) be.conv2d_backward(g1_, n, x, w + o.c1, k.dc1, nullptr, dw + o.c1, nullptr, c.precision);
-  if (!done.norms) bn_.backward_weight(be, w + o.b1, s.c1, s.st1, k.db1, dw + o.b1, n);
+  const Inner in = inner(c, x, s, n);
+  const Precision p = c.precision;
+  if (!done.conv2) be.conv2d_backward(g2_, n, s.r1, w + o.c2, k.dc2, nullptr, dw + o.c2, nullptr, p, in.io);
+  if (!done.norms) in.bn.backward_weight(be, w + o.b2, s.c2, s.st2, k.ds, dw + o.b2, n);
+  if (!done.conv1) be.conv2d_backward(g1_, n, in.x, w + o.c1, k.dc1, nullptr, dw + o.c1, nullptr, p, in.io);
+  if (!done.norms) in.bn.backward_weight(be, w + o.b1, s.c1, s.st1, k.db1, dw + o.b1, n);
   if (!proj_) return;
-  if (!done.conv1) be.conv2d_backward(gp_, n, x, w + o.cp, k.dcp, nullptr, dw + o.cp, nullptr, c.precision);
-  if (!done.norms) bn_.backward_weight(be, w + o.bp, s.cp, s.stp, k.ds, dw + o.bp, n);
+  if (!done.conv1) be.conv2d_backward(gp_, n, in.x, w + o.cp, k.dcp, nullptr, dw + o.cp, nullptr, p, in.io);
+  if (!done.norms) in.bn.backward_weight(be, w + o.bp, s.cp, s.stp, k.ds, dw + o.bp, n);
 }
 
 LayerType residual_block_type() {

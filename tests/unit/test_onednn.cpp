@@ -17,6 +17,8 @@
 //     library time from operand conversion;
 //   - dx alone and dw/db alone are bitwise the fused backward; two calls are bitwise equal;
 //     the default rule gives bitwise the kernel it names; oneDNN runs one thread;
+//   - activations in nChw16c or NHWC (ConvLayouts, relayout): convolution (fp32 and bf16) and
+//     batch norm give, moved back to NCHW, the NCHW calls' bits;
 //   - with CUDA=1 (Cuda* tests, skipped without a device): the CUDA backend's bf16 rounding,
 //     GEMMs and convolutions against the host's bf16 kernels.
 #include <gtest/gtest.h>
@@ -609,6 +611,107 @@ TEST(OneDnnConv, NoBiasForwardAndWeightsWithoutBiasGradient) {
 }
 
 // ---- threads and descriptions -------------------------------------------------------------
+
+// ---- activations in the convolution's layout (ImageLayout; the residual block) ----------
+
+// x moved into layout l and back (relayout), bitwise x; and a copy of v in layout l.
+std::vector<float> in_layout(Backend& be, const std::vector<float>& v, int64_t n, int64_t C, int64_t HW, ImageLayout l) {
+  std::vector<float> out(v.size()), back(v.size());
+  be.relayout(n, C, HW, ImageLayout::nchw, v.data(), l, out.data());
+  be.relayout(n, C, HW, l, out.data(), ImageLayout::nchw, back.data());
+  EXPECT_EQ(std::memcmp(back.data(), v.data(), v.size() * sizeof(float)), 0) << "relayout round trip";
+  if (l != ImageLayout::nchw && C > 16) EXPECT_NE(std::memcmp(out.data(), v.data(), v.size() * sizeof(float)), 0);
+  return out;
+}
+
+// A convolution whose activations lie in nChw16c or NHWC (ConvLayouts) gives, moved back to
+// NCHW, the bits of the NCHW call: forward, the fused backward and its split halves, fp32
+// (the rule's kernels: the 1x1 stride-2 case runs its fp32 data pass on im2col, through NCHW
+// copies) and bf16. And conv_layout names one of the three layouts.
+TEST(OneDnnConv, ActivationsInTheConvolutionsLayoutGiveTheNchwBits) {
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    Host h(Fp32Kernels::rule, p);
+    Backend& be = *h.be;
+    for (const ConvData& d : {conv_data(geom(16, 9, 16, 3, 1, 1), 3, 81), conv_data(geom(16, 10, 32, 3, 2, 1), 2, 82),
+                              conv_data(geom(16, 10, 32, 1, 2, 0), 2, 83), conv_data(geom(32, 7, 48, 3, 1, 1), 2, 84)}) {
+      const WindowGeom& g = d.g;
+      const int64_t hi = g.h_in * g.w_in, ho = g.h_out * g.w_out;
+      const ImageLayout named = be.conv_layout(g, d.n, p);
+      EXPECT_TRUE(named == ImageLayout::nchw || named == ImageLayout::nchw16c || named == ImageLayout::nhwc);
+      const ConvOut want = run_conv(be, p, d, d.x, d.w, d.dy);
+      for (ImageLayout l : {ImageLayout::nchw16c, ImageLayout::nhwc}) {
+        SCOPED_TRACE(testing::Message() << precision_name(p) << " layout " << static_cast<int>(l) << " c_in " << g.c_in
+                                        << " c_out " << g.c_out << " k " << g.kernel << " s " << g.stride);
+        const ConvLayouts io{l, l};
+        const std::vector<float> x = in_layout(be, d.x, d.n, g.c_in, hi, l), dy = in_layout(be, d.dy, d.n, g.c_out, ho, l);
+        std::vector<float> y(d.ys()), dx(d.xs()), dw = d.dw0, db = d.db0, dx2(d.xs()), dw2 = d.dw0, db2 = d.db0;
+        be.conv2d_forward(g, d.n, x.data(), d.w.data(), d.b.data(), y.data(), p, io);
+        be.conv2d_backward(g, d.n, x.data(), d.w.data(), dy.data(), dx.data(), dw.data(), db.data(), p, io);
+        be.conv2d_backward(g, d.n, x.data(), d.w.data(), dy.data(), dx2.data(), nullptr, nullptr, p, io);
+        be.conv2d_backward(g, d.n, x.data(), d.w.data(), dy.data(), nullptr, dw2.data(), db2.data(), p, io);
+        std::vector<float> yn(d.ys()), dxn(d.xs()), dxn2(d.xs());
+        be.relayout(d.n, g.c_out, ho, l, y.data(), ImageLayout::nchw, yn.data());
+        be.relayout(d.n, g.c_in, hi, l, dx.data(), ImageLayout::nchw, dxn.data());
+        be.relayout(d.n, g.c_in, hi, l, dx2.data(), ImageLayout::nchw, dxn2.data());
+        EXPECT_TRUE(same(yn, want.y)) << "y";
+        EXPECT_TRUE(same(dxn, want.dx) && same(dxn2, want.dx)) << "dx";
+        EXPECT_TRUE(same(dw, want.dw) && same(dw2, want.dw) && same(db, want.db) && same(db2, want.db)) << "dw, db";
+      }
+    }
+  }
+}
+
+// Batch norm with its epilogue and its backward in nChw16c and NHWC give, moved back to
+// NCHW, the bits of the NCHW calls: y, the saved and running statistics, dx, dgamma and
+// dbeta, in training and evaluation; 16, 32 and 48 channels, 49 and 15 positions (no
+// multiple of the 16 lanes).
+TEST(HostBatchNorm, ChannelMinorLayoutsGiveTheNchwBits) {
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  Host h(Fp32Kernels::rule, Precision::fp32);
+  Backend& be = *h.be;
+  struct Case { int64_t n, C, HW; };
+  for (const Case k : {Case{3, 16, 49}, Case{2, 32, 15}, Case{2, 48, 49}}) {
+    const size_t count = static_cast<size_t>(k.n * k.C * k.HW), c = static_cast<size_t>(k.C);
+    const std::vector<float> x = random_vec(count, 91), add = random_vec(count, 92), dy = random_vec(count, 93);
+    const std::vector<float> gb = random_vec(2 * c, 94);
+    std::vector<float> var = random_vec(c, 95);
+    for (float& v : var) v = std::fabs(v) + 0.5f;
+    struct Out { std::vector<float> y, stats, rmean, rvar, dx, dg; };
+    auto run = [&](ImageLayout l, bool training) {
+      Out o{std::vector<float>(count), std::vector<float>(2 * c), random_vec(c, 96), var, std::vector<float>(count),
+            std::vector<float>(2 * c, 0.5f)};
+      const std::vector<float> xl = in_layout(be, x, k.n, k.C, k.HW, l), al = in_layout(be, add, k.n, k.C, k.HW, l),
+                               dyl = in_layout(be, dy, k.n, k.C, k.HW, l);
+      std::vector<float> yl(count), dxl(count);
+      const FusedKernels::BnArgs a{k.n, k.C, k.HW, 1e-5f, 0.1f, gb.data(), gb.data() + k.C, o.stats.data(),
+                                   o.stats.data() + k.C, o.rmean.data(), o.rvar.data(), l};
+      be.fused().batchnorm_forward(training, a, xl.data(), yl.data(), al.data(), true);
+      if (training)
+        be.batchnorm_backward(k.n, k.C, k.HW, 1e-5f, xl.data(), gb.data(), o.stats.data(), o.stats.data() + k.C,
+                              dyl.data(), dxl.data(), o.dg.data(), o.dg.data() + k.C, l);
+      be.relayout(k.n, k.C, k.HW, l, yl.data(), ImageLayout::nchw, o.y.data());
+      be.relayout(k.n, k.C, k.HW, l, dxl.data(), ImageLayout::nchw, o.dx.data());
+      return o;
+    };
+    for (const bool training : {true, false}) {
+      const Out want = run(ImageLayout::nchw, training);
+      for (ImageLayout l : {ImageLayout::nchw16c, ImageLayout::nhwc}) {
+        SCOPED_TRACE(testing::Message() << "C " << k.C << " HW " << k.HW << " layout " << static_cast<int>(l)
+                                        << " training " << training);
+        const Out got = run(l, training);
+        EXPECT_TRUE(same(got.y, want.y)) << "y";
+        EXPECT_TRUE(same(got.stats, want.stats) && same(got.rmean, want.rmean) && same(got.rvar, want.rvar))
+            << "statistics";
+        EXPECT_TRUE(same(got.dx, want.dx) && same(got.dg, want.dg)) << "dx, dgamma, dbeta";
+      }
+    }
+  }
+}
 
 // Backend::kernel_clock, what `pipetrain profile` splits each layer's time with: a product
 // advances product_s; OpenBLAS converts nothing (convert_s exactly unchanged); oneDNN in bf16

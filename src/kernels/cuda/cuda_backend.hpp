@@ -93,10 +93,13 @@ class CudaBackend final : public Backend {
   void bias_add_rows(float* y, const float* b, int64_t rows, int64_t cols) override;
   void bias_grad_rows(CView dy, float* db, int64_t rows, int64_t cols) override;  // bf16 dy: cuda_bf16.cu
 
+  // Activations in NCHW only (conv_layout keeps the default: nchw); other layouts are refused.
   void conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
-                      float* y, Precision p) override;
+                      float* y, Precision p, ConvLayouts io = {}) override;
   void conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy, float* dx,
-                       float* dw, float* db, Precision p) override;
+                       float* dw, float* db, Precision p, ConvLayouts io = {}) override;
+  void relayout(int64_t n, int64_t C, int64_t HW, ImageLayout from, const float* x, ImageLayout to,
+                float* y) override;
   void maxpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y, int32_t* argmax) override;
   void maxpool_backward(const WindowGeom& g, int64_t n, const float* dy, const int32_t* argmax, float* dx) override;
   void avgpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y) override;
@@ -145,13 +148,14 @@ class CudaBackend final : public Backend {
   void mean_rows_backward(int64_t rows, int64_t cols, const float* dy, float* dx) override;
   void batchnorm_forward_training(int64_t n, int64_t C, int64_t HW, float eps, float momentum, const float* x,
                                   const float* gamma, const float* beta, float* y, float* save_mean, float* save_invstd,
-                                  float* running_mean, float* running_var) override;
+                                  float* running_mean, float* running_var,
+                                  ImageLayout layout = ImageLayout::nchw) override;
   void batchnorm_forward_inference(int64_t n, int64_t C, int64_t HW, float eps, const float* x, const float* gamma,
                                    const float* beta, const float* running_mean, const float* running_var,
-                                   float* y) override;
+                                   float* y, ImageLayout layout = ImageLayout::nchw) override;
   void batchnorm_backward(int64_t n, int64_t C, int64_t HW, float eps, const float* x, const float* gamma,
                           const float* save_mean, const float* save_invstd, const float* dy, float* dx, float* dgamma,
-                          float* dbeta) override;
+                          float* dbeta, ImageLayout layout = ImageLayout::nchw) override;
   double sum(size_t n, const float* x) override;
   double sum_squares(size_t n, const float* x) override;
   bool all_finite(size_t n, const float* x) override;

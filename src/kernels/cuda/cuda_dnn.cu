@@ -208,8 +208,21 @@ void CudaBackend::release_dnn_plans() {
   bn_plans_.clear();
 }
 
+namespace {
+void require_nchw(const char* what, ImageLayout l) {
+  PT_CHECK(l == ImageLayout::nchw, what << ": the CUDA backend takes NCHW activations only");
+}
+}  // namespace
+
+void CudaBackend::relayout(int64_t n, int64_t C, int64_t HW, ImageLayout from, const float* x, ImageLayout to,
+                           float* y) {
+  PT_CHECK(from == to, "relayout: the CUDA backend keeps NCHW activations only");
+  copy(y, x, static_cast<size_t>(n * C * HW));
+}
+
 void CudaBackend::conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
-                                 float* y, Precision prec) {
+                                 float* y, Precision prec, ConvLayouts io) {
+  require_nchw("conv2d_forward", io.in), require_nchw("conv2d_forward", io.out);
   if (n == 0) return;
   if (prec == Precision::bf16) {
     conv2d_forward_bf16(g, n, x, w, b, y);
@@ -224,7 +237,8 @@ void CudaBackend::conv2d_forward(const WindowGeom& g, int64_t n, const float* x,
 
 // dx overwritten (beta 0), dw and db accumulate (beta 1), as the interface says.
 void CudaBackend::conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
-                                  float* dx, float* dw, float* db, Precision prec) {
+                                  float* dx, float* dw, float* db, Precision prec, ConvLayouts io) {
+  require_nchw("conv2d_backward", io.in), require_nchw("conv2d_backward", io.out);
   if (n == 0) return;
   if (prec == Precision::bf16) {
     conv2d_backward_bf16(g, n, x, w, dy, dx, dw, db);
@@ -299,7 +313,8 @@ float* CudaBackend::bn_scratch(size_t n) {
 void CudaBackend::batchnorm_forward_training(int64_t n, int64_t C, int64_t HW, float eps, float momentum,
                                              const float* x, const float* gamma, const float* beta, float* y,
                                              float* save_mean, float* save_invstd, float* running_mean,
-                                             float* running_var) {
+                                             float* running_var, ImageLayout layout) {
+  require_nchw("batchnorm_forward_training", layout);
   if (n == 0) return;
   BnPlan& p = bn_plan(n, C, HW);
   const float one = 1.0f, zero = 0.0f;
@@ -311,7 +326,8 @@ void CudaBackend::batchnorm_forward_training(int64_t n, int64_t C, int64_t HW, f
 
 void CudaBackend::batchnorm_forward_inference(int64_t n, int64_t C, int64_t HW, float eps, const float* x,
                                               const float* gamma, const float* beta, const float* running_mean,
-                                              const float* running_var, float* y) {
+                                              const float* running_var, float* y, ImageLayout layout) {
+  require_nchw("batchnorm_forward_inference", layout);
   if (n == 0) return;
   BnPlan& p = bn_plan(n, C, HW);
   const float one = 1.0f, zero = 0.0f;
@@ -324,7 +340,8 @@ void CudaBackend::batchnorm_forward_inference(int64_t n, int64_t C, int64_t HW, 
 // them gets them in scratch, so each half is bitwise the full call.
 void CudaBackend::batchnorm_backward(int64_t n, int64_t C, int64_t HW, float eps, const float* x, const float* gamma,
                                      const float* save_mean, const float* save_invstd, const float* dy, float* dx,
-                                     float* dgamma, float* dbeta) {
+                                     float* dgamma, float* dbeta, ImageLayout layout) {
+  require_nchw("batchnorm_backward", layout);
   if (n == 0) return;
   BnPlan& p = bn_plan(n, C, HW);
   const float one = 1.0f, zero = 0.0f;

@@ -10,7 +10,8 @@
 //  - nchw_to_c16_bf16: a bf16 input, y = bf16_bits of each value (PyTorch's rounding:
 //    nearest even, subnormals kept, NaN 0x7FC0);
 //  - nchw_to_c16: an fp32 input, an exact copy;
-//  - c16_to_nchw: an fp32 output back, an exact copy.
+//  - c16_to_nchw: an fp32 output back, an exact copy;
+//  - HostBackend::relayout: the two exact copies behind Backend::relayout.
 // A group of 16 channels is 16 planes of H W values in NCHW and H W rows of 16 values here,
 // so each 16 x 16 tile is transposed in registers (GCC vector shuffles); H W % 16 trailing
 // positions go one by one. Why not oneDNN's reorders, which make the same bits: on a Zen 4
@@ -19,6 +20,7 @@
 // On the AMX Xeon, oneDNN's generic reorders into and out of NHWC (jit:uni, jit:blk) took as
 // long as the convolutions between them (ResNet bf16, ONEDNN_VERBOSE, 2026-12-06), and its
 // fp32 reorder into nChw16c (jit:blk) 0.32 ms a call against 1.1 ms for the convolution.
+#include "host_backend.hpp"
 #include "onednn.hpp"
 #include "pipetrain/error.hpp"
 #include "vec_math.hpp"
@@ -146,6 +148,19 @@ void c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const float* x, float
       [&](int64_t from, int64_t to, int64_t p) {
         for (int c = 0; c < 16; ++c) y[from + c * hw + p] = x[to + p * step + c];
       });
+}
+
+// Backend::relayout: NCHW to and from nChw16c or NHWC by the moves above; nChw16c and NHWC
+// are the same bytes for C = 16 (a copy), and no move goes between them otherwise.
+void HostBackend::relayout(int64_t n, int64_t C, int64_t HW, ImageLayout from, const float* x, ImageLayout to,
+                           float* y) {
+  const int64_t count = n * C * HW;
+  if (from == to || (C == 16 && from != ImageLayout::nchw && to != ImageLayout::nchw))
+    return copy(y, x, static_cast<size_t>(count));
+  PT_CHECK(C % 16 == 0 && (from == ImageLayout::nchw || to == ImageLayout::nchw),
+           "relayout of " << C << " channels between two channel-minor layouts (or C % 16 != 0)");
+  if (from == ImageLayout::nchw) nchw_to_c16(n * C / 16, HW, layout_step(to, C), x, y);
+  else c16_to_nchw(n * C / 16, HW, layout_step(from, C), x, y);
 }
 
 }  // namespace pt::host

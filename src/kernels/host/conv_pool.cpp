@@ -1,6 +1,8 @@
 // Host convolution and pooling kernels, NCHW. Convolution: oneDNN (onednn_conv.cpp) in bf16
 // and for the fp32 shapes the measured rule gives it; otherwise im2col + one OpenBLAS GEMM
-// over a group of samples (the reference the oneDNN kernels are tested against).
+// over a group of samples (the reference the oneDNN kernels are tested against). A
+// convolution's activations may lie in nChw16c or NHWC (ConvLayouts): oneDNN takes them so;
+// around an im2col pass they are moved into NCHW copies and the results back.
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -85,37 +87,83 @@ void col2im(const WindowGeom& g, int64_t gs, const float* col, float* dx) {
 
 }  // namespace
 
+// im2col's passes take NCHW: where the caller keeps an activation in another layout (io),
+// ImCopies holds its NCHW copies (layout_ws_, grown once), moved in and out around the pass.
+struct HostBackend::ImCopies {
+  HostBackend& be;
+  const WindowGeom& g;
+  int64_t n;
+  ConvLayouts io;
+  float *x = nullptr, *y = nullptr;  // NCHW copies of the input side (x, dx) and output side (y, dy)
+  ImCopies(HostBackend& b, const WindowGeom& geom, int64_t samples, ConvLayouts l) : be(b), g(geom), n(samples), io(l) {
+    const size_t in = static_cast<size_t>(n * g.c_in * g.h_in * g.w_in), out = static_cast<size_t>(n * g.c_out * g.h_out * g.w_out);
+    if (be.layout_ws_.size() < in + out) be.layout_ws_.resize(in + out);
+    x = be.layout_ws_.data(), y = x + in;
+  }
+  int64_t hw_in() const { return g.h_in * g.w_in; }
+  int64_t hw_out() const { return g.h_out * g.w_out; }
+  const float* in(const float* p) {
+    if (io.in == ImageLayout::nchw) return p;
+    be.relayout(n, g.c_in, hw_in(), io.in, p, ImageLayout::nchw, x);
+    return x;
+  }
+  const float* out(const float* p) {
+    if (io.out == ImageLayout::nchw) return p;
+    be.relayout(n, g.c_out, hw_out(), io.out, p, ImageLayout::nchw, y);
+    return y;
+  }
+  float* in_result(float* p) { return io.in == ImageLayout::nchw ? p : x; }
+  float* out_result(float* p) { return io.out == ImageLayout::nchw ? p : y; }
+  void in_back(float* p) {
+    if (io.in != ImageLayout::nchw) be.relayout(n, g.c_in, hw_in(), ImageLayout::nchw, x, io.in, p);
+  }
+  void out_back(float* p) {
+    if (io.out != ImageLayout::nchw) be.relayout(n, g.c_out, hw_out(), ImageLayout::nchw, y, io.out, p);
+  }
+};
+
 void HostBackend::conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
-                                 float* y, Precision p) {
+                                 float* y, Precision p, ConvLayouts io) {
   if (n == 0) return;
-  if (onednn_conv(g, n, ConvPass::forward, p)) onednn().conv_forward(p, g, n, x, w, b, y);
-  else im2col_conv_forward(g, n, x, w, b, y);
+  if (onednn_conv(g, n, ConvPass::forward, p)) return onednn().conv_forward(p, g, n, x, w, b, y, io);
+  ImCopies c(*this, g, n, io);
+  im2col_conv_forward(g, n, c.in(x), w, b, c.out_result(y));
+  c.out_back(y);
 }
 
 // The weight pass (dw, db) and the data pass (dx) are computed independently, each by the
 // library the rule gives its pass: dx alone and dw/db alone are bitwise the fused call.
 void HostBackend::conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
-                                  float* dx, float* dw, float* db, Precision p) {
+                                  float* dx, float* dw, float* db, Precision p, ConvLayouts io) {
   if (n == 0) return;
-  if (dx && (dw || db) && onednn_conv(g, n, ConvPass::backward_weights, p) &&
-      onednn_conv(g, n, ConvPass::backward_data, p)) {
-    onednn().conv_backward(p, g, n, x, w, dy, dx, dw, db);  // dy converted once for both passes
-    return;
-  }
+  const bool dnn_w = onednn_conv(g, n, ConvPass::backward_weights, p), dnn_d = onednn_conv(g, n, ConvPass::backward_data, p);
+  if (dx && (dw || db) && dnn_w && dnn_d) return onednn().conv_backward(p, g, n, x, w, dy, dx, dw, db, io);  // dy converted once for both passes
   if (dw || db) {
-    if (onednn_conv(g, n, ConvPass::backward_weights, p)) onednn().conv_backward_weights(p, g, n, x, dy, dw, db);
-    else im2col_conv_backward(g, n, x, w, dy, nullptr, dw, db);
+    if (dnn_w) {
+      onednn().conv_backward_weights(p, g, n, x, dy, dw, db, io);
+    } else {
+      ImCopies c(*this, g, n, io);
+      im2col_conv_backward(g, n, c.in(x), w, c.out(dy), nullptr, dw, db);
+    }
   }
   if (dx) {
-    if (onednn_conv(g, n, ConvPass::backward_data, p)) onednn().conv_backward_data(p, g, n, w, dy, dx);
-    else im2col_conv_backward(g, n, x, w, dy, dx, nullptr, nullptr);
+    if (dnn_d) return onednn().conv_backward_data(p, g, n, w, dy, dx, io);
+    ImCopies c(*this, g, n, io);
+    im2col_conv_backward(g, n, nullptr, w, c.out(dy), c.in_result(dx), nullptr, nullptr);
+    c.in_back(dx);
   }
 }
 
+ImageLayout HostBackend::conv_layout(const WindowGeom& g, int64_t n, Precision p) {
+  return onednn_conv(g, n, ConvPass::forward, p) ? onednn().conv_layout(p, g, n) : ImageLayout::nchw;
+}
+
 // Each pass by the library the rule gives it: oneDNN keeps its plan's ports (conv_pass_bytes)
-// and grows its scratchpad; im2col grows the backend's workspace (the sizes of the calls above).
+// and grows its scratchpad; im2col grows the backend's workspace (the sizes of the calls above)
+// and, with activations outside NCHW, ImCopies' (counted with the workspace: both grow to
+// their largest request, which is one im2col pass's in these layers).
 ConvKernelBytes HostBackend::conv_kernel_bytes(const WindowGeom& g, int64_t n, bool bias, bool train, bool data,
-                                               Precision p) {
+                                               Precision p, ConvLayouts io) {
   ConvKernelBytes k;
   if (n <= 0) return k;
   const int64_t K = g.c_in * g.kernel * g.kernel, GP = group_size(g, n) * g.h_out * g.w_out;
@@ -123,11 +171,14 @@ ConvKernelBytes HostBackend::conv_kernel_bytes(const WindowGeom& g, int64_t n, b
     if (pass != ConvPass::forward && (!train || (pass == ConvPass::backward_data && !data))) continue;
     if (onednn_conv(g, n, pass, p)) {
       int64_t pad = 0;
-      k.kept += onednn().conv_pass_bytes(p, g, n, pass, bias, &pad);
+      k.kept += onednn().conv_pass_bytes(p, g, n, pass, bias, &pad, io);
       k.scratchpad = std::max(k.scratchpad, pad);
     } else {
       const int64_t cols = pass == ConvPass::forward ? K : 2 * K;
-      k.scratch = std::max<int64_t>(k.scratch, (cols * GP + g.c_out * GP) * 4);
+      const int64_t copies = io.in == ImageLayout::nchw && io.out == ImageLayout::nchw
+                                 ? 0
+                                 : n * (g.c_in * g.h_in * g.w_in + g.c_out * g.h_out * g.w_out);
+      k.scratch = std::max<int64_t>(k.scratch, (cols * GP + g.c_out * GP + copies) * 4);
     }
   }
   return k;

@@ -71,9 +71,12 @@ class HostBackend final : public Backend {
   void add(size_t n, const float* a, const float* b, float* y) override;
 
   void conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
-                      float* y, Precision p) override;
+                      float* y, Precision p, ConvLayouts io = {}) override;
   void conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy, float* dx,
-                       float* dw, float* db, Precision p) override;
+                       float* dw, float* db, Precision p, ConvLayouts io = {}) override;
+  ImageLayout conv_layout(const WindowGeom& g, int64_t n, Precision p) override;
+  void relayout(int64_t n, int64_t C, int64_t HW, ImageLayout from, const float* x, ImageLayout to,
+                float* y) override;
   void maxpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y, int32_t* argmax) override;
   void maxpool_backward(const WindowGeom& g, int64_t n, const float* dy, const int32_t* argmax, float* dx) override;
   void avgpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y) override;
@@ -119,13 +122,14 @@ class HostBackend final : public Backend {
   void mean_rows_backward(int64_t rows, int64_t cols, const float* dy, float* dx) override;
   void batchnorm_forward_training(int64_t n, int64_t C, int64_t HW, float eps, float momentum, const float* x,
                                   const float* gamma, const float* beta, float* y, float* save_mean, float* save_invstd,
-                                  float* running_mean, float* running_var) override;
+                                  float* running_mean, float* running_var,
+                                  ImageLayout layout = ImageLayout::nchw) override;
   void batchnorm_forward_inference(int64_t n, int64_t C, int64_t HW, float eps, const float* x, const float* gamma,
                                    const float* beta, const float* running_mean, const float* running_var,
-                                   float* y) override;
+                                   float* y, ImageLayout layout = ImageLayout::nchw) override;
   void batchnorm_backward(int64_t n, int64_t C, int64_t HW, float eps, const float* x, const float* gamma,
                           const float* save_mean, const float* save_invstd, const float* dy, float* dx, float* dgamma,
-                          float* dbeta) override;
+                          float* dbeta, ImageLayout layout = ImageLayout::nchw) override;
   double sum(size_t n, const float* x) override;
   bool all_finite(size_t n, const float* x) override;
   double sum_squares(size_t n, const float* x) override;
@@ -138,7 +142,7 @@ class HostBackend final : public Backend {
   void labels_from_host(int32_t* dst, const int32_t* host, size_t n) override;
 
   ConvKernelBytes conv_kernel_bytes(const WindowGeom& g, int64_t n, bool bias, bool train, bool data,
-                                    Precision p) override;
+                                    Precision p, ConvLayouts io = {}) override;
   void set_fp32_kernels(Fp32Kernels k) { fp32_kernels_ = k; }
   Fp32Kernels fp32_kernels() const { return fp32_kernels_; }
   OneDnn& onednn();  // created on first use
@@ -153,6 +157,8 @@ class HostBackend final : public Backend {
                             float* dx, float* dw, float* db);
   bool onednn_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, Precision p) const;
   bool onednn_conv(const WindowGeom& g, int64_t n, ConvPass pass, Precision p) const;
+  struct ImCopies;  // conv_pool.cpp: NCHW copies around an im2col pass
+  std::vector<float> layout_ws_;  // their memory (grown once)
   // a weight version's bf16 B (CView::version) read by a single product: oneDNN may keep it in
   // that product's layout, keyed by (address, version)
   static void key_weight(GemmArgs& a, CView B);

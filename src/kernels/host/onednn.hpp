@@ -75,23 +75,29 @@ class OneDnn {
 
   // Requires M, N, K >= 1 (the backend handles the empty cases).
   void gemm(Precision p, const GemmArgs& a);
+  // Activations as io says (Backend::conv2d_forward).
   void conv_forward(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
-                    float* y);
-  void conv_backward_data(Precision p, const WindowGeom& g, int64_t n, const float* w, const float* dy, float* dx);
+                    float* y, ConvLayouts io = {});
+  void conv_backward_data(Precision p, const WindowGeom& g, int64_t n, const float* w, const float* dy, float* dx,
+                          ConvLayouts io = {});
   // dw += dL/dw when dw is not null; db += dL/db when db is not null.
   void conv_backward_weights(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* dy, float* dw,
-                             float* db);
+                             float* db, ConvLayouts io = {});
   // Both: the data pass, then the weights pass reading the data pass's converted dy where the
   // two primitives take it in the same layout (one conversion instead of two; bitwise the two
   // calls above).
   void conv_backward(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
-                     float* dx, float* dw, float* db);
+                     float* dx, float* dw, float* db, ConvLayouts io = {});
+  // Backend::conv_layout: the layout the forward primitive picks for x and y, where that is
+  // one of nChw16c and NHWC for both (else nchw).
+  ImageLayout conv_layout(Precision p, const WindowGeom& g, int64_t n);
 
   // What a convolution's plan keeps for one pass (its ports' layout copies, bf16 input copies
   // and accumulators: make_port's allocations), from the primitive descriptors the plan would
   // build, without building it; *scratchpad: the pass's scratchpad (oneDNN's global
   // scratchpad grows to the largest). conv_plans_bytes: the same over the plans built so far.
-  int64_t conv_pass_bytes(Precision p, const WindowGeom& g, int64_t n, ConvPass pass, bool bias, int64_t* scratchpad) const;
+  int64_t conv_pass_bytes(Precision p, const WindowGeom& g, int64_t n, ConvPass pass, bool bias, int64_t* scratchpad,
+                          ConvLayouts io = {}) const;
   int64_t conv_plans_bytes() const;
 
   // Implementation names (primitive_desc::impl_info_str) of the primitives this object uses

@@ -1,6 +1,8 @@
 // oneDNN convolution behind the host backend's conv2d_forward / conv2d_backward: forward
 // (bias fused), backward data, backward weights (bias gradient fused), fp32 and bf16.
-// Contract: the caller's tensors are NCHW fp32 (weights OIHW). Each primitive is created with
+// Contract: the caller's tensors are fp32 (weights OIHW), the activations NCHW or in the
+// layout the caller names (ConvLayouts: nChw16c or NHWC, what conv_layout reports oneDNN
+// takes, so that no move is needed). Each primitive is created with
 // format_tag::any, so oneDNN picks its preferred (blocked) layouts; the reorders from and to
 // the caller's layout are built with it and cached in the plan, with the memory they need.
 // bf16: x, w and dy go to bf16 in the same pass that brings them into the primitive's
@@ -10,7 +12,10 @@
 // subnormal); where the primitive takes the plain layout, to_bf16 (PyTorch's rounding
 // exactly) rounds into plan-owned NCHW copies. fp32 inputs go into nChw16c or NHWC (C % 16
 // == 0) by blocked_layout.cpp's exact copy, else by a reorder. Outputs (y, dx, dw, db) are
-// fp32 (y and dx come back from nChw16c or NHWC by the exact copy, else by a reorder). dx is
+// fp32 (y and dx come back from nChw16c or NHWC by the exact copy, else by a reorder). An
+// activation the caller keeps in the primitive's layout is used in place (fp32) or rounded to
+// bf16 by to_bf16 into the plan's copy in one flat pass (the same bits as the NCHW path's
+// moves). dx is
 // overwritten; dw and db are computed into plan-owned fp32 buffers and then added to the
 // caller's (dw += ..., db += ...), in index order. Backward data and backward weights are independent primitives, so a call for
 // dx alone or for dw/db alone is bitwise the same as the call that asks for all three.
@@ -34,16 +39,30 @@ std::string conv_str(Precision p, const WindowGeom& g, int64_t n) {
 
 md src_md(const WindowGeom& g, int64_t n, dt t, tag f) { return md({n, g.c_in, g.h_in, g.w_in}, t, f); }
 md dst_md(const WindowGeom& g, int64_t n, dt t, tag f) { return md({n, g.c_out, g.h_out, g.w_out}, t, f); }
+tag act_tag(ImageLayout l) {
+  return l == ImageLayout::nchw ? tag::nchw : l == ImageLayout::nchw16c ? tag::nChw16c : tag::nhwc;
+}
 md wei_md(const WindowGeom& g, dt t, tag f) { return md({g.c_out, g.c_in, g.kernel, g.kernel}, t, f); }
 md bias_md(const WindowGeom& g) { return md({g.c_out}, dt::f32, tag::x); }
 
 dims strides(const WindowGeom& g) { return {g.stride, g.stride}; }
 dims pads(const WindowGeom& g) { return {g.padding, g.padding}; }
 
-// The same plain (strided) layout in fp32: the caller's tensor behind a bf16 input.
+// The same layout in fp32: the caller's tensor behind a bf16 input.
 md as_f32(const md& m) {
-  const auto& st = m.data.format_desc.blocking.strides;
-  return md(m.dims(), dt::f32, dims(st, st + m.data.ndims));
+  dnnl_memory_desc_t d = m.data;
+  d.data_type = dnnl_f32;
+  return md(d);
+}
+
+// a and b address the same elements at the same offsets: equal, or both of 16 channels in
+// nChw16c and NHWC (the same bytes for C = 16).
+bool same_bytes(const md& a, const md& b) {
+  if (a == b) return true;
+  const dims d = a.dims();
+  if (d.size() != 4 || d[1] != 16 || b.dims() != d || a.data_type() != b.data_type()) return false;
+  auto c16 = [&](const md& m) { return m == md(d, m.data_type(), tag::nChw16c) || m == md(d, m.data_type(), tag::nhwc); };
+  return c16(a) && c16(b);
 }
 
 // How a port meets the caller: an input (a bf16 one rounded on the way in), an output
@@ -73,7 +92,7 @@ void make_port(Port& port, const dnnl::engine& eng, const md& user_md, const md&
   md user = user_md;
   void* handle = DNNL_MEMORY_NONE;
   const bool bf16_input = role == Role::input && user_md.data_type() == dt::bf16;
-  if (bf16_input && prim_md != user_md) {
+  if (bf16_input && !same_bytes(prim_md, user_md)) {
     user = as_f32(user_md);
   } else if (bf16_input) {
     port.bf16.resize(user_md.get_size() / sizeof(uint16_t));
@@ -82,6 +101,7 @@ void make_port(Port& port, const dnnl::engine& eng, const md& user_md, const md&
     port.acc.resize(user_md.get_size() / sizeof(float));
     handle = port.acc.data();
   }
+  if (same_bytes(prim_md, user)) user = prim_md;
   port.user = dnnl::memory(user, eng, handle);
   if (prim_md == user) {
     port.prim = port.user;
@@ -156,11 +176,11 @@ dnnl::convolution_backward_weights::desc weights_desc(Precision p, const WindowG
 // layout other than the caller's its own memory.
 int64_t port_bytes(const md& user_md, const md& prim_md, Role role) {
   const bool bf16_input = role == Role::input && user_md.data_type() == dt::bf16;
-  const md user = bf16_input && prim_md != user_md ? as_f32(user_md) : user_md;
+  const md user = bf16_input && !same_bytes(prim_md, user_md) ? as_f32(user_md) : user_md;
   int64_t b = 0;
-  if (bf16_input && prim_md == user_md) b += static_cast<int64_t>(user_md.get_size());
+  if (bf16_input && same_bytes(prim_md, user_md)) b += static_cast<int64_t>(user_md.get_size());
   if (role == Role::accumulate) b += static_cast<int64_t>(user_md.get_size());
-  if (prim_md != user) b += static_cast<int64_t>(prim_md.get_size());
+  if (!same_bytes(prim_md, user)) b += static_cast<int64_t>(prim_md.get_size());
   return b;
 }
 
@@ -172,12 +192,13 @@ int64_t port_bytes(const Port& port) {
 
 }  // namespace
 
-ConvPlan& OneDnn::Impl::conv_plan(Precision p, const WindowGeom& g, int64_t n) {
+ConvPlan& OneDnn::Impl::conv_plan(Precision p, const WindowGeom& g, int64_t n, ConvLayouts io) {
   const ConvKey key{static_cast<int64_t>(p), n, g.c_in, g.h_in, g.w_in, g.c_out, g.h_out, g.w_out, g.kernel, g.stride,
-                    g.padding};
+                    g.padding, static_cast<int64_t>(io.in), static_cast<int64_t>(io.out)};
   auto it = convs.find(key);
   if (it != convs.end()) return *it->second;
   auto plan = std::make_unique<ConvPlan>();
+  plan->io = io;
   try {
     plan->hint = dnnl::convolution_forward::primitive_desc(fwd_desc(p, g, n, false), eng);
   } catch (const dnnl::error& e) {
@@ -192,9 +213,9 @@ ConvOp& OneDnn::Impl::conv_fwd(Precision p, ConvPlan& plan, const WindowGeom& g,
   try {
     const dt in = input_type(p);
     const dnnl::convolution_forward::primitive_desc pd(fwd_desc(p, g, n, bias), eng);
-    make_port(op.src, eng, src_md(g, n, in, tag::nchw), pd.src_desc(), Role::input);
+    make_port(op.src, eng, src_md(g, n, in, act_tag(plan.io.in)), pd.src_desc(), Role::input);
     make_port(op.wei, eng, wei_md(g, in, tag::oihw), pd.weights_desc(), Role::input);
-    make_port(op.dst, eng, dst_md(g, n, dt::f32, tag::nchw), pd.dst_desc(), Role::output);
+    make_port(op.dst, eng, dst_md(g, n, dt::f32, act_tag(plan.io.out)), pd.dst_desc(), Role::output);
     if (bias) op.bias = dnnl::memory(bias_md(g), eng, DNNL_MEMORY_NONE);
     op.prim = dnnl::convolution_forward(pd);
     op.impl = pd.impl_info_str();
@@ -211,9 +232,9 @@ ConvOp& OneDnn::Impl::conv_data(Precision p, ConvPlan& plan, const WindowGeom& g
   try {
     const dt in = input_type(p);
     const dnnl::convolution_backward_data::primitive_desc pd(data_desc(p, g, n), eng, plan.hint);
-    make_port(op.src, eng, src_md(g, n, dt::f32, tag::nchw), pd.diff_src_desc(), Role::output);
+    make_port(op.src, eng, src_md(g, n, dt::f32, act_tag(plan.io.in)), pd.diff_src_desc(), Role::output);
     make_port(op.wei, eng, wei_md(g, in, tag::oihw), pd.weights_desc(), Role::input);
-    make_port(op.dst, eng, dst_md(g, n, in, tag::nchw), pd.diff_dst_desc(), Role::input);
+    make_port(op.dst, eng, dst_md(g, n, in, act_tag(plan.io.out)), pd.diff_dst_desc(), Role::input);
     op.prim = dnnl::convolution_backward_data(pd);
     op.impl = pd.impl_info_str();
   } catch (const dnnl::error& e) {
@@ -229,9 +250,9 @@ ConvOp& OneDnn::Impl::conv_weights(Precision p, ConvPlan& plan, const WindowGeom
   try {
     const dt in = input_type(p);
     const dnnl::convolution_backward_weights::primitive_desc pd(weights_desc(p, g, n, bias), eng, plan.hint);
-    make_port(op.src, eng, src_md(g, n, in, tag::nchw), pd.src_desc(), Role::input);
+    make_port(op.src, eng, src_md(g, n, in, act_tag(plan.io.in)), pd.src_desc(), Role::input);
     make_port(op.wei, eng, wei_md(g, dt::f32, tag::oihw), pd.diff_weights_desc(), Role::accumulate);
-    make_port(op.dst, eng, dst_md(g, n, in, tag::nchw), pd.diff_dst_desc(), Role::input);
+    make_port(op.dst, eng, dst_md(g, n, in, act_tag(plan.io.out)), pd.diff_dst_desc(), Role::input);
     if (bias) {
       op.bias_acc.resize(static_cast<size_t>(g.c_out));
       op.bias = dnnl::memory(bias_md(g), eng, op.bias_acc.data());
@@ -246,9 +267,9 @@ ConvOp& OneDnn::Impl::conv_weights(Precision p, ConvPlan& plan, const WindowGeom
 }
 
 void OneDnn::conv_forward(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
-                          float* y) {
+                          float* y, ConvLayouts io) {
   Impl& d = *impl_;
-  ConvOp& op = d.conv_fwd(p, d.conv_plan(p, g, n), g, n, b != nullptr);
+  ConvOp& op = d.conv_fwd(p, d.conv_plan(p, g, n, io), g, n, b != nullptr);
   Lap lap;
   try {
     feed(op.src, d.strm, x);
@@ -273,9 +294,9 @@ void OneDnn::conv_forward(Precision p, const WindowGeom& g, int64_t n, const flo
 }
 
 void OneDnn::conv_backward_data(Precision p, const WindowGeom& g, int64_t n, const float* w, const float* dy,
-                                float* dx) {
+                                float* dx, ConvLayouts io) {
   Impl& d = *impl_;
-  ConvOp& op = d.conv_data(p, d.conv_plan(p, g, n), g, n);
+  ConvOp& op = d.conv_data(p, d.conv_plan(p, g, n, io), g, n);
   Lap lap;
   try {
     feed(op.wei, d.strm, w);
@@ -298,9 +319,9 @@ namespace {
 
 // The weights pass. `fed`, when not null, is the data pass's port for dy, holding it in this
 // primitive's layout already: dy is then not converted again.
-void weights_pass(OneDnn::Impl& d, OneDnn::Clock& clock, Precision p, const WindowGeom& g, int64_t n,
+void weights_pass(OneDnn::Impl& d, OneDnn::Clock& clock, Precision p, const WindowGeom& g, int64_t n, ConvLayouts io,
                   const float* x, const float* dy, const Port* fed, float* dw, float* db) {
-  ConvOp& op = d.conv_weights(p, d.conv_plan(p, g, n), g, n, db != nullptr);
+  ConvOp& op = d.conv_weights(p, d.conv_plan(p, g, n, io), g, n, db != nullptr);
   Lap lap;
   try {
     feed(op.src, d.strm, x);
@@ -326,22 +347,34 @@ void weights_pass(OneDnn::Impl& d, OneDnn::Clock& clock, Precision p, const Wind
 }  // namespace
 
 void OneDnn::conv_backward_weights(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* dy,
-                                   float* dw, float* db) {
-  weights_pass(*impl_, clock_, p, g, n, x, dy, nullptr, dw, db);
+                                   float* dw, float* db, ConvLayouts io) {
+  weights_pass(*impl_, clock_, p, g, n, io, x, dy, nullptr, dw, db);
 }
 
 void OneDnn::conv_backward(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* w,
-                           const float* dy, float* dx, float* dw, float* db) {
-  conv_backward_data(p, g, n, w, dy, dx);
+                           const float* dy, float* dx, float* dw, float* db, ConvLayouts io) {
+  conv_backward_data(p, g, n, w, dy, dx, io);
   Impl& d = *impl_;
-  ConvPlan& plan = d.conv_plan(p, g, n);
+  ConvPlan& plan = d.conv_plan(p, g, n, io);
   const Port& fed = d.conv_data(p, plan, g, n).dst;
   const bool same = d.conv_weights(p, plan, g, n, db != nullptr).dst.prim.get_desc() == fed.prim.get_desc();
-  weights_pass(d, clock_, p, g, n, x, dy, same ? &fed : nullptr, dw, db);
+  weights_pass(d, clock_, p, g, n, io, x, dy, same ? &fed : nullptr, dw, db);
+}
+
+// The layout the forward primitive (format_tag::any) takes x and y in, where both are the
+// same one of nChw16c and NHWC (for C = 16, which are the same bytes: the one it names).
+ImageLayout OneDnn::conv_layout(Precision p, const WindowGeom& g, int64_t n) {
+  if (g.c_in % 16 != 0 || g.c_out % 16 != 0) return ImageLayout::nchw;
+  const ConvPlan& plan = impl_->conv_plan(p, g, n, {});
+  const md src = as_f32(plan.hint.src_desc()), dst = plan.hint.dst_desc();
+  for (ImageLayout l : {ImageLayout::nchw16c, ImageLayout::nhwc})
+    if (same_bytes(src, src_md(g, n, dt::f32, act_tag(l))) && same_bytes(dst, dst_md(g, n, dt::f32, act_tag(l))))
+      return l;
+  return ImageLayout::nchw;
 }
 
 int64_t OneDnn::conv_pass_bytes(Precision p, const WindowGeom& g, int64_t n, ConvPass pass, bool bias,
-                                int64_t* scratchpad) const {
+                                int64_t* scratchpad, ConvLayouts io) const {
   const dnnl::engine& eng = impl_->eng;
   const dt in = input_type(p);
   try {
@@ -349,22 +382,22 @@ int64_t OneDnn::conv_pass_bytes(Precision p, const WindowGeom& g, int64_t n, Con
     if (pass == ConvPass::forward) {
       const dnnl::convolution_forward::primitive_desc pd(fwd_desc(p, g, n, bias), eng);
       *scratchpad = static_cast<int64_t>(pd.scratchpad_desc().get_size());
-      return port_bytes(src_md(g, n, in, tag::nchw), pd.src_desc(), Role::input) +
+      return port_bytes(src_md(g, n, in, act_tag(io.in)), pd.src_desc(), Role::input) +
              port_bytes(wei_md(g, in, tag::oihw), pd.weights_desc(), Role::input) +
-             port_bytes(dst_md(g, n, dt::f32, tag::nchw), pd.dst_desc(), Role::output);
+             port_bytes(dst_md(g, n, dt::f32, act_tag(io.out)), pd.dst_desc(), Role::output);
     }
     if (pass == ConvPass::backward_data) {
       const dnnl::convolution_backward_data::primitive_desc pd(data_desc(p, g, n), eng, hint);
       *scratchpad = static_cast<int64_t>(pd.scratchpad_desc().get_size());
-      return port_bytes(src_md(g, n, dt::f32, tag::nchw), pd.diff_src_desc(), Role::output) +
+      return port_bytes(src_md(g, n, dt::f32, act_tag(io.in)), pd.diff_src_desc(), Role::output) +
              port_bytes(wei_md(g, in, tag::oihw), pd.weights_desc(), Role::input) +
-             port_bytes(dst_md(g, n, in, tag::nchw), pd.diff_dst_desc(), Role::input);
+             port_bytes(dst_md(g, n, in, act_tag(io.out)), pd.diff_dst_desc(), Role::input);
     }
     const dnnl::convolution_backward_weights::primitive_desc pd(weights_desc(p, g, n, bias), eng, hint);
     *scratchpad = static_cast<int64_t>(pd.scratchpad_desc().get_size());
-    return port_bytes(src_md(g, n, in, tag::nchw), pd.src_desc(), Role::input) +
+    return port_bytes(src_md(g, n, in, act_tag(io.in)), pd.src_desc(), Role::input) +
            port_bytes(wei_md(g, dt::f32, tag::oihw), pd.diff_weights_desc(), Role::accumulate) +
-           port_bytes(dst_md(g, n, in, tag::nchw), pd.diff_dst_desc(), Role::input) + (bias ? g.c_out * 4 : 0);
+           port_bytes(dst_md(g, n, in, act_tag(io.out)), pd.diff_dst_desc(), Role::input) + (bias ? g.c_out * 4 : 0);
   } catch (const dnnl::error& e) {
     onednn_fail(conv_str(p, g, n) + " (sizes)", e);
   }
@@ -381,7 +414,7 @@ int64_t OneDnn::conv_plans_bytes() const {
 
 std::string OneDnn::conv_impl(Precision p, const WindowGeom& g, int64_t n) {
   Impl& d = *impl_;
-  ConvPlan& plan = d.conv_plan(p, g, n);
+  ConvPlan& plan = d.conv_plan(p, g, n, {});
   return "fwd " + d.conv_fwd(p, plan, g, n, true).impl + ", bwd_data " + d.conv_data(p, plan, g, n).impl +
          ", bwd_weights " + d.conv_weights(p, plan, g, n, true).impl;
 }

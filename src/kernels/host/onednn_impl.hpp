@@ -64,6 +64,7 @@ struct ConvOp {
 };
 
 struct ConvPlan {
+  ConvLayouts io;                                  // the caller's activations
   dnnl::convolution_forward::primitive_desc hint;  // forward without bias: the backward's hint
   ConvOp fwd[2];      // [has bias]
   ConvOp data;        // backward data
@@ -71,7 +72,7 @@ struct ConvPlan {
 };
 
 using MatmulKey = std::array<int64_t, 18>;
-using ConvKey = std::array<int64_t, 11>;
+using ConvKey = std::array<int64_t, 13>;
 
 struct OneDnn::Impl {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
@@ -84,7 +85,7 @@ struct OneDnn::Impl {
   std::map<std::pair<const void*, const MatmulPlan*>, KeptWeight> kept;
 
   MatmulPlan& matmul_plan(Precision p, const GemmArgs& a);
-  ConvPlan& conv_plan(Precision p, const WindowGeom& g, int64_t n);
+  ConvPlan& conv_plan(Precision p, const WindowGeom& g, int64_t n, ConvLayouts io);
   ConvOp& conv_fwd(Precision p, ConvPlan& plan, const WindowGeom& g, int64_t n, bool bias);
   ConvOp& conv_data(Precision p, ConvPlan& plan, const WindowGeom& g, int64_t n);
   ConvOp& conv_weights(Precision p, ConvPlan& plan, const WindowGeom& g, int64_t n, bool bias);
