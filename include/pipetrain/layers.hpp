@@ -135,15 +135,17 @@ class Layer {
   // Floats per sample of scratch (LayerCtx::work) a forward or backward call needs.
   virtual int64_t workspace_per_sample() const { return 0; }
   // The convolutions it runs (geometry; with a bias), for the memory model's kernel bytes
-  // (Backend::conv_kernel_bytes); with `keeps_layout`, its activations lie in the layout the
-  // backend's convolution `layout_of` takes (Backend::conv_layout; the residual block).
+  // (Backend::conv_kernel_bytes); with `keeps_layout`, its activations lie in inner_layout's
+  // layout (the residual block's), else in NCHW.
   struct ConvUse {
     WindowGeom g;
     bool bias = false;
     bool keeps_layout = false;
-    WindowGeom layout_of{};
   };
   virtual std::vector<ConvUse> convolutions() const { return {}; }
+  // The layout a layer that keeps its activations in its convolutions' layout uses for n
+  // samples on backend be in precision p (Backend::conv_layout); NCHW by default.
+  virtual ImageLayout inner_layout(Backend& be, int64_t n, Precision p) const { return ImageLayout::nchw; }
   // Split backward of a composite layer (transformer_block, residual_block, attention,
   // lm_head): floats per sample that backward_input writes and backward_weight reads (the
   // output gradients of its inner linear/conv/normalisation pieces). When a Stage keeps

@@ -44,16 +44,15 @@ class ResidualBlock final : public Layer {
   void init_state(float* host) const override {
     for (int i = 0; i < (proj_ ? 3 : 2); ++i) bn_.init_state(host + i * 2 * bn_.C);
   }
-  // conv1 out, relu(bn1) out, conv2 out, [shortcut conv out], batch statistics of each bn,
-  // x in the inner layout (unused in NCHW)
   std::vector<ConvUse> convolutions() const override {
-    const bool keeps = in_.c() % 16 == 0;  // as inner() decides
-    std::vector<ConvUse> c = {{g1_, false, keeps, g2_}, {g2_, false, keeps, g2_}};
-    if (proj_) c.push_back({gp_, false, keeps, g2_});
+    std::vector<ConvUse> c = {{g1_, false, may_keep()}, {g2_, false, may_keep()}};
+    if (proj_) c.push_back({gp_, false, may_keep()});
     return c;
   }
+  // conv1 out, relu(bn1) out, conv2 out, [shortcut conv out], batch statistics of each bn,
+  // [x in the inner layout, where the channels allow one]
   int64_t aux_per_sample() const override {
-    return (proj_ ? 4 : 3) * O() + (proj_ ? 3 : 2) * 2 * bn_.C + in_.numel();
+    return (proj_ ? 4 : 3) * O() + (proj_ ? 3 : 2) * 2 * bn_.C + (may_keep() ? in_.numel() : 0);
   }
   // output gradients of bn2 (= the shortcut bn's), conv2, bn1, conv1, [shortcut conv]
   int64_t split_aux_per_sample() const override { return (proj_ ? 5 : 4) * O(); }
@@ -104,8 +103,20 @@ class ResidualBlock final : public Layer {
     Saved v;
     v.c1 = s.take(O()), v.r1 = s.take(O()), v.c2 = s.take(O()), v.cp = proj_ ? s.take(O()) : nullptr;
     v.st1 = s.take(2 * bn_.C), v.st2 = s.take(2 * bn_.C), v.stp = proj_ ? s.take(2 * bn_.C) : nullptr;
-    v.xl = s.take(in_.numel());
+    v.xl = may_keep() ? s.take(in_.numel()) : nullptr;
     return v;
+  }
+  // Whether the channels allow an inner layout other than NCHW (multiples of 16).
+  bool may_keep() const { return in_.c() % 16 == 0 && bn_.C % 16 == 0; }
+  // The inner layout: conv2's (conv_layout), where conv1's and the shortcut's agree with it
+  // (every pass of every convolution then takes it: no move, no reorder); else NCHW. The
+  // memory model asks it too.
+  ImageLayout inner_layout(Backend& be, int64_t n, Precision p) const override {
+    if (!may_keep()) return ImageLayout::nchw;
+    const ImageLayout l = be.conv_layout(g2_, n, p);
+    if (l == ImageLayout::nchw || be.conv_layout(g1_, n, p) != l || (proj_ && be.conv_layout(gp_, n, p) != l))
+      return ImageLayout::nchw;
+    return l;
   }
   // The inner layout for n samples (see the top), the batch norms in it, and x as the
   // convolutions read it (x itself in NCHW, else its copy in aux).
@@ -118,7 +129,7 @@ class ResidualBlock final : public Layer {
   };
   Inner inner(const LayerCtx& c, const float* x, const Saved& s, int64_t n) const {
     Inner in;
-    in.l = in_.c() % 16 == 0 ? c.be.conv_layout(g2_, n, c.precision) : ImageLayout::nchw;  // as convolutions()
+    in.l = inner_layout(c.be, n, c.precision);
     in.bn = bn_;
     in.bn.layout = in.l;
     in.io = {in.l, in.l};

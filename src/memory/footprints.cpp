@@ -41,18 +41,18 @@ class ModelFootprints final : public FootprintSource {
  private:
   // Each convolution's plan at the unit's size (every pass it runs: no data pass for the
   // model's first layer, whose input gradient nobody reads) and at the evaluation's (forward).
-  // The kernels cache one plan per shape: convolutions of the same geometry (a ResNet's
-  // repeated blocks) share it, so each shape counts once.
+  // The kernels cache one plan per shape and activation layout: convolutions of the same
+  // geometry (a ResNet's repeated blocks) share it, so each counts once.
   void kernel_bytes(StageFootprint& f, int64_t unit) const {
     Backend& be = *in_.kernels;
     const Precision p = in_.bf16 ? Precision::bf16 : Precision::fp32;
     std::set<std::array<int64_t, 12>> seen;
-    auto io = [&](const Layer::ConvUse& c, int64_t n) {
-      const ImageLayout l = c.keeps_layout ? be.conv_layout(c.layout_of, n, p) : ImageLayout::nchw;
-      return ConvLayouts{l, l};
-    };
     for (int l = f.first; l < f.end; ++l)
       for (const Layer::ConvUse& c : m_.layer(l).convolutions()) {
+        auto io = [&](const Layer::ConvUse& u, int64_t n) {
+          const ImageLayout il = u.keeps_layout ? m_.layer(l).inner_layout(be, n, p) : ImageLayout::nchw;
+          return ConvLayouts{il, il};
+        };
         const bool data = l > 0;
         const WindowGeom& g = c.g;
         if (!seen.insert({g.c_in, g.h_in, g.w_in, g.c_out, g.h_out, g.w_out, g.kernel, g.stride, g.padding, c.bias, data,

@@ -160,13 +160,14 @@ ImageLayout HostBackend::conv_layout(const WindowGeom& g, int64_t n, Precision p
 
 // Each pass by the library the rule gives it: oneDNN keeps its plan's ports (conv_pass_bytes)
 // and grows its scratchpad; im2col grows the backend's workspace (the sizes of the calls above)
-// and, with activations outside NCHW, ImCopies' (counted with the workspace: both grow to
-// their largest request, which is one im2col pass's in these layers).
+// and, with activations outside NCHW, ImCopies' buffer, a second one grown to its largest
+// request: counted as kept per shape (more than it holds when several shapes need it).
 ConvKernelBytes HostBackend::conv_kernel_bytes(const WindowGeom& g, int64_t n, bool bias, bool train, bool data,
                                                Precision p, ConvLayouts io) {
   ConvKernelBytes k;
   if (n <= 0) return k;
   const int64_t K = g.c_in * g.kernel * g.kernel, GP = group_size(g, n) * g.h_out * g.w_out;
+  int64_t copy_bytes = 0;  // ImCopies' buffer, once for the shape's largest pass (in + out)
   for (ConvPass pass : {ConvPass::forward, ConvPass::backward_weights, ConvPass::backward_data}) {
     if (pass != ConvPass::forward && (!train || (pass == ConvPass::backward_data && !data))) continue;
     if (onednn_conv(g, n, pass, p)) {
@@ -175,12 +176,12 @@ ConvKernelBytes HostBackend::conv_kernel_bytes(const WindowGeom& g, int64_t n, b
       k.scratchpad = std::max(k.scratchpad, pad);
     } else {
       const int64_t cols = pass == ConvPass::forward ? K : 2 * K;
-      const int64_t copies = io.in == ImageLayout::nchw && io.out == ImageLayout::nchw
-                                 ? 0
-                                 : n * (g.c_in * g.h_in * g.w_in + g.c_out * g.h_out * g.w_out);
-      k.scratch = std::max<int64_t>(k.scratch, (cols * GP + g.c_out * GP + copies) * 4);
+      const bool copies = io.in != ImageLayout::nchw || io.out != ImageLayout::nchw;
+      copy_bytes = copies ? n * (g.c_in * g.h_in * g.w_in + g.c_out * g.h_out * g.w_out) * 4 : 0;
+      k.scratch = std::max<int64_t>(k.scratch, (cols * GP + g.c_out * GP) * 4);
     }
   }
+  k.kept += copy_bytes;
   return k;
 }
 

@@ -1,9 +1,9 @@
 // oneDNN convolution behind the host backend's conv2d_forward / conv2d_backward: forward
 // (bias fused), backward data, backward weights (bias gradient fused), fp32 and bf16.
 // Contract: the caller's tensors are fp32 (weights OIHW), the activations NCHW or in the
-// layout the caller names (ConvLayouts: nChw16c or NHWC, what conv_layout reports oneDNN
-// takes, so that no move is needed). Each primitive is created with
-// format_tag::any, so oneDNN picks its preferred (blocked) layouts; the reorders from and to
+// layout the caller names (ConvLayouts: nChw16c or NHWC; where conv_layout reported it for
+// the shape, every pass's primitive takes it and no move is made). Each primitive is created
+// with format_tag::any, so oneDNN picks its preferred (blocked) layouts; the reorders from and to
 // the caller's layout are built with it and cached in the plan, with the memory they need.
 // bf16: x, w and dy go to bf16 in the same pass that brings them into the primitive's
 // layout: blocked_layout.cpp's kernel where that is nChw16c or NHWC with C % 16 == 0 (PyTorch's
@@ -15,7 +15,8 @@
 // fp32 (y and dx come back from nChw16c or NHWC by the exact copy, else by a reorder). An
 // activation the caller keeps in the primitive's layout is used in place (fp32) or rounded to
 // bf16 by to_bf16 into the plan's copy in one flat pass (the same bits as the NCHW path's
-// moves). dx is
+// moves); one in another channel-minor layout than the primitive's goes through a oneDNN
+// reorder (correct, slow, and flushing bf16 subnormals: conv_layout's callers avoid it). dx is
 // overwritten; dw and db are computed into plan-owned fp32 buffers and then added to the
 // caller's (dw += ..., db += ...), in index order. Backward data and backward weights are independent primitives, so a call for
 // dx alone or for dw/db alone is bitwise the same as the call that asks for all three.
@@ -361,16 +362,34 @@ void OneDnn::conv_backward(Precision p, const WindowGeom& g, int64_t n, const fl
   weights_pass(d, clock_, p, g, n, io, x, dy, same ? &fed : nullptr, dw, db);
 }
 
-// The layout the forward primitive (format_tag::any) takes x and y in, where both are the
-// same one of nChw16c and NHWC (for C = 16, which are the same bytes: the one it names).
+// The layout every pass's primitive (format_tag::any) takes x, y, dx and dy in, where that is
+// one of nChw16c and NHWC for all of them (else nchw). For C = 16 the two are the same bytes,
+// so a 16-channel tensor agrees with either; where both fit every tensor, nChw16c is named.
+// Computed once per shape (the plan keeps it).
 ImageLayout OneDnn::conv_layout(Precision p, const WindowGeom& g, int64_t n) {
   if (g.c_in % 16 != 0 || g.c_out % 16 != 0) return ImageLayout::nchw;
-  const ConvPlan& plan = impl_->conv_plan(p, g, n, {});
-  const md src = as_f32(plan.hint.src_desc()), dst = plan.hint.dst_desc();
-  for (ImageLayout l : {ImageLayout::nchw16c, ImageLayout::nhwc})
-    if (same_bytes(src, src_md(g, n, dt::f32, act_tag(l))) && same_bytes(dst, dst_md(g, n, dt::f32, act_tag(l))))
-      return l;
-  return ImageLayout::nchw;
+  Impl& d = *impl_;
+  ConvPlan& plan = d.conv_plan(p, g, n, {});
+  if (plan.layout >= 0) return static_cast<ImageLayout>(plan.layout);
+  try {
+    const dnnl::convolution_backward_data::primitive_desc data(data_desc(p, g, n), d.eng, plan.hint);
+    const dnnl::convolution_backward_weights::primitive_desc wgt(weights_desc(p, g, n, false), d.eng, plan.hint);
+    const md xs[] = {as_f32(plan.hint.src_desc()), data.diff_src_desc(), as_f32(wgt.src_desc())};
+    const md ys[] = {plan.hint.dst_desc(), as_f32(data.diff_dst_desc()), as_f32(wgt.diff_dst_desc())};
+    plan.layout = static_cast<int>(ImageLayout::nchw);
+    for (ImageLayout l : {ImageLayout::nchw16c, ImageLayout::nhwc}) {
+      const md x = src_md(g, n, dt::f32, act_tag(l)), y = dst_md(g, n, dt::f32, act_tag(l));
+      bool all = true;
+      for (int i = 0; i < 3; ++i) all = all && same_bytes(xs[i], x) && same_bytes(ys[i], y);
+      if (all) {
+        plan.layout = static_cast<int>(l);
+        break;
+      }
+    }
+  } catch (const dnnl::error& e) {
+    onednn_fail(conv_str(p, g, n) + " (layout)", e);
+  }
+  return static_cast<ImageLayout>(plan.layout);
 }
 
 int64_t OneDnn::conv_pass_bytes(Precision p, const WindowGeom& g, int64_t n, ConvPass pass, bool bias,

@@ -65,6 +65,7 @@ struct ConvOp {
 
 struct ConvPlan {
   ConvLayouts io;                                  // the caller's activations
+  int layout = -1;                                 // OneDnn::conv_layout's answer, once asked
   dnnl::convolution_forward::primitive_desc hint;  // forward without bias: the backward's hint
   ConvOp fwd[2];      // [has bias]
   ConvOp data;        // backward data
