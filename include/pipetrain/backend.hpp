@@ -121,13 +121,15 @@ class Backend {
   virtual void bias_grad_rows(CView dy, float* db, int64_t rows, int64_t cols) = 0;
 
   // Convolution over n samples in precision p. w: [c_out, c_in, k, k]; b may be null. The
-  // activations lie as `io` says (the same values, bit for bit, in any layout).
-  virtual void conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
-                              float* y, Precision p, ConvLayouts io = {}) = 0;
+  // activations lie as `io` says (the same values, bit for bit, in any layout). x may be a
+  // bf16 view (p = bf16, io.in the layout conv_layout names for the shape, so the kernels read
+  // it as it is): the same result, bit for bit, as the f32 view of its values.
+  virtual void conv2d_forward(const WindowGeom& g, int64_t n, CView x, const float* w, const float* b, float* y,
+                              Precision p, ConvLayouts io = {}) = 0;
   // dw, db accumulate (+=); dx is overwritten. Any of dx, dw, db may be null: the split
   // backward asks for dx alone (I) and for dw, db alone (W), each bitwise as in one call.
-  virtual void conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
-                               float* dx, float* dw, float* db, Precision p, ConvLayouts io = {}) = 0;
+  virtual void conv2d_backward(const WindowGeom& g, int64_t n, CView x, const float* w, const float* dy, float* dx,
+                               float* dw, float* db, Precision p, ConvLayouts io = {}) = 0;
   // The layout this backend's kernels for the convolution g of n samples take their input and
   // output in, where a caller keeping its activations so saves the moves around every pass
   // (host: the one oneDNN picks, nchw16c or nhwc, when it picks the same for x and y of the

@@ -54,6 +54,10 @@ class ResidualBlock final : public Layer {
   int64_t aux_per_sample() const override {
     return (proj_ ? 4 : 3) * O() + (proj_ ? 3 : 2) * 2 * bn_.C + (may_keep() ? in_.numel() : 0);
   }
+  // under a bf16 policy, + the bf16 copies of x and relu(bn1) that the convolutions read
+  int64_t kept_floats(bool, DType op) const override {
+    return aux_per_sample() + (bf16_copies(op) ? operand_floats(in_.numel(), op) + operand_floats(O(), op) : 0);
+  }
   // output gradients of bn2 (= the shortcut bn's), conv2, bn1, conv1, [shortcut conv]
   int64_t split_aux_per_sample() const override { return (proj_ ? 5 : 4) * O(); }
   int64_t workspace_per_sample() const override {
@@ -69,11 +73,11 @@ class ResidualBlock final : public Layer {
   bool splits_backward() const override { return true; }
   void backward_input(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy, float* dx,
                       float*, float* aux, int64_t n) const override {
-    input_half(c, w, x, y, dy, dx, aux, aux + n * aux_per_sample(), n, nullptr);
+    input_half(c, w, x, y, dy, dx, aux, aux + n * kept_floats(false, operand_dtype(c.precision)), n, nullptr);
   }
   void backward_weight(const LayerCtx& c, ParamView w, const float* x, const float*, const float*, float* dw,
                        const float* aux, int64_t n) const override {
-    weight_half(c, w, x, dw, aux, aux + n * aux_per_sample(), n, {false, false, false});
+    weight_half(c, w, x, dw, aux, aux + n * kept_floats(false, operand_dtype(c.precision)), n, {false, false, false});
   }
   double flops_forward() const override {
     const double conv = 2.0 * O() * (in_.c() * 9 + bn_.C * 9 + (proj_ ? in_.c() : 0));
@@ -96,18 +100,25 @@ class ResidualBlock final : public Layer {
     return o;
   }
   struct Saved {
-    float *c1, *r1, *c2, *cp, *st1, *st2, *stp, *xl;
+    float *c1, *r1, *c2, *cp, *st1, *st2, *stp, *xl, *xb, *r1b;
   };
-  Saved saved(const float* aux, int64_t n) const {
+  Saved saved(const float* aux, int64_t n, Precision p) const {
     Carve s{const_cast<float*>(aux), n};
     Saved v;
     v.c1 = s.take(O()), v.r1 = s.take(O()), v.c2 = s.take(O()), v.cp = proj_ ? s.take(O()) : nullptr;
     v.st1 = s.take(2 * bn_.C), v.st2 = s.take(2 * bn_.C), v.stp = proj_ ? s.take(2 * bn_.C) : nullptr;
     v.xl = may_keep() ? s.take(in_.numel()) : nullptr;
+    const DType op = operand_dtype(p);
+    v.xb = bf16_copies(op) ? s.take(operand_floats(in_.numel(), op)) : nullptr;
+    v.r1b = bf16_copies(op) ? s.take(operand_floats(O(), op)) : nullptr;
     return v;
   }
   // Whether the channels allow an inner layout other than NCHW (multiples of 16).
   bool may_keep() const { return in_.c() % 16 == 0 && bn_.C % 16 == 0; }
+  // Whether the block keeps bf16 copies of its convolutions' inputs (x, relu(bn1)) for
+  // operands of dtype op: where it may keep the inner layout, under a bf16 policy (each copy
+  // then made once, instead of by every convolution pass that reads it).
+  bool bf16_copies(DType op) const { return may_keep() && op == DType::bf16; }
   // The inner layout: conv2's (conv_layout), where conv1's and the shortcut's agree with it
   // (every pass of every convolution then takes it: no move, no reorder); else NCHW. The
   // memory model asks it too.
@@ -120,20 +131,23 @@ class ResidualBlock final : public Layer {
   }
   // The inner layout for n samples (see the top), the batch norms in it, and x as the
   // convolutions read it (x itself in NCHW, else its copy in aux).
+  // (xc, r1c: the inputs of conv1 and the shortcut, and of conv2: the bf16 copies where kept)
   struct Inner {
     ImageLayout l;
     ChannelNorm bn;
     ConvLayouts io;
     const float* x;
+    CView xc, r1c;
+    bool copies;
     bool nchw() const { return l == ImageLayout::nchw; }
   };
   Inner inner(const LayerCtx& c, const float* x, const Saved& s, int64_t n) const {
-    Inner in;
-    in.l = inner_layout(c.be, n, c.precision);
-    in.bn = bn_;
+    Inner in{inner_layout(c.be, n, c.precision), bn_, {}, x, x, s.r1, false};
     in.bn.layout = in.l;
     in.io = {in.l, in.l};
-    in.x = in.nchw() ? x : s.xl;
+    if (in.nchw()) return in;
+    in.x = s.xl, in.xc = s.xl;
+    if ((in.copies = s.xb != nullptr)) in.xc = as_bf16(s.xb), in.r1c = as_bf16(s.r1b);
     return in;
   }
   int64_t in_hw() const { return in_.h() * in_.w(); }
@@ -197,17 +211,19 @@ void ResidualBlock::forward(const LayerCtx& c, ParamView w, const float* x, floa
                             int64_t n) const {
   Backend& be = c.be;
   const Offsets o = off();
-  const Saved s = saved(aux, n);
+  const Saved s = saved(aux, n, c.precision);
   float* st = c.state;
   const int64_t S = 2 * bn_.C;  // state floats per batch norm
   const Inner in = inner(c, x, s, n);
   if (!in.nchw()) be.relayout(n, in_.c(), in_hw(), ImageLayout::nchw, x, in.l, s.xl);
-  be.conv2d_forward(g1_, n, in.x, w + o.c1, nullptr, s.c1, c.precision, in.io);
+  if (in.copies) be.pack_bf16(static_cast<size_t>(n * in_.numel()), s.xl, s.xb);
+  be.conv2d_forward(g1_, n, in.xc, w + o.c1, nullptr, s.c1, c.precision, in.io);
   in.bn.forward(c, w + o.b1, s.c1, s.r1, s.st1, st, n, nullptr, true);
-  be.conv2d_forward(g2_, n, s.r1, w + o.c2, nullptr, s.c2, c.precision, in.io);
+  if (in.copies) be.pack_bf16(static_cast<size_t>(n * O()), s.r1, s.r1b);
+  be.conv2d_forward(g2_, n, in.r1c, w + o.c2, nullptr, s.c2, c.precision, in.io);
   const float* shortcut = in.x;
   if (proj_) {
-    be.conv2d_forward(gp_, n, in.x, w + o.cp, nullptr, s.cp, c.precision, in.io);
+    be.conv2d_forward(gp_, n, in.xc, w + o.cp, nullptr, s.cp, c.precision, in.io);
     in.bn.forward(c, w + o.bp, s.cp, c.work, s.stp, st ? st + 2 * S : nullptr, n);
     shortcut = c.work;
   }
@@ -220,7 +236,7 @@ void ResidualBlock::input_half(const LayerCtx& c, ParamView w, const float* x, c
                                float* dx, const float* aux, float* keep, int64_t n, float* dw_convs) const {
   Backend& be = c.be;
   const Offsets o = off();
-  const Saved s = saved(aux, n);
+  const Saved s = saved(aux, n, c.precision);
   const Kept k = kept(keep, n);
   const Inner in = inner(c, x, s, n);
   const size_t no = static_cast<size_t>(n * O());
@@ -230,7 +246,7 @@ void ResidualBlock::input_half(const LayerCtx& c, ParamView w, const float* x, c
   be.relu_backward(no, y, dy, in.nchw() ? k.ds : dr1);  // dr1: NCHW scratch until conv2's dx
   if (!in.nchw()) be.relayout(n, bn_.C, bn_.HW, ImageLayout::nchw, dr1, in.l, k.ds);
   in.bn.backward(be, w + o.b2, s.c2, s.st2, k.ds, k.dc2, dw_of(o.b2), n);
-  be.conv2d_backward(g2_, n, s.r1, w + o.c2, k.dc2, dr1, dw_of(o.c2), nullptr, c.precision, in.io);
+  be.conv2d_backward(g2_, n, in.r1c, w + o.c2, k.dc2, dr1, dw_of(o.c2), nullptr, c.precision, in.io);
   be.relu_backward(no, s.r1, dr1, k.db1);
   in.bn.backward(be, w + o.b1, s.c1, s.st1, k.db1, k.dc1, dw_of(o.b1), n);
   if (proj_) in.bn.backward(be, w + o.bp, s.cp, s.stp, k.ds, k.dcp, dw_of(o.bp), n);
@@ -238,10 +254,10 @@ void ResidualBlock::input_half(const LayerCtx& c, ParamView w, const float* x, c
   // dx in the inner layout: dx itself in NCHW, else dxp (moved into dx at the end, the
   // shortcut's dx in dx meanwhile)
   float* dxa = in.nchw() ? dx : dxp;
-  be.conv2d_backward(g1_, n, in.x, w + o.c1, k.dc1, dxa, dw_of(o.c1), nullptr, c.precision, in.io);
+  be.conv2d_backward(g1_, n, in.xc, w + o.c1, k.dc1, dxa, dw_of(o.c1), nullptr, c.precision, in.io);
   if (proj_) {
     float* dxs = in.nchw() ? dxp : dx;
-    be.conv2d_backward(gp_, n, in.x, w + o.cp, k.dcp, dxs, dw_of(o.cp), nullptr, c.precision, in.io);
+    be.conv2d_backward(gp_, n, in.xc, w + o.cp, k.dcp, dxs, dw_of(o.cp), nullptr, c.precision, in.io);
     be.axpy(static_cast<size_t>(n * in_.numel()), 1.0f, dxs, dxa);
   } else {
     be.axpy(no, 1.0f, k.ds, dxa);
@@ -253,16 +269,16 @@ void ResidualBlock::weight_half(const LayerCtx& c, ParamView w, const float* x, 
                                 const float* keep, int64_t n, ConvGradsDone done) const {
   Backend& be = c.be;
   const Offsets o = off();
-  const Saved s = saved(aux, n);
+  const Saved s = saved(aux, n, c.precision);
   const Kept k = kept(keep, n);
   const Inner in = inner(c, x, s, n);
   const Precision p = c.precision;
-  if (!done.conv2) be.conv2d_backward(g2_, n, s.r1, w + o.c2, k.dc2, nullptr, dw + o.c2, nullptr, p, in.io);
+  if (!done.conv2) be.conv2d_backward(g2_, n, in.r1c, w + o.c2, k.dc2, nullptr, dw + o.c2, nullptr, p, in.io);
   if (!done.norms) in.bn.backward_weight(be, w + o.b2, s.c2, s.st2, k.ds, dw + o.b2, n);
-  if (!done.conv1) be.conv2d_backward(g1_, n, in.x, w + o.c1, k.dc1, nullptr, dw + o.c1, nullptr, p, in.io);
+  if (!done.conv1) be.conv2d_backward(g1_, n, in.xc, w + o.c1, k.dc1, nullptr, dw + o.c1, nullptr, p, in.io);
   if (!done.norms) in.bn.backward_weight(be, w + o.b1, s.c1, s.st1, k.db1, dw + o.b1, n);
   if (!proj_) return;
-  if (!done.conv1) be.conv2d_backward(gp_, n, in.x, w + o.cp, k.dcp, nullptr, dw + o.cp, nullptr, p, in.io);
+  if (!done.conv1) be.conv2d_backward(gp_, n, in.xc, w + o.cp, k.dcp, nullptr, dw + o.cp, nullptr, p, in.io);
   if (!done.norms) in.bn.backward_weight(be, w + o.bp, s.cp, s.stp, k.ds, dw + o.bp, n);
 }
 

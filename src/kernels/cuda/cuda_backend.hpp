@@ -94,10 +94,11 @@ class CudaBackend final : public Backend {
   void bias_grad_rows(CView dy, float* db, int64_t rows, int64_t cols) override;  // bf16 dy: cuda_bf16.cu
 
   // Activations in NCHW only (conv_layout keeps the default: nchw); other layouts are refused.
-  void conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
-                      float* y, Precision p, ConvLayouts io = {}) override;
-  void conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy, float* dx,
-                       float* dw, float* db, Precision p, ConvLayouts io = {}) override;
+  // x an f32 view only (conv_layout is nchw here, so no layer keeps a bf16 copy for it).
+  void conv2d_forward(const WindowGeom& g, int64_t n, CView x, const float* w, const float* b, float* y, Precision p,
+                      ConvLayouts io = {}) override;
+  void conv2d_backward(const WindowGeom& g, int64_t n, CView x, const float* w, const float* dy, float* dx, float* dw,
+                       float* db, Precision p, ConvLayouts io = {}) override;
   void relayout(int64_t n, int64_t C, int64_t HW, ImageLayout from, const float* x, ImageLayout to,
                 float* y) override;
   void maxpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y, int32_t* argmax) override;

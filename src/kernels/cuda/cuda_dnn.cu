@@ -220,9 +220,11 @@ void CudaBackend::relayout(int64_t n, int64_t C, int64_t HW, ImageLayout from, c
   copy(y, x, static_cast<size_t>(n * C * HW));
 }
 
-void CudaBackend::conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
-                                 float* y, Precision prec, ConvLayouts io) {
+void CudaBackend::conv2d_forward(const WindowGeom& g, int64_t n, CView xv, const float* w, const float* b, float* y,
+                                 Precision prec, ConvLayouts io) {
   require_nchw("conv2d_forward", io.in), require_nchw("conv2d_forward", io.out);
+  PT_CHECK(!xv.bf16(), "conv2d_forward: the CUDA backend takes an f32 x");
+  const float* x = xv.data;
   if (n == 0) return;
   if (prec == Precision::bf16) {
     conv2d_forward_bf16(g, n, x, w, b, y);
@@ -236,9 +238,11 @@ void CudaBackend::conv2d_forward(const WindowGeom& g, int64_t n, const float* x,
 }
 
 // dx overwritten (beta 0), dw and db accumulate (beta 1), as the interface says.
-void CudaBackend::conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
-                                  float* dx, float* dw, float* db, Precision prec, ConvLayouts io) {
+void CudaBackend::conv2d_backward(const WindowGeom& g, int64_t n, CView xv, const float* w, const float* dy, float* dx,
+                                  float* dw, float* db, Precision prec, ConvLayouts io) {
   require_nchw("conv2d_backward", io.in), require_nchw("conv2d_backward", io.out);
+  PT_CHECK(!xv.bf16(), "conv2d_backward: the CUDA backend takes an f32 x");
+  const float* x = xv.data;
   if (n == 0) return;
   if (prec == Precision::bf16) {
     conv2d_backward_bf16(g, n, x, w, dy, dx, dw, db);

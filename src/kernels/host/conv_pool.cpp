@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "host_backend.hpp"
+#include "pipetrain/error.hpp"
 #include "pipetrain/views.hpp"
 
 namespace pt::host {
@@ -122,20 +123,22 @@ struct HostBackend::ImCopies {
   }
 };
 
-void HostBackend::conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
-                                 float* y, Precision p, ConvLayouts io) {
+void HostBackend::conv2d_forward(const WindowGeom& g, int64_t n, CView x, const float* w, const float* b, float* y,
+                                 Precision p, ConvLayouts io) {
   if (n == 0) return;
+  PT_CHECK(!x.bf16() || p == Precision::bf16, "conv2d_forward: a bf16 x in an fp32 convolution");
   if (onednn_conv(g, n, ConvPass::forward, p)) return onednn().conv_forward(p, g, n, x, w, b, y, io);
   ImCopies c(*this, g, n, io);
-  im2col_conv_forward(g, n, c.in(x), w, b, c.out_result(y));
+  im2col_conv_forward(g, n, c.in(x.data), w, b, c.out_result(y));
   c.out_back(y);
 }
 
 // The weight pass (dw, db) and the data pass (dx) are computed independently, each by the
 // library the rule gives its pass: dx alone and dw/db alone are bitwise the fused call.
-void HostBackend::conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
-                                  float* dx, float* dw, float* db, Precision p, ConvLayouts io) {
+void HostBackend::conv2d_backward(const WindowGeom& g, int64_t n, CView x, const float* w, const float* dy, float* dx,
+                                  float* dw, float* db, Precision p, ConvLayouts io) {
   if (n == 0) return;
+  PT_CHECK(!x.bf16() || p == Precision::bf16, "conv2d_backward: a bf16 x in an fp32 convolution");
   const bool dnn_w = onednn_conv(g, n, ConvPass::backward_weights, p), dnn_d = onednn_conv(g, n, ConvPass::backward_data, p);
   if (dx && (dw || db) && dnn_w && dnn_d) return onednn().conv_backward(p, g, n, x, w, dy, dx, dw, db, io);  // dy converted once for both passes
   if (dw || db) {
@@ -143,7 +146,7 @@ void HostBackend::conv2d_backward(const WindowGeom& g, int64_t n, const float* x
       onednn().conv_backward_weights(p, g, n, x, dy, dw, db, io);
     } else {
       ImCopies c(*this, g, n, io);
-      im2col_conv_backward(g, n, c.in(x), w, c.out(dy), nullptr, dw, db);
+      im2col_conv_backward(g, n, c.in(x.data), w, c.out(dy), nullptr, dw, db);
     }
   }
   if (dx) {

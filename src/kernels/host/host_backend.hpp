@@ -70,10 +70,10 @@ class HostBackend final : public Backend {
   void mul(size_t n, const float* a, const float* b, View y) override;
   void add(size_t n, const float* a, const float* b, float* y) override;
 
-  void conv2d_forward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
-                      float* y, Precision p, ConvLayouts io = {}) override;
-  void conv2d_backward(const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy, float* dx,
-                       float* dw, float* db, Precision p, ConvLayouts io = {}) override;
+  void conv2d_forward(const WindowGeom& g, int64_t n, CView x, const float* w, const float* b, float* y, Precision p,
+                      ConvLayouts io = {}) override;
+  void conv2d_backward(const WindowGeom& g, int64_t n, CView x, const float* w, const float* dy, float* dx, float* dw,
+                       float* db, Precision p, ConvLayouts io = {}) override;
   ImageLayout conv_layout(const WindowGeom& g, int64_t n, Precision p) override;
   void relayout(int64_t n, int64_t C, int64_t HW, ImageLayout from, const float* x, ImageLayout to,
                 float* y) override;

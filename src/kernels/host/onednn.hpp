@@ -76,17 +76,17 @@ class OneDnn {
   // Requires M, N, K >= 1 (the backend handles the empty cases).
   void gemm(Precision p, const GemmArgs& a);
   // Activations as io says (Backend::conv2d_forward).
-  void conv_forward(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
-                    float* y, ConvLayouts io = {});
+  void conv_forward(Precision p, const WindowGeom& g, int64_t n, CView x, const float* w, const float* b, float* y,
+                    ConvLayouts io = {});
   void conv_backward_data(Precision p, const WindowGeom& g, int64_t n, const float* w, const float* dy, float* dx,
                           ConvLayouts io = {});
   // dw += dL/dw when dw is not null; db += dL/db when db is not null.
-  void conv_backward_weights(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* dy, float* dw,
+  void conv_backward_weights(Precision p, const WindowGeom& g, int64_t n, CView x, const float* dy, float* dw,
                              float* db, ConvLayouts io = {});
   // Both: the data pass, then the weights pass reading the data pass's converted dy where the
   // two primitives take it in the same layout (one conversion instead of two; bitwise the two
   // calls above).
-  void conv_backward(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* w, const float* dy,
+  void conv_backward(Precision p, const WindowGeom& g, int64_t n, CView x, const float* w, const float* dy,
                      float* dx, float* dw, float* db, ConvLayouts io = {});
   // Backend::conv_layout: the layout the forward primitive picks for x and y, where that is
   // one of nChw16c and NHWC for both (else nchw).

@@ -119,9 +119,19 @@ void make_port(Port& port, const dnnl::engine& eng, const md& user_md, const md&
 
 // Point an input at the caller's tensor (rounding it to bf16 first when the port is bf16)
 // and bring it into the primitive's layout.
-void feed(Port& port, dnnl::stream& s, const float* x) {
-  if (!port.bf16.empty()) to_bf16(port.bf16.size(), x, port.bf16.data());
-  else port.user.set_data_handle(const_cast<float*>(x));
+void feed(Port& port, dnnl::stream& s, CView xv) {
+  const float* x = xv.data;
+  if (xv.bf16()) {  // the caller's bf16 copy in the primitive's layout: read in place
+    PT_CHECK(!port.bf16.empty(), "convolution: a bf16 input must lie in the layout the primitive takes (conv_layout)");
+    port.user.set_data_handle(const_cast<float*>(x));
+    return;
+  }
+  if (!port.bf16.empty()) {
+    to_bf16(port.bf16.size(), x, port.bf16.data());
+    port.user.set_data_handle(port.bf16.data());
+  } else {
+    port.user.set_data_handle(const_cast<float*>(x));
+  }
   void* to = port.groups16 > 0 ? port.prim.get_data_handle() : nullptr;
   if (to && port.rounds)
     nchw_to_c16_bf16(port.groups16, port.hw, port.step, x, static_cast<uint16_t*>(to));
@@ -267,7 +277,7 @@ ConvOp& OneDnn::Impl::conv_weights(Precision p, ConvPlan& plan, const WindowGeom
   return op;
 }
 
-void OneDnn::conv_forward(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* w, const float* b,
+void OneDnn::conv_forward(Precision p, const WindowGeom& g, int64_t n, CView x, const float* w, const float* b,
                           float* y, ConvLayouts io) {
   Impl& d = *impl_;
   ConvOp& op = d.conv_fwd(p, d.conv_plan(p, g, n, io), g, n, b != nullptr);
@@ -321,7 +331,7 @@ namespace {
 // The weights pass. `fed`, when not null, is the data pass's port for dy, holding it in this
 // primitive's layout already: dy is then not converted again.
 void weights_pass(OneDnn::Impl& d, OneDnn::Clock& clock, Precision p, const WindowGeom& g, int64_t n, ConvLayouts io,
-                  const float* x, const float* dy, const Port* fed, float* dw, float* db) {
+                  CView x, const float* dy, const Port* fed, float* dw, float* db) {
   ConvOp& op = d.conv_weights(p, d.conv_plan(p, g, n, io), g, n, db != nullptr);
   Lap lap;
   try {
@@ -347,12 +357,12 @@ void weights_pass(OneDnn::Impl& d, OneDnn::Clock& clock, Precision p, const Wind
 
 }  // namespace
 
-void OneDnn::conv_backward_weights(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* dy,
+void OneDnn::conv_backward_weights(Precision p, const WindowGeom& g, int64_t n, CView x, const float* dy,
                                    float* dw, float* db, ConvLayouts io) {
   weights_pass(*impl_, clock_, p, g, n, io, x, dy, nullptr, dw, db);
 }
 
-void OneDnn::conv_backward(Precision p, const WindowGeom& g, int64_t n, const float* x, const float* w,
+void OneDnn::conv_backward(Precision p, const WindowGeom& g, int64_t n, CView x, const float* w,
                            const float* dy, float* dx, float* dw, float* db, ConvLayouts io) {
   conv_backward_data(p, g, n, w, dy, dx, io);
   Impl& d = *impl_;
