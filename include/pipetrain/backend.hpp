@@ -158,6 +158,11 @@ class Backend {
   // Elementwise activations over n values.
   virtual void relu_forward(size_t n, const float* x, float* y) = 0;
   virtual void relu_backward(size_t n, const float* y, const float* dy, float* dx) = 0;
+  // The same over n NCHW images of C channels and HW positions, dx written in layout `to`
+  // (the move in the same pass; a backend whose conv_layout names no such layout need only
+  // take to = nchw).
+  virtual void relu_backward_relayout(int64_t n, int64_t C, int64_t HW, const float* y, const float* dy,
+                                      ImageLayout to, float* dx) = 0;
   // Exact (erf) GELU, y = x Phi(x), and its backward dx = dy (Phi(x) + x phi(x)), of x's
   // values (an f32 or bf16 view: a bf16 policy keeps the GELU's input as bf16, as autocast
   // does); a bf16 y or dx is written as the bf16 of each fp32 value.

@@ -59,6 +59,9 @@ class FusedKernels {
     float *save_mean, *save_invstd;     // training
     float *running_mean, *running_var;  // training: updated when given; inference: read
     ImageLayout layout = ImageLayout::nchw;  // of x, add and y
+    // y in NCHW instead (x and add in `layout`): the move out in the normalisation's pass; only
+    // a backend whose conv_layout names channel-minor layouts (the host) takes it
+    bool y_nchw = false;
   };
   virtual void batchnorm_forward(bool training, const BnArgs& a, const float* x, float* y, const float* add, bool relu);
 

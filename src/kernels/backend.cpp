@@ -15,6 +15,8 @@ void FusedKernels::linear_forward(int64_t rows, int64_t in, int64_t out, CView x
 
 void FusedKernels::batchnorm_forward(bool training, const BnArgs& a, const float* x, float* y, const float* add,
                                      bool relu) {
+  PT_CHECK(!a.y_nchw || a.layout == ImageLayout::nchw,
+           "batchnorm_forward: an NCHW output of a channel-minor input needs the backend's fused kernel");
   if (training)
     be_.batchnorm_forward_training(a.n, a.C, a.HW, a.eps, a.momentum, x, a.gamma, a.beta, y, a.save_mean,
                                    a.save_invstd, a.running_mean, a.running_var, a.layout);

@@ -14,10 +14,10 @@ void ChannelNorm::init_state(float* host) const {
 }
 
 void ChannelNorm::forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* stats, float* state, int64_t n,
-                          const float* add, bool relu) const {
+                          const float* add, bool relu, bool y_nchw) const {
   PT_CHECK(c.training || state, "batch norm in evaluation without its running statistics (LayerCtx::state is null)");
   const FusedKernels::BnArgs a{n,     C,         HW, eps, momentum, w, w + C, stats, stats ? stats + C : nullptr,
-                               state, state ? state + C : nullptr, layout};
+                               state, state ? state + C : nullptr, layout, y_nchw};
   c.be.fused().batchnorm_forward(c.training, a, x, y, add, relu);
 }
 

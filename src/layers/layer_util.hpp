@@ -182,8 +182,9 @@ struct ChannelNorm {
   void init_state(float* host) const;  // mean 0, variance 1
   // y = bn(x), then + add (n C HW values, when given), then ReLU (relu): FusedKernels::
   // batchnorm_forward, one pass over y on the host
+  // (y_nchw: y in NCHW while x and add lie in `layout`, BnArgs::y_nchw)
   void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* stats, float* state, int64_t n,
-               const float* add = nullptr, bool relu = false) const;
+               const float* add = nullptr, bool relu = false, bool y_nchw = false) const;
   void backward_input(Backend& be, const float* w, const float* x, const float* stats, const float* dy, float* dx,
                       int64_t n) const;
   void backward_weight(Backend& be, const float* w, const float* x, const float* stats, const float* dy, float* dw,

@@ -227,9 +227,8 @@ void ResidualBlock::forward(const LayerCtx& c, ParamView w, const float* x, floa
     in.bn.forward(c, w + o.bp, s.cp, c.work, s.stp, st ? st + 2 * S : nullptr, n);
     shortcut = c.work;
   }
-  float* out = in.nchw() ? y : c.work + (proj_ ? n * O() : 0);
-  in.bn.forward(c, w + o.b2, s.c2, out, s.st2, st ? st + S : nullptr, n, shortcut, true);  // relu(bn2 + shortcut)
-  if (!in.nchw()) be.relayout(n, bn_.C, bn_.HW, in.l, out, ImageLayout::nchw, y);
+  // relu(bn2 + shortcut), written to y in NCHW (the move out in the same pass)
+  in.bn.forward(c, w + o.b2, s.c2, y, s.st2, st ? st + S : nullptr, n, shortcut, true, !in.nchw());
 }
 
 void ResidualBlock::input_half(const LayerCtx& c, ParamView w, const float* x, const float* y, const float* dy,
@@ -243,8 +242,7 @@ void ResidualBlock::input_half(const LayerCtx& c, ParamView w, const float* x, c
   float* dr1 = c.work;
   float* dxp = c.work + n * O();
   auto dw_of = [&](int64_t off) { return dw_convs ? dw_convs + off : nullptr; };
-  be.relu_backward(no, y, dy, in.nchw() ? k.ds : dr1);  // dr1: NCHW scratch until conv2's dx
-  if (!in.nchw()) be.relayout(n, bn_.C, bn_.HW, ImageLayout::nchw, dr1, in.l, k.ds);
+  be.relu_backward_relayout(n, bn_.C, bn_.HW, y, dy, in.l, k.ds);  // the move in, in the same pass
   in.bn.backward(be, w + o.b2, s.c2, s.st2, k.ds, k.dc2, dw_of(o.b2), n);
   be.conv2d_backward(g2_, n, in.r1c, w + o.c2, k.dc2, dr1, dw_of(o.c2), nullptr, c.precision, in.io);
   be.relu_backward(no, s.r1, dr1, k.db1);

@@ -684,7 +684,8 @@ TEST(OneDnnConv, ActivationsInTheConvolutionsLayoutGiveTheNchwBits) {
 // Batch norm with its epilogue and its backward in nChw16c and NHWC give, moved back to
 // NCHW, the bits of the NCHW calls: y, the saved and running statistics, dx, dgamma and
 // dbeta, in training and evaluation; 16, 32 and 48 channels, 49 and 15 positions (no
-// multiple of the 16 lanes).
+// multiple of the 16 lanes). The same with y written straight to NCHW (BnArgs::y_nchw), and
+// relu_backward_relayout is relu_backward then relayout, bit for bit.
 TEST(HostBatchNorm, ChannelMinorLayoutsGiveTheNchwBits) {
   auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -699,19 +700,19 @@ TEST(HostBatchNorm, ChannelMinorLayoutsGiveTheNchwBits) {
     std::vector<float> var = random_vec(c, 95);
     for (float& v : var) v = std::fabs(v) + 0.5f;
     struct Out { std::vector<float> y, stats, rmean, rvar, dx, dg; };
-    auto run = [&](ImageLayout l, bool training) {
+    auto run = [&](ImageLayout l, bool training, bool y_nchw = false) {
       Out o{std::vector<float>(count), std::vector<float>(2 * c), random_vec(c, 96), var, std::vector<float>(count),
             std::vector<float>(2 * c, 0.5f)};
       const std::vector<float> xl = in_layout(be, x, k.n, k.C, k.HW, l), al = in_layout(be, add, k.n, k.C, k.HW, l),
                                dyl = in_layout(be, dy, k.n, k.C, k.HW, l);
       std::vector<float> yl(count), dxl(count);
       const FusedKernels::BnArgs a{k.n, k.C, k.HW, 1e-5f, 0.1f, gb.data(), gb.data() + k.C, o.stats.data(),
-                                   o.stats.data() + k.C, o.rmean.data(), o.rvar.data(), l};
-      be.fused().batchnorm_forward(training, a, xl.data(), yl.data(), al.data(), true);
+                                   o.stats.data() + k.C, o.rmean.data(), o.rvar.data(), l, y_nchw};
+      be.fused().batchnorm_forward(training, a, xl.data(), y_nchw ? o.y.data() : yl.data(), al.data(), true);
       if (training)
         be.batchnorm_backward(k.n, k.C, k.HW, 1e-5f, xl.data(), gb.data(), o.stats.data(), o.stats.data() + k.C,
                               dyl.data(), dxl.data(), o.dg.data(), o.dg.data() + k.C, l);
-      be.relayout(k.n, k.C, k.HW, l, yl.data(), ImageLayout::nchw, o.y.data());
+      if (!y_nchw) be.relayout(k.n, k.C, k.HW, l, yl.data(), ImageLayout::nchw, o.y.data());
       be.relayout(k.n, k.C, k.HW, l, dxl.data(), ImageLayout::nchw, o.dx.data());
       return o;
     };
@@ -720,12 +721,21 @@ TEST(HostBatchNorm, ChannelMinorLayoutsGiveTheNchwBits) {
       for (ImageLayout l : {ImageLayout::nchw16c, ImageLayout::nhwc}) {
         SCOPED_TRACE(testing::Message() << "C " << k.C << " HW " << k.HW << " layout " << static_cast<int>(l)
                                         << " training " << training);
-        const Out got = run(l, training);
+        const Out got = run(l, training), direct = run(l, training, true);
         EXPECT_TRUE(same(got.y, want.y)) << "y";
+        EXPECT_TRUE(same(direct.y, want.y) && same(direct.stats, want.stats)) << "y written to NCHW (y_nchw)";
         EXPECT_TRUE(same(got.stats, want.stats) && same(got.rmean, want.rmean) && same(got.rvar, want.rvar))
             << "statistics";
         EXPECT_TRUE(same(got.dx, want.dx) && same(got.dg, want.dg)) << "dx, dgamma, dbeta";
       }
+    }
+    // ReLU's backward with the move into the layout: relu_backward, then relayout
+    std::vector<float> want_dx(count), moved(count), got_dx(count);
+    be.relu_backward(count, x.data(), dy.data(), want_dx.data());
+    for (ImageLayout l : {ImageLayout::nchw, ImageLayout::nchw16c, ImageLayout::nhwc}) {
+      be.relayout(k.n, k.C, k.HW, ImageLayout::nchw, want_dx.data(), l, moved.data());
+      be.relu_backward_relayout(k.n, k.C, k.HW, x.data(), dy.data(), l, got_dx.data());
+      EXPECT_TRUE(same(got_dx, moved)) << "relu_backward_relayout, layout " << static_cast<int>(l) << " C " << k.C;
     }
   }
 }

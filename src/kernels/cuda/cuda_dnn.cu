@@ -220,6 +220,12 @@ void CudaBackend::relayout(int64_t n, int64_t C, int64_t HW, ImageLayout from, c
   copy(y, x, static_cast<size_t>(n * C * HW));
 }
 
+void CudaBackend::relu_backward_relayout(int64_t n, int64_t C, int64_t HW, const float* y, const float* dy,
+                                         ImageLayout to, float* dx) {
+  require_nchw("relu_backward_relayout", to);
+  relu_backward(static_cast<size_t>(n * C * HW), y, dy, dx);
+}
+
 void CudaBackend::conv2d_forward(const WindowGeom& g, int64_t n, CView xv, const float* w, const float* b, float* y,
                                  Precision prec, ConvLayouts io) {
   require_nchw("conv2d_forward", io.in), require_nchw("conv2d_forward", io.out);

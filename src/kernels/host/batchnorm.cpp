@@ -173,11 +173,20 @@ void batch_statistics(int64_t n, int64_t C, int64_t HW, ImageLayout l, float eps
   }
 }
 
+// normalise_out, or with y in NCHW (BnArgs::y_nchw) the move out in the same pass.
+void normalise_to(const FusedKernels::BnArgs& a, const float* x, const float* mean, const float* invstd, float* y,
+                  const float* add, bool relu) {
+  if (!a.y_nchw || a.layout == ImageLayout::nchw)
+    return normalise_out(a.n, a.C, a.HW, a.layout, x, mean, invstd, a.gamma, a.beta, y, add, relu);
+  normalise_c16_to_nchw(a.n * a.C / 16, a.HW, layout_step(a.layout, a.C), BnNorm{a.C, mean, invstd, a.gamma, a.beta},
+                        x, add, relu, y);
+}
+
 void bn_training(const FusedKernels::BnArgs& a, const float* x, float* y, const float* add, bool relu) {
   Kokkos::parallel_for("pt::batchnorm_forward_training", Range(0, 1), [=](int) {
     batch_statistics(a.n, a.C, a.HW, a.layout, a.eps, a.momentum, x, a.save_mean, a.save_invstd, a.running_mean,
                      a.running_var);
-    normalise_out(a.n, a.C, a.HW, a.layout, x, a.save_mean, a.save_invstd, a.gamma, a.beta, y, add, relu);
+    normalise_to(a, x, a.save_mean, a.save_invstd, y, add, relu);
   });
 }
 
@@ -185,7 +194,7 @@ void bn_inference(const FusedKernels::BnArgs& a, const float* x, float* y, const
   Kokkos::parallel_for("pt::batchnorm_forward_inference", Range(0, 1), [=](int) {
     std::vector<float> invstd(static_cast<size_t>(a.C));
     for (int64_t c = 0; c < a.C; ++c) invstd[static_cast<size_t>(c)] = 1.0f / std::sqrt(a.running_var[c] + a.eps);
-    normalise_out(a.n, a.C, a.HW, a.layout, x, a.running_mean, invstd.data(), a.gamma, a.beta, y, add, relu);
+    normalise_to(a, x, a.running_mean, invstd.data(), y, add, relu);
   });
 }
 

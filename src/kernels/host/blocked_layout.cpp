@@ -11,7 +11,10 @@
 //    nearest even, subnormals kept, NaN 0x7FC0);
 //  - nchw_to_c16: an fp32 input, an exact copy;
 //  - c16_to_nchw: an fp32 output back, an exact copy;
-//  - HostBackend::relayout: the two exact copies behind Backend::relayout.
+//  - HostBackend::relayout: the two exact copies behind Backend::relayout;
+//  - relu_backward_to_c16, normalise_c16_to_nchw: a move with ReLU's backward or a batch
+//    norm's normalisation in the same pass (HostBackend::relu_backward_relayout, the fused
+//    batch norm with an NCHW output).
 // A group of 16 channels is 16 planes of H W values in NCHW and H W rows of 16 values here,
 // so each 16 x 16 tile is transposed in registers (GCC vector shuffles); H W % 16 trailing
 // positions go one by one. Why not oneDNN's reorders, which make the same bits: on a Zen 4
@@ -150,6 +153,61 @@ void c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const float* x, float
       });
 }
 
+void relu_backward_to_c16(int64_t groups, int64_t hw, int64_t step, const float* y, const float* dy, float* dx) {
+  for_blocks16(
+      "relu_backward_to_c16", groups, hw, step,
+      [&](int64_t from, int64_t to, int64_t p) {
+        vec16i r[16], o[16];
+        for (int c = 0; c < 16; ++c) {
+          const vec16 yv = load(y + from + c * hw + p), d = load(dy + from + c * hw + p);
+          r[c] = bits_as<vec16i>(yv > 0.0f ? d : 0.0f);
+        }
+        transpose32(r, o);
+        for (int i = 0; i < 16; ++i) store(dx + to + (p + i) * step, bits_as<vec16>(o[i]));
+      },
+      [&](int64_t from, int64_t to, int64_t p) {
+        for (int c = 0; c < 16; ++c) {
+          const int64_t k = from + c * hw + p;
+          dx[to + p * step + c] = y[k] > 0.0f ? dy[k] : 0.0f;
+        }
+      });
+}
+
+namespace {
+// (x - mean) invstd gamma + beta [+ add] [ReLU] of 16 channels c0.. at one position, as
+// normalise_c16 in batchnorm.cpp
+inline vec16 normalised(const BnNorm& bn, int64_t c0, vec16 x, const float* add, bool relu) {
+  vec16 v = (x - load(bn.mean + c0)) * load(bn.invstd + c0) * load(bn.gamma + c0) + load(bn.beta + c0);
+  if (add) v += load(add);
+  if (relu) v = v > 0.0f ? v : 0.0f;
+  return v;
+}
+}  // namespace
+
+void normalise_c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const BnNorm& bn, const float* x, const float* add,
+                           bool relu, float* y) {
+  const int64_t G = bn.C / 16;
+  auto c0_of = [&](int64_t from) { return (from / (16 * hw)) % G * 16; };
+  for_blocks16(
+      "normalise_c16_to_nchw", groups, hw, step,
+      [&](int64_t from, int64_t to, int64_t p) {
+        const int64_t c0 = c0_of(from);
+        vec16i r[16], o[16];
+        for (int i = 0; i < 16; ++i) {
+          const int64_t at = to + (p + i) * step;
+          r[i] = bits_as<vec16i>(normalised(bn, c0, load(x + at), add ? add + at : nullptr, relu));
+        }
+        transpose32(r, o);
+        for (int c = 0; c < 16; ++c) store(y + from + c * hw + p, bits_as<vec16>(o[c]));
+      },
+      [&](int64_t from, int64_t to, int64_t p) {
+        const int64_t at = to + p * step;
+        alignas(64) float v[16];
+        store(v, normalised(bn, c0_of(from), load(x + at), add ? add + at : nullptr, relu));
+        for (int c = 0; c < 16; ++c) y[from + c * hw + p] = v[c];
+      });
+}
+
 // Backend::relayout: NCHW to and from nChw16c or NHWC by the moves above; nChw16c and NHWC
 // are the same bytes for C = 16 (a copy), and no move goes between them otherwise.
 void HostBackend::relayout(int64_t n, int64_t C, int64_t HW, ImageLayout from, const float* x, ImageLayout to,
@@ -161,6 +219,13 @@ void HostBackend::relayout(int64_t n, int64_t C, int64_t HW, ImageLayout from, c
            "relayout of " << C << " channels between two channel-minor layouts (or C % 16 != 0)");
   if (from == ImageLayout::nchw) nchw_to_c16(n * C / 16, HW, layout_step(to, C), x, y);
   else c16_to_nchw(n * C / 16, HW, layout_step(from, C), x, y);
+}
+
+void HostBackend::relu_backward_relayout(int64_t n, int64_t C, int64_t HW, const float* y, const float* dy,
+                                         ImageLayout to, float* dx) {
+  if (to == ImageLayout::nchw) return relu_backward(static_cast<size_t>(n * C * HW), y, dy, dx);
+  PT_CHECK(C % 16 == 0, "relu_backward_relayout: a channel-minor layout needs C % 16 == 0 (C " << C << ")");
+  relu_backward_to_c16(n * C / 16, HW, layout_step(to, C), y, dy, dx);
 }
 
 }  // namespace pt::host

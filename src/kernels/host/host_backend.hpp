@@ -77,6 +77,8 @@ class HostBackend final : public Backend {
   ImageLayout conv_layout(const WindowGeom& g, int64_t n, Precision p) override;
   void relayout(int64_t n, int64_t C, int64_t HW, ImageLayout from, const float* x, ImageLayout to,
                 float* y) override;
+  void relu_backward_relayout(int64_t n, int64_t C, int64_t HW, const float* y, const float* dy, ImageLayout to,
+                              float* dx) override;
   void maxpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y, int32_t* argmax) override;
   void maxpool_backward(const WindowGeom& g, int64_t n, const float* dy, const int32_t* argmax, float* dx) override;
   void avgpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y) override;

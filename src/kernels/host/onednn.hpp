@@ -35,6 +35,18 @@ void nchw_to_c16_bf16(int64_t groups, int64_t hw, int64_t step, const float* x, 
 void nchw_to_c16(int64_t groups, int64_t hw, int64_t step, const float* x, float* y);
 // The way back for fp32 outputs: nChw16c or NHWC -> NCHW, an exact copy.
 void c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const float* x, float* y);
+// Moves with an elementwise operation in the same pass (the residual block's way in and out):
+//  - relu_backward_to_c16: NCHW y and dy -> dx = (y > 0 ? dy : 0) in the channel-minor layout;
+//  - normalise_c16_to_nchw: a batch norm's normalisation of a channel-minor x (C channels,
+//    statistics and affine per channel as BnNorm says), + add (channel-minor, when given),
+//    then ReLU (relu), written to y in NCHW: the float operations of the unmoved pass.
+void relu_backward_to_c16(int64_t groups, int64_t hw, int64_t step, const float* y, const float* dy, float* dx);
+struct BnNorm {
+  int64_t C;
+  const float *mean, *invstd, *gamma, *beta;
+};
+void normalise_c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const BnNorm& bn, const float* x, const float* add,
+                           bool relu, float* y);
 
 // One strided-batched GEMM: C_b = alpha op(A_b) op(B_b) + beta C_b, row-major, b < batch,
 // X_b = X + b * stride_x. batch == 1 is a plain gemm (strides unused).
