@@ -50,14 +50,14 @@ class ResidualBlock final : public Layer {
     return c;
   }
   // conv1 out, relu(bn1) out, conv2 out, [shortcut conv out], batch statistics of each bn,
-  // [x in the inner layout, where the channels allow one]
-  int64_t aux_per_sample() const override {
-    return (proj_ ? 4 : 3) * O() + (proj_ ? 3 : 2) * 2 * bn_.C + (may_keep() ? in_.numel() : 0);
-  }
-  // under a bf16 policy, + the bf16 copies of x and relu(bn1) that the convolutions read
+  // [x in the inner layout, where the channels allow one], and under a bf16 policy the bf16
+  // copies of x and relu(bn1) that the convolutions read; aux_per_sample is the most of them
+  // (the bf16 policy's: the evaluation's aux is sized by it)
   int64_t kept_floats(bool, DType op) const override {
-    return aux_per_sample() + (bf16_copies(op) ? operand_floats(in_.numel(), op) + operand_floats(O(), op) : 0);
+    const int64_t base = (proj_ ? 4 : 3) * O() + (proj_ ? 3 : 2) * 2 * bn_.C + (may_keep() ? in_.numel() : 0);
+    return base + (bf16_copies(op) ? operand_floats(in_.numel(), op) + operand_floats(O(), op) : 0);
   }
+  int64_t aux_per_sample() const override { return kept_floats(false, DType::bf16); }
   // output gradients of bn2 (= the shortcut bn's), conv2, bn1, conv1, [shortcut conv]
   int64_t split_aux_per_sample() const override { return (proj_ ? 5 : 4) * O(); }
   int64_t workspace_per_sample() const override {
