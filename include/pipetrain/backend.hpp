@@ -132,8 +132,8 @@ class Backend {
                                float* dw, float* db, Precision p, ConvLayouts io = {}) = 0;
   // The layout this backend's kernels for the convolution g of n samples take their input and
   // output in, where a caller keeping its activations so saves the moves around every pass
-  // (host: the one oneDNN picks, nchw16c or nhwc, when it picks the same for x and y of the
-  // forward and C % 16 == 0); nchw where there is none (the default).
+  // (host: the one oneDNN picks, nchw16c or nhwc, where every pass's primitive picks it for x,
+  // y, dx and dy and C % 16 == 0); nchw where there is none (the default).
   virtual ImageLayout conv_layout(const WindowGeom& g, int64_t n, Precision p) { return ImageLayout::nchw; }
   // y = x moved from layout `from` to `to` (n images of C channels, HW positions; exact).
   virtual void relayout(int64_t n, int64_t C, int64_t HW, ImageLayout from, const float* x, ImageLayout to,

@@ -138,16 +138,15 @@ class ResidualBlock final : public Layer {
     ConvLayouts io;
     const float* x;
     CView xc, r1c;
-    bool copies;
     bool nchw() const { return l == ImageLayout::nchw; }
   };
   Inner inner(const LayerCtx& c, const float* x, const Saved& s, int64_t n) const {
-    Inner in{inner_layout(c.be, n, c.precision), bn_, {}, x, x, s.r1, false};
+    Inner in{inner_layout(c.be, n, c.precision), bn_, {}, x, x, s.r1};
     in.bn.layout = in.l;
     in.io = {in.l, in.l};
     if (in.nchw()) return in;
     in.x = s.xl, in.xc = s.xl;
-    if ((in.copies = s.xb != nullptr)) in.xc = as_bf16(s.xb), in.r1c = as_bf16(s.r1b);
+    if (s.xb) in.xc = as_bf16(s.xb), in.r1c = as_bf16(s.r1b);
     return in;
   }
   int64_t in_hw() const { return in_.h() * in_.w(); }
@@ -216,10 +215,10 @@ void ResidualBlock::forward(const LayerCtx& c, ParamView w, const float* x, floa
   const int64_t S = 2 * bn_.C;  // state floats per batch norm
   const Inner in = inner(c, x, s, n);
   if (!in.nchw()) be.relayout(n, in_.c(), in_hw(), ImageLayout::nchw, x, in.l, s.xl);
-  if (in.copies) be.pack_bf16(static_cast<size_t>(n * in_.numel()), s.xl, s.xb);
+  if (in.xc.bf16()) be.pack_bf16(static_cast<size_t>(n * in_.numel()), s.xl, s.xb);
   be.conv2d_forward(g1_, n, in.xc, w + o.c1, nullptr, s.c1, c.precision, in.io);
   in.bn.forward(c, w + o.b1, s.c1, s.r1, s.st1, st, n, nullptr, true);
-  if (in.copies) be.pack_bf16(static_cast<size_t>(n * O()), s.r1, s.r1b);
+  if (in.r1c.bf16()) be.pack_bf16(static_cast<size_t>(n * O()), s.r1, s.r1b);
   be.conv2d_forward(g2_, n, in.r1c, w + o.c2, nullptr, s.c2, c.precision, in.io);
   const float* shortcut = in.x;
   if (proj_) {

@@ -47,21 +47,21 @@ class ModelFootprints final : public FootprintSource {
     Backend& be = *in_.kernels;
     const Precision p = in_.bf16 ? Precision::bf16 : Precision::fp32;
     std::set<std::array<int64_t, 12>> seen;
+    auto io = [&](const Layer& layer, const Layer::ConvUse& u, int64_t n) {
+      const ImageLayout il = u.keeps_layout ? layer.inner_layout(be, n, p) : ImageLayout::nchw;
+      return ConvLayouts{il, il};
+    };
     for (int l = f.first; l < f.end; ++l)
       for (const Layer::ConvUse& c : m_.layer(l).convolutions()) {
-        auto io = [&](const Layer::ConvUse& u, int64_t n) {
-          const ImageLayout il = u.keeps_layout ? m_.layer(l).inner_layout(be, n, p) : ImageLayout::nchw;
-          return ConvLayouts{il, il};
-        };
         const bool data = l > 0;
         const WindowGeom& g = c.g;
         if (!seen.insert({g.c_in, g.h_in, g.w_in, g.c_out, g.h_out, g.w_out, g.kernel, g.stride, g.padding, c.bias, data,
                           c.keeps_layout})
                  .second)
           continue;
-        for (const ConvKernelBytes& k : {be.conv_kernel_bytes(c.g, unit, c.bias, true, data, p, io(c, unit)),
+        for (const ConvKernelBytes& k : {be.conv_kernel_bytes(c.g, unit, c.bias, true, data, p, io(m_.layer(l), c, unit)),
                                          be.conv_kernel_bytes(c.g, in_.eval_mb, c.bias, false, false, p,
-                                                              io(c, in_.eval_mb))}) {
+                                                              io(m_.layer(l), c, in_.eval_mb))}) {
           f.kernel_work += k.kept;
           f.kernel_scratchpad = std::max(f.kernel_scratchpad, k.scratchpad);
           f.kernel_scratch = std::max(f.kernel_scratch, k.scratch);

@@ -4,7 +4,8 @@
 // momentum rule and unbiased variance. Every pass streams the batch in memory order. In NCHW
 // a channel's plane is one run; in the channel-minor layouts (nChw16c, NHWC: ImageLayout) a
 // position's 16 channels of a group are one vector, each with its own 16 lanes, so every
-// channel's sums add the same values in the same order: the same bits in every layout. The backward's per-channel sums are
+// channel's sums add the same values in the same order: the same bits in every layout. The
+// backward's per-channel sums are
 // the same in the dx-only and the dgamma/dbeta-only calls, so the split halves are bitwise
 // the full call. The fused forward (HostFused::batchnorm_forward) adds a residual and applies
 // ReLU in the normalisation's pass over y.
@@ -95,24 +96,15 @@ void normalise(int64_t n, int64_t C, int64_t HW, const float* x, const float* me
   }
 }
 
-// The same in a channel-minor layout: 16 channels of one position at a time.
-template <bool ADD, bool RELU>
-void normalise_c16(const C16Walk& walk, const float* x, const float* mean, const float* invstd, const float* gamma,
-                   const float* beta, float* y, const float* add) {
-  walk.each([&](int64_t j, int64_t off, int64_t) {
-    const int64_t c0 = 16 * j;
-    vec16 v = (load(x + off) - load(mean + c0)) * load(invstd + c0) * load(gamma + c0) + load(beta + c0);
-    if (ADD) v += load(add + off);
-    if (RELU) v = v > 0.0f ? v : 0.0f;
-    store(y + off, v);
-  });
-}
-
+// The same in a channel-minor layout: 16 channels of one position at a time (bn_normalised16).
 template <bool ADD, bool RELU>
 void normalise_in(int64_t n, int64_t C, int64_t HW, ImageLayout l, const float* x, const float* mean,
                   const float* invstd, const float* gamma, const float* beta, float* y, const float* add) {
   if (l == ImageLayout::nchw) return normalise<ADD, RELU>(n, C, HW, x, mean, invstd, gamma, beta, y, add);
-  normalise_c16<ADD, RELU>(C16Walk(n, C, HW, l), x, mean, invstd, gamma, beta, y, add);
+  const BnNorm bn{C, mean, invstd, gamma, beta};
+  C16Walk(n, C, HW, l).each([&](int64_t j, int64_t off, int64_t) {
+    store(y + off, bn_normalised16(bn, 16 * j, load(x + off), ADD ? add + off : nullptr, RELU));
+  });
 }
 
 void normalise_out(int64_t n, int64_t C, int64_t HW, ImageLayout l, const float* x, const float* mean,

@@ -173,17 +173,6 @@ void relu_backward_to_c16(int64_t groups, int64_t hw, int64_t step, const float*
       });
 }
 
-namespace {
-// (x - mean) invstd gamma + beta [+ add] [ReLU] of 16 channels c0.. at one position, as
-// normalise_c16 in batchnorm.cpp
-inline vec16 normalised(const BnNorm& bn, int64_t c0, vec16 x, const float* add, bool relu) {
-  vec16 v = (x - load(bn.mean + c0)) * load(bn.invstd + c0) * load(bn.gamma + c0) + load(bn.beta + c0);
-  if (add) v += load(add);
-  if (relu) v = v > 0.0f ? v : 0.0f;
-  return v;
-}
-}  // namespace
-
 void normalise_c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const BnNorm& bn, const float* x, const float* add,
                            bool relu, float* y) {
   const int64_t G = bn.C / 16;
@@ -195,7 +184,7 @@ void normalise_c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const BnNor
         vec16i r[16], o[16];
         for (int i = 0; i < 16; ++i) {
           const int64_t at = to + (p + i) * step;
-          r[i] = bits_as<vec16i>(normalised(bn, c0, load(x + at), add ? add + at : nullptr, relu));
+          r[i] = bits_as<vec16i>(bn_normalised16(bn, c0, load(x + at), add ? add + at : nullptr, relu));
         }
         transpose32(r, o);
         for (int c = 0; c < 16; ++c) store(y + from + c * hw + p, bits_as<vec16>(o[c]));
@@ -203,7 +192,7 @@ void normalise_c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const BnNor
       [&](int64_t from, int64_t to, int64_t p) {
         const int64_t at = to + p * step;
         alignas(64) float v[16];
-        store(v, normalised(bn, c0_of(from), load(x + at), add ? add + at : nullptr, relu));
+        store(v, bn_normalised16(bn, c0_of(from), load(x + at), add ? add + at : nullptr, relu));
         for (int c = 0; c < 16; ++c) y[from + c * hw + p] = v[c];
       });
 }

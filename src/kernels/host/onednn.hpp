@@ -41,10 +41,7 @@ void c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const float* x, float
 //    statistics and affine per channel as BnNorm says), + add (channel-minor, when given),
 //    then ReLU (relu), written to y in NCHW: the float operations of the unmoved pass.
 void relu_backward_to_c16(int64_t groups, int64_t hw, int64_t step, const float* y, const float* dy, float* dx);
-struct BnNorm {
-  int64_t C;
-  const float *mean, *invstd, *gamma, *beta;
-};
+struct BnNorm;  // vec_math.hpp
 void normalise_c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const BnNorm& bn, const float* x, const float* add,
                            bool relu, float* y);
 
@@ -100,8 +97,8 @@ class OneDnn {
   // calls above).
   void conv_backward(Precision p, const WindowGeom& g, int64_t n, CView x, const float* w, const float* dy,
                      float* dx, float* dw, float* db, ConvLayouts io = {});
-  // Backend::conv_layout: the layout the forward primitive picks for x and y, where that is
-  // one of nChw16c and NHWC for both (else nchw).
+  // Backend::conv_layout: the layout every pass's primitive picks for x, y, dx and dy, where
+  // that is one of nChw16c and NHWC for all of them (else nchw).
   ImageLayout conv_layout(Precision p, const WindowGeom& g, int64_t n);
 
   // What a convolution's plan keeps for one pass (its ports' layout copies, bf16 input copies

@@ -115,6 +115,19 @@ inline vec16h bf16_half16(vec16 x) {
 #endif
   return __builtin_convertvector(bf16_bits16(x), vec16h);
 }
+// A batch norm's normalisation of 16 channels c0.. at one position (a channel-minor layout):
+// (x - mean) invstd gamma + beta, then + add (when given), then ReLU (relu); batchnorm.cpp's
+// channel-minor pass and blocked_layout.cpp's pass with the move out both use it.
+struct BnNorm {
+  int64_t C;
+  const float *mean, *invstd, *gamma, *beta;
+};
+inline vec16 bn_normalised16(const BnNorm& bn, int64_t c0, vec16 x, const float* add, bool relu) {
+  vec16 v = (x - load(bn.mean + c0)) * load(bn.invstd + c0) * load(bn.gamma + c0) + load(bn.beta + c0);
+  if (add) v += load(add);
+  if (relu) v = v > 0.0f ? v : 0.0f;
+  return v;
+}
 // bf16_round on 16 floats: the same bits
 inline vec16 round_bf16(vec16 x) {
   const vec16i b = __builtin_convertvector(bf16_half16(x), vec16i) << 16;
