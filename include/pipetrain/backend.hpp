@@ -128,16 +128,19 @@ class Backend {
                               Precision p, ConvLayouts io = {}) = 0;
   // dw, db accumulate (+=); dx is overwritten. Any of dx, dw, db may be null: the split
   // backward asks for dx alone (I) and for dw, db alone (W), each bitwise as in one call.
-  virtual void conv2d_backward(const WindowGeom& g, int64_t n, CView x, const float* w, const float* dy, float* dx,
+  // dy may be a bf16 view on the same terms as x (io.out conv_layout's), read as it is.
+  virtual void conv2d_backward(const WindowGeom& g, int64_t n, CView x, const float* w, CView dy, float* dx,
                                float* dw, float* db, Precision p, ConvLayouts io = {}) = 0;
   // The layout this backend's kernels for the convolution g of n samples take their input and
   // output in, where a caller keeping its activations so saves the moves around every pass
   // (host: the one oneDNN picks, nchw16c or nhwc, where every pass's primitive picks it for x,
   // y, dx and dy and C % 16 == 0); nchw where there is none (the default).
   virtual ImageLayout conv_layout(const WindowGeom& g, int64_t n, Precision p) { return ImageLayout::nchw; }
-  // y = x moved from layout `from` to `to` (n images of C channels, HW positions; exact).
+  // y = x moved from layout `from` to `to` (n images of C channels, HW positions; exact). A
+  // bf16 y (from nchw into a layout conv_layout names) holds each value's bf16_bits: a bf16
+  // convolution's input, moved and rounded in one pass.
   virtual void relayout(int64_t n, int64_t C, int64_t HW, ImageLayout from, const float* x, ImageLayout to,
-                        float* y) = 0;
+                        View y) = 0;
 
   // Pooling. Max pooling stores the flat input index of each maximum in `argmax`.
   // ConvKernelBytes of a convolution of n samples with (bias) a bias: its forward, and with
@@ -157,7 +160,8 @@ class Backend {
 
   // Elementwise activations over n values.
   virtual void relu_forward(size_t n, const float* x, float* y) = 0;
-  virtual void relu_backward(size_t n, const float* y, const float* dy, float* dx) = 0;
+  // y may be a bf16 view (the mask y > 0 of its values).
+  virtual void relu_backward(size_t n, CView y, const float* dy, float* dx) = 0;
   // The same over n NCHW images of C channels and HW positions, dx written in layout `to`
   // (the move in the same pass; a backend whose conv_layout names no such layout need only
   // take to = nchw).
@@ -268,9 +272,11 @@ class Backend {
                                            const float* running_var, float* y,
                                            ImageLayout layout = ImageLayout::nchw) = 0;
   // dx is overwritten; dgamma and dbeta accumulate; dx, or dgamma and dbeta (together), may
-  // be null (the split backward's halves; each bitwise as in the full call).
+  // be null (the split backward's halves; each bitwise as in the full call). A bf16 dx holds
+  // the fp32 result rounded to nearest even (bf16_bits), as the product that reads it would
+  // round it (the host backend; others may refuse it).
   virtual void batchnorm_backward(int64_t n, int64_t C, int64_t HW, float eps, const float* x, const float* gamma,
-                                  const float* save_mean, const float* save_invstd, const float* dy, float* dx,
+                                  const float* save_mean, const float* save_invstd, const float* dy, View dx,
                                   float* dgamma, float* dbeta, ImageLayout layout = ImageLayout::nchw) = 0;
 
   // Reductions returned to the host.

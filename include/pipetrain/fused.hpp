@@ -51,7 +51,9 @@ class FusedKernels {
   // (training) or batchnorm_forward_inference's (running statistics, which must be given).
   // Default: that call, then axpy(1, add, y) and relu_forward(y, y); the host applies both in
   // the normalisation's own pass over y (the same float operations in the same order, so the
-  // same bits).
+  // same bits). In a channel-minor layout the host also takes add as a bf16 view (its values
+  // read exactly) and, unless y_nchw, y as a bf16 view (each result's bf16_bits, the rounding
+  // a bf16 convolution reading it would make); the default refuses both.
   struct BnArgs {
     int64_t n, C, HW;
     float eps, momentum;
@@ -63,7 +65,7 @@ class FusedKernels {
     // a backend whose conv_layout names channel-minor layouts (the host) takes it
     bool y_nchw = false;
   };
-  virtual void batchnorm_forward(bool training, const BnArgs& a, const float* x, float* y, const float* add, bool relu);
+  virtual void batchnorm_forward(bool training, const BnArgs& a, const float* x, View y, CView add, bool relu);
 
   // The causal attention core, where the backend has it (attention(); else the layers
   // compose it, and the calls below are refused). Operands stay token-major, as the

@@ -107,6 +107,10 @@ struct LayerCtx {
   // and convolution it runs, and under bf16 keeps the operands only its products read as bf16
   // views (operand_dtype, dtype.hpp). The backend holds no precision of its own.
   Precision precision = Precision::fp32;
+  // x holds bf16 values: under a bf16 policy, once a layer before this one on the chain (not
+  // a view) has computed them (the Stage rounds every such output; boundary_at_layer). A layer
+  // may then keep x as a bf16 copy and read it for x exactly. Set by the Stage.
+  bool x_bf16 = false;
   // The tensor group of the stage replica (parallel.tensor > 1), null otherwise: split layers
   // (LayerSpec::tensor_parts > 1) sum their row-parallel outputs and column-parallel input
   // gradients over it (tensor_sum, layer_util.hpp).

@@ -109,6 +109,7 @@ LayerCtx Stage::layer_ctx(const LayerCtx& ctx, int l) const {
   lc.state = ctx.state && model_.layer(l).num_state() ? ctx.state + state_offset(l) : nullptr;
   lc.selective = ctx.training && model_.layer(l).selective_in(mode_);  // evaluation keeps nothing anyway
   lc.precision = precision();
+  for (int k = 0; k < l && activation_bf16() && !lc.x_bf16; ++k) lc.x_bf16 = !model_.layer(k).is_view();
   return lc;
 }
 

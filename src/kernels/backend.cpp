@@ -13,10 +13,13 @@ void FusedKernels::linear_forward(int64_t rows, int64_t in, int64_t out, CView x
   if (y.bf16()) be_.pack_bf16(static_cast<size_t>(rows * out), y.data, y.data);
 }
 
-void FusedKernels::batchnorm_forward(bool training, const BnArgs& a, const float* x, float* y, const float* add,
+void FusedKernels::batchnorm_forward(bool training, const BnArgs& a, const float* x, View yv, CView addv,
                                      bool relu) {
   PT_CHECK(!a.y_nchw || a.layout == ImageLayout::nchw,
            "batchnorm_forward: an NCHW output of a channel-minor input needs the backend's fused kernel");
+  PT_CHECK(!yv.bf16() && !addv.bf16(), "batchnorm_forward: a bf16 y or add needs the backend's fused kernel");
+  float* y = yv.data;
+  const float* add = addv.data;
   if (training)
     be_.batchnorm_forward_training(a.n, a.C, a.HW, a.eps, a.momentum, x, a.gamma, a.beta, y, a.save_mean,
                                    a.save_invstd, a.running_mean, a.running_var, a.layout);

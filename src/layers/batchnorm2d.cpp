@@ -13,8 +13,8 @@ void ChannelNorm::init_state(float* host) const {
   init_constant(host + C, C, 1.0f);
 }
 
-void ChannelNorm::forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* stats, float* state, int64_t n,
-                          const float* add, bool relu, bool y_nchw) const {
+void ChannelNorm::forward(const LayerCtx& c, ParamView w, const float* x, View y, float* stats, float* state, int64_t n,
+                          CView add, bool relu, bool y_nchw) const {
   PT_CHECK(c.training || state, "batch norm in evaluation without its running statistics (LayerCtx::state is null)");
   const FusedKernels::BnArgs a{n,     C,         HW, eps, momentum, w, w + C, stats, stats ? stats + C : nullptr,
                                state, state ? state + C : nullptr, layout, y_nchw};
@@ -22,11 +22,11 @@ void ChannelNorm::forward(const LayerCtx& c, ParamView w, const float* x, float*
 }
 
 void ChannelNorm::backward_input(Backend& be, const float* w, const float* x, const float* stats, const float* dy,
-                                 float* dx, int64_t n) const {
-  if (dx) backward(be, w, x, stats, dy, dx, nullptr, n);
+                                 View dx, int64_t n) const {
+  if (dx.data) backward(be, w, x, stats, dy, dx, nullptr, n);
 }
 
-void ChannelNorm::backward(Backend& be, const float* w, const float* x, const float* stats, const float* dy, float* dx,
+void ChannelNorm::backward(Backend& be, const float* w, const float* x, const float* stats, const float* dy, View dx,
                            float* dw, int64_t n) const {
   be.batchnorm_backward(n, C, HW, eps, x, w, stats, stats + C, dy, dx, dw, dw ? dw + C : nullptr, layout);
 }

@@ -182,16 +182,18 @@ struct ChannelNorm {
   void init_state(float* host) const;  // mean 0, variance 1
   // y = bn(x), then + add (n C HW values, when given), then ReLU (relu): FusedKernels::
   // batchnorm_forward, one pass over y on the host
-  // (y_nchw: y in NCHW while x and add lie in `layout`, BnArgs::y_nchw)
-  void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* stats, float* state, int64_t n,
-               const float* add = nullptr, bool relu = false, bool y_nchw = false) const;
-  void backward_input(Backend& be, const float* w, const float* x, const float* stats, const float* dy, float* dx,
+  // (y_nchw: y in NCHW while x and add lie in `layout`, BnArgs::y_nchw; y and add may be
+  // bf16 views where FusedKernels::batchnorm_forward takes them)
+  void forward(const LayerCtx& c, ParamView w, const float* x, View y, float* stats, float* state, int64_t n,
+               CView add = CView(nullptr), bool relu = false, bool y_nchw = false) const;
+  void backward_input(Backend& be, const float* w, const float* x, const float* stats, const float* dy, View dx,
                       int64_t n) const;
   void backward_weight(Backend& be, const float* w, const float* x, const float* stats, const float* dy, float* dw,
                        int64_t n) const;
   // both halves in one call (one pass for their channel sums; the same bits as the two
-  // calls): dx, and dweight, dbias into dw (skipped when dw is null)
-  void backward(Backend& be, const float* w, const float* x, const float* stats, const float* dy, float* dx, float* dw,
+  // calls): dx (a bf16 view: Backend::batchnorm_backward's), and dweight, dbias into dw
+  // (skipped when dw is null)
+  void backward(Backend& be, const float* w, const float* x, const float* stats, const float* dy, View dx, float* dw,
                 int64_t n) const;
 };
 

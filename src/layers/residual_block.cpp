@@ -13,7 +13,9 @@
 // oneDNN's nChw16c or NHWC on the host), so no convolution moves its operands: the block
 // moves x in and y out, dy in and dx out (four moves instead of ten or more), and the batch
 // norms work in that layout (the same bits in every layout). NCHW where the backend has no
-// such layout (CUDA) or the channels are not a multiple of 16.
+// such layout (CUDA) or the channels are not a multiple of 16. Under bf16 in the inner layout
+// what only the convolutions read is bf16, written where it is made (x's move in, bn1's
+// normalisation, the batch norms' input gradients): the rounding the convolutions made before.
 #include <algorithm>
 #include <cmath>
 
@@ -129,34 +131,48 @@ class ResidualBlock final : public Layer {
       return ImageLayout::nchw;
     return l;
   }
-  // The inner layout for n samples (see the top), the batch norms in it, and x as the
-  // convolutions read it (x itself in NCHW, else its copy in aux).
-  // (xc, r1c: the inputs of conv1 and the shortcut, and of conv2: the bf16 copies where kept)
+  // The inner layout for n samples (see the top), the batch norms in it, and x and
+  // relu(bn1) as the block keeps them: in NCHW x itself and r1; else x moved into xin (its
+  // fp32 copy xl, or with bf16 copies straight into xb), the convolutions reading xc (xl or
+  // xb), the identity shortcut adding x (xl, or xb where that is x exactly: x holds bf16
+  // values, LayerCtx::x_bf16), and with bf16 copies bn1 writing relu(bn1) straight into r1b
+  // (conv2's input and ReLU's mask; r1 unused). packs_x: xb made from xl (x not bf16 values).
   struct Inner {
     ImageLayout l;
     ChannelNorm bn;
     ConvLayouts io;
-    const float* x;
-    CView xc, r1c;
+    View xin, r1;
+    CView x, xc;
+    bool packs_x;
     bool nchw() const { return l == ImageLayout::nchw; }
   };
   Inner inner(const LayerCtx& c, const float* x, const Saved& s, int64_t n) const {
-    Inner in{inner_layout(c.be, n, c.precision), bn_, {}, x, x, s.r1};
+    Inner in{inner_layout(c.be, n, c.precision), bn_, {}, View(nullptr), s.r1, x, x, false};
     in.bn.layout = in.l;
     in.io = {in.l, in.l};
     if (in.nchw()) return in;
-    in.x = s.xl, in.xc = s.xl;
-    if (s.xb) in.xc = as_bf16(s.xb), in.r1c = as_bf16(s.r1b);
+    in.xin = s.xl, in.x = s.xl, in.xc = s.xl;
+    if (!s.xb) return in;
+    const bool exact = proj_ || c.x_bf16;
+    if (exact) in.xin = as_bf16(s.xb), in.x = as_bf16(s.xb);
+    in.packs_x = !exact;
+    in.xc = as_bf16(s.xb), in.r1 = as_bf16(s.r1b);
     return in;
   }
   int64_t in_hw() const { return in_.h() * in_.w(); }
+  // The inner output gradients; those only the convolutions read (dc2, dc1, dcp) in bf16
+  // where the convolutions read bf16 copies of their inputs (the batch norms' backward then
+  // rounds them as the convolutions' would, in the same pass; their slots keep fp32 size).
   struct Kept {
-    float *ds, *dc2, *db1, *dc1, *dcp;
+    float *ds, *db1;
+    View dc2, dc1, dcp;
   };
-  Kept kept(const float* keep, int64_t n) const {
+  Kept kept(const float* keep, int64_t n, const Inner& in) const {
     Carve k{const_cast<float*>(keep), n};
-    Kept v;
-    v.ds = k.take(O()), v.dc2 = k.take(O()), v.db1 = k.take(O()), v.dc1 = k.take(O()), v.dcp = proj_ ? k.take(O()) : nullptr;
+    const DType t = in.xc.dtype;
+    Kept v{k.take(O()), nullptr, nullptr, nullptr, nullptr};
+    v.dc2 = {k.take(O()), t}, v.db1 = k.take(O()), v.dc1 = {k.take(O()), t};
+    v.dcp = {proj_ ? k.take(O()) : nullptr, t};
     return v;
   }
   // Which weight gradients the input half computed already (the fused backward): conv2's,
@@ -214,13 +230,12 @@ void ResidualBlock::forward(const LayerCtx& c, ParamView w, const float* x, floa
   float* st = c.state;
   const int64_t S = 2 * bn_.C;  // state floats per batch norm
   const Inner in = inner(c, x, s, n);
-  if (!in.nchw()) be.relayout(n, in_.c(), in_hw(), ImageLayout::nchw, x, in.l, s.xl);
-  if (in.xc.bf16()) be.pack_bf16(static_cast<size_t>(n * in_.numel()), s.xl, s.xb);
+  if (!in.nchw()) be.relayout(n, in_.c(), in_hw(), ImageLayout::nchw, x, in.l, in.xin);
+  if (in.packs_x) be.pack_bf16(static_cast<size_t>(n * in_.numel()), s.xl, s.xb);
   be.conv2d_forward(g1_, n, in.xc, w + o.c1, nullptr, s.c1, c.precision, in.io);
-  in.bn.forward(c, w + o.b1, s.c1, s.r1, s.st1, st, n, nullptr, true);
-  if (in.r1c.bf16()) be.pack_bf16(static_cast<size_t>(n * O()), s.r1, s.r1b);
-  be.conv2d_forward(g2_, n, in.r1c, w + o.c2, nullptr, s.c2, c.precision, in.io);
-  const float* shortcut = in.x;
+  in.bn.forward(c, w + o.b1, s.c1, in.r1, s.st1, st, n, CView(nullptr), true);
+  be.conv2d_forward(g2_, n, in.r1, w + o.c2, nullptr, s.c2, c.precision, in.io);
+  CView shortcut = in.x;
   if (proj_) {
     be.conv2d_forward(gp_, n, in.xc, w + o.cp, nullptr, s.cp, c.precision, in.io);
     in.bn.forward(c, w + o.bp, s.cp, c.work, s.stp, st ? st + 2 * S : nullptr, n);
@@ -235,16 +250,16 @@ void ResidualBlock::input_half(const LayerCtx& c, ParamView w, const float* x, c
   Backend& be = c.be;
   const Offsets o = off();
   const Saved s = saved(aux, n, c.precision);
-  const Kept k = kept(keep, n);
   const Inner in = inner(c, x, s, n);
+  const Kept k = kept(keep, n, in);
   const size_t no = static_cast<size_t>(n * O());
   float* dr1 = c.work;
   float* dxp = c.work + n * O();
   auto dw_of = [&](int64_t off) { return dw_convs ? dw_convs + off : nullptr; };
   be.relu_backward_relayout(n, bn_.C, bn_.HW, y, dy, in.l, k.ds);  // the move in, in the same pass
   in.bn.backward(be, w + o.b2, s.c2, s.st2, k.ds, k.dc2, dw_of(o.b2), n);
-  be.conv2d_backward(g2_, n, in.r1c, w + o.c2, k.dc2, dr1, dw_of(o.c2), nullptr, c.precision, in.io);
-  be.relu_backward(no, s.r1, dr1, k.db1);
+  be.conv2d_backward(g2_, n, in.r1, w + o.c2, k.dc2, dr1, dw_of(o.c2), nullptr, c.precision, in.io);
+  be.relu_backward(no, in.r1, dr1, k.db1);
   in.bn.backward(be, w + o.b1, s.c1, s.st1, k.db1, k.dc1, dw_of(o.b1), n);
   if (proj_) in.bn.backward(be, w + o.bp, s.cp, s.stp, k.ds, k.dcp, dw_of(o.bp), n);
   if (!dx) return;
@@ -267,10 +282,10 @@ void ResidualBlock::weight_half(const LayerCtx& c, ParamView w, const float* x, 
   Backend& be = c.be;
   const Offsets o = off();
   const Saved s = saved(aux, n, c.precision);
-  const Kept k = kept(keep, n);
   const Inner in = inner(c, x, s, n);
+  const Kept k = kept(keep, n, in);
   const Precision p = c.precision;
-  if (!done.conv2) be.conv2d_backward(g2_, n, in.r1c, w + o.c2, k.dc2, nullptr, dw + o.c2, nullptr, p, in.io);
+  if (!done.conv2) be.conv2d_backward(g2_, n, in.r1, w + o.c2, k.dc2, nullptr, dw + o.c2, nullptr, p, in.io);
   if (!done.norms) in.bn.backward_weight(be, w + o.b2, s.c2, s.st2, k.ds, dw + o.b2, n);
   if (!done.conv1) be.conv2d_backward(g1_, n, in.xc, w + o.c1, k.dc1, nullptr, dw + o.c1, nullptr, p, in.io);
   if (!done.norms) in.bn.backward_weight(be, w + o.b1, s.c1, s.st1, k.db1, dw + o.b1, n);

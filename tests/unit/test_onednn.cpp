@@ -671,7 +671,20 @@ TEST(OneDnnConv, ActivationsInTheConvolutionsLayoutGiveTheNchwBits) {
         be.conv2d_forward(g, d.n, as_bf16(xb.data()), d.w.data(), d.b.data(), y3.data(), p, io);
         be.conv2d_backward(g, d.n, as_bf16(xb.data()), d.w.data(), dy.data(), dx3.data(), dw3.data(), db3.data(), p, io);
         EXPECT_TRUE(same(y3, y) && same(dx3, dx) && same(dw3, dw) && same(db3, db)) << "bf16 view of x";
+        // dy as a bf16 view too: fused, and each half alone (the weights pass reads it itself)
+        std::vector<float> dyb((dy.size() + 1) / 2), dx4(d.xs()), dw4 = d.dw0, db4 = d.db0, dx5(d.xs()), dw5 = d.dw0,
+                                                     db5 = d.db0;
+        be.pack_bf16(dy.size(), dy.data(), dyb.data());
+        be.conv2d_backward(g, d.n, as_bf16(xb.data()), d.w.data(), as_bf16(dyb.data()), dx4.data(), dw4.data(), db4.data(),
+                           p, io);
+        be.conv2d_backward(g, d.n, as_bf16(xb.data()), d.w.data(), as_bf16(dyb.data()), dx5.data(), nullptr, nullptr, p, io);
+        be.conv2d_backward(g, d.n, x.data(), d.w.data(), as_bf16(dyb.data()), nullptr, dw5.data(), db5.data(), p, io);
+        EXPECT_TRUE(same(dx4, dx) && same(dw4, dw) && same(db4, db)) << "bf16 view of dy";
+        EXPECT_TRUE(same(dx5, dx) && same(dw5, dw) && same(db5, db)) << "bf16 view of dy, split halves";
         EXPECT_THROW(be.conv2d_forward(g, d.n, as_bf16(xb.data()), d.w.data(), nullptr, y3.data(), Precision::fp32, io),
+                     pt::Error);
+        EXPECT_THROW(be.conv2d_backward(g, d.n, x.data(), d.w.data(), as_bf16(dyb.data()), dx5.data(), nullptr, nullptr,
+                                        Precision::fp32, io),
                      pt::Error);
         ++bf16_views;
       }
@@ -684,8 +697,11 @@ TEST(OneDnnConv, ActivationsInTheConvolutionsLayoutGiveTheNchwBits) {
 // Batch norm with its epilogue and its backward in nChw16c and NHWC give, moved back to
 // NCHW, the bits of the NCHW calls: y, the saved and running statistics, dx, dgamma and
 // dbeta, in training and evaluation; 16, 32 and 48 channels, 49 and 15 positions (no
-// multiple of the 16 lanes). The same with y written straight to NCHW (BnArgs::y_nchw), and
-// relu_backward_relayout is relu_backward then relayout, bit for bit.
+// multiple of the 16 lanes). The same with y written straight to NCHW (BnArgs::y_nchw), a
+// bf16 dx (every layout) is pack_bf16 of the fp32 dx, in the channel-minor layouts a bf16 y
+// and a bf16 add give the bits of the fp32 ones (and relayout into bf16 those of the fp32
+// move), relu_backward of a bf16 y that of its values, and relu_backward_relayout is
+// relu_backward then relayout, bit for bit.
 TEST(HostBatchNorm, ChannelMinorLayoutsGiveTheNchwBits) {
   auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -729,9 +745,62 @@ TEST(HostBatchNorm, ChannelMinorLayoutsGiveTheNchwBits) {
         EXPECT_TRUE(same(got.dx, want.dx) && same(got.dg, want.dg)) << "dx, dgamma, dbeta";
       }
     }
+    // dx written as bf16 (what a bf16 convolution's backward reads): pack_bf16 of the fp32 dx
+    std::vector<float> stats(2 * c);
+    const std::vector<float> rm = random_vec(c, 96);
+    std::vector<float> rv = var, rm2 = rm, ydummy(count);
+    const FusedKernels::BnArgs a{k.n, k.C, k.HW, 1e-5f, 0.1f, gb.data(), gb.data() + k.C, stats.data(),
+                                 stats.data() + k.C, rm2.data(), rv.data(), ImageLayout::nchw, false};
+    be.fused().batchnorm_forward(true, a, x.data(), ydummy.data(), nullptr, false);
+    for (ImageLayout l : {ImageLayout::nchw, ImageLayout::nchw16c, ImageLayout::nhwc}) {
+      const std::vector<float> xl = in_layout(be, x, k.n, k.C, k.HW, l), dyl = in_layout(be, dy, k.n, k.C, k.HW, l);
+      std::vector<float> dxf(count), want_b((count + 1) / 2), got_b((count + 1) / 2, -1.0f);
+      be.batchnorm_backward(k.n, k.C, k.HW, 1e-5f, xl.data(), gb.data(), stats.data(), stats.data() + k.C, dyl.data(),
+                            dxf.data(), nullptr, nullptr, l);
+      be.pack_bf16(count, dxf.data(), want_b.data());
+      be.batchnorm_backward(k.n, k.C, k.HW, 1e-5f, xl.data(), gb.data(), stats.data(), stats.data() + k.C, dyl.data(),
+                            as_bf16(got_b.data()), nullptr, nullptr, l);
+      EXPECT_EQ(std::memcmp(got_b.data(), want_b.data(), 2 * count), 0) << "bf16 dx, layout " << static_cast<int>(l);
+      if (l == ImageLayout::nchw) continue;
+      // channel-minor: y written as bf16 (pack_bf16 of the fp32 y), a bf16 add (its values, exactly), both
+      // with y_nchw, and x moved straight into bf16 (relayout, pack_bf16 of the fp32 move)
+      std::vector<float> addr(add), yf(count), yb((count + 1) / 2), ab((count + 1) / 2), yn(count), yn2(count), xf(count);
+      for (float& v : addr) v = bf16_round(v);
+      const std::vector<float> al = in_layout(be, addr, k.n, k.C, k.HW, l);
+      be.pack_bf16(count, al.data(), ab.data());
+      for (const bool training : {true, false}) {
+        std::vector<float> st(2 * c), rm3 = rm, rv3 = var, want_yb((count + 1) / 2);
+        FusedKernels::BnArgs b{k.n, k.C, k.HW, 1e-5f, 0.1f, gb.data(), gb.data() + k.C, st.data(),
+                               st.data() + k.C, rm3.data(), rv3.data(), l, false};
+        be.fused().batchnorm_forward(training, b, xl.data(), yf.data(), al.data(), true);
+        be.pack_bf16(count, yf.data(), want_yb.data());
+        std::vector<float> rm4 = rm, rv4 = var;
+        b.running_mean = rm4.data(), b.running_var = rv4.data();
+        be.fused().batchnorm_forward(training, b, xl.data(), as_bf16(yb.data()), as_bf16(ab.data()), true);
+        EXPECT_EQ(std::memcmp(yb.data(), want_yb.data(), 2 * count), 0) << "bf16 y and add, training " << training;
+        EXPECT_EQ(rm4, rm3);
+        std::vector<float> rm5 = rm, rv5 = var;
+        b.running_mean = rm5.data(), b.running_var = rv5.data(), b.y_nchw = true;
+        be.fused().batchnorm_forward(training, b, xl.data(), yn.data(), as_bf16(ab.data()), true);
+        be.relayout(k.n, k.C, k.HW, l, yf.data(), ImageLayout::nchw, yn2.data());
+        EXPECT_TRUE(same(yn, yn2)) << "bf16 add with y_nchw, training " << training;
+        EXPECT_THROW(be.fused().batchnorm_forward(training, b, xl.data(), as_bf16(yb.data()), nullptr, true), pt::Error);
+      }
+      std::vector<float> want_xb((count + 1) / 2), got_xb((count + 1) / 2);
+      be.pack_bf16(count, xl.data(), want_xb.data());
+      be.relayout(k.n, k.C, k.HW, ImageLayout::nchw, x.data(), l, as_bf16(got_xb.data()));
+      EXPECT_EQ(std::memcmp(got_xb.data(), want_xb.data(), 2 * count), 0) << "relayout into bf16";
+    }
     // ReLU's backward with the move into the layout: relu_backward, then relayout
     std::vector<float> want_dx(count), moved(count), got_dx(count);
     be.relu_backward(count, x.data(), dy.data(), want_dx.data());
+    // the mask read from a bf16 y: that of its values
+    std::vector<float> xr(x), xrb((count + 1) / 2), mask_dx(count), mask_want(count);
+    for (float& v : xr) v = bf16_round(v);
+    be.pack_bf16(count, xr.data(), xrb.data());
+    be.relu_backward(count, xr.data(), dy.data(), mask_want.data());
+    be.relu_backward(count, as_bf16(xrb.data()), dy.data(), mask_dx.data());
+    EXPECT_TRUE(same(mask_dx, mask_want)) << "relu_backward of a bf16 y";
     for (ImageLayout l : {ImageLayout::nchw, ImageLayout::nchw16c, ImageLayout::nhwc}) {
       be.relayout(k.n, k.C, k.HW, ImageLayout::nchw, want_dx.data(), l, moved.data());
       be.relu_backward_relayout(k.n, k.C, k.HW, x.data(), dy.data(), l, got_dx.data());

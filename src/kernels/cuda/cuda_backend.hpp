@@ -97,10 +97,10 @@ class CudaBackend final : public Backend {
   // x an f32 view only (conv_layout is nchw here, so no layer keeps a bf16 copy for it).
   void conv2d_forward(const WindowGeom& g, int64_t n, CView x, const float* w, const float* b, float* y, Precision p,
                       ConvLayouts io = {}) override;
-  void conv2d_backward(const WindowGeom& g, int64_t n, CView x, const float* w, const float* dy, float* dx, float* dw,
+  void conv2d_backward(const WindowGeom& g, int64_t n, CView x, const float* w, CView dy, float* dx, float* dw,
                        float* db, Precision p, ConvLayouts io = {}) override;
   void relayout(int64_t n, int64_t C, int64_t HW, ImageLayout from, const float* x, ImageLayout to,
-                float* y) override;
+                View y) override;
   void relu_backward_relayout(int64_t n, int64_t C, int64_t HW, const float* y, const float* dy, ImageLayout to,
                               float* dx) override;
   void maxpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y, int32_t* argmax) override;
@@ -110,7 +110,7 @@ class CudaBackend final : public Backend {
                         float* dx) override;
 
   void relu_forward(size_t n, const float* x, float* y) override;
-  void relu_backward(size_t n, const float* y, const float* dy, float* dx) override;
+  void relu_backward(size_t n, CView y, const float* dy, float* dx) override;
   void gelu_forward(size_t n, CView x, View y) override;
   void gelu_backward(size_t n, CView x, const float* dy, View dx) override;
   // a bf16 y: each value's bf16 written directly (y needs only its ceil(n / 2) floats)
@@ -157,7 +157,7 @@ class CudaBackend final : public Backend {
                                    const float* beta, const float* running_mean, const float* running_var,
                                    float* y, ImageLayout layout = ImageLayout::nchw) override;
   void batchnorm_backward(int64_t n, int64_t C, int64_t HW, float eps, const float* x, const float* gamma,
-                          const float* save_mean, const float* save_invstd, const float* dy, float* dx, float* dgamma,
+                          const float* save_mean, const float* save_invstd, const float* dy, View dx, float* dgamma,
                           float* dbeta, ImageLayout layout = ImageLayout::nchw) override;
   double sum(size_t n, const float* x) override;
   double sum_squares(size_t n, const float* x) override;

@@ -215,9 +215,9 @@ void require_nchw(const char* what, ImageLayout l) {
 }  // namespace
 
 void CudaBackend::relayout(int64_t n, int64_t C, int64_t HW, ImageLayout from, const float* x, ImageLayout to,
-                           float* y) {
-  PT_CHECK(from == to, "relayout: the CUDA backend keeps NCHW activations only");
-  copy(y, x, static_cast<size_t>(n * C * HW));
+                           View y) {
+  PT_CHECK(from == to && !y.bf16(), "relayout: the CUDA backend keeps NCHW fp32 activations only");
+  copy(y.data, x, static_cast<size_t>(n * C * HW));
 }
 
 void CudaBackend::relu_backward_relayout(int64_t n, int64_t C, int64_t HW, const float* y, const float* dy,
@@ -244,11 +244,12 @@ void CudaBackend::conv2d_forward(const WindowGeom& g, int64_t n, CView xv, const
 }
 
 // dx overwritten (beta 0), dw and db accumulate (beta 1), as the interface says.
-void CudaBackend::conv2d_backward(const WindowGeom& g, int64_t n, CView xv, const float* w, const float* dy, float* dx,
+void CudaBackend::conv2d_backward(const WindowGeom& g, int64_t n, CView xv, const float* w, CView dyv, float* dx,
                                   float* dw, float* db, Precision prec, ConvLayouts io) {
   require_nchw("conv2d_backward", io.in), require_nchw("conv2d_backward", io.out);
-  PT_CHECK(!xv.bf16(), "conv2d_backward: the CUDA backend takes an f32 x");
+  PT_CHECK(!xv.bf16() && !dyv.bf16(), "conv2d_backward: the CUDA backend takes an f32 x and dy");
   const float* x = xv.data;
+  const float* dy = dyv.data;
   if (n == 0) return;
   if (prec == Precision::bf16) {
     conv2d_backward_bf16(g, n, x, w, dy, dx, dw, db);
@@ -349,9 +350,11 @@ void CudaBackend::batchnorm_forward_inference(int64_t n, int64_t C, int64_t HW, 
 // One cuDNN call computes dx, dgamma and dbeta together: a half that does not want some of
 // them gets them in scratch, so each half is bitwise the full call.
 void CudaBackend::batchnorm_backward(int64_t n, int64_t C, int64_t HW, float eps, const float* x, const float* gamma,
-                                     const float* save_mean, const float* save_invstd, const float* dy, float* dx,
+                                     const float* save_mean, const float* save_invstd, const float* dy, View dxv,
                                      float* dgamma, float* dbeta, ImageLayout layout) {
   require_nchw("batchnorm_backward", layout);
+  PT_CHECK(!dxv.bf16(), "batchnorm_backward: the CUDA backend writes an f32 dx");
+  float* dx = dxv.data;
   if (n == 0) return;
   BnPlan& p = bn_plan(n, C, HW);
   const float one = 1.0f, zero = 0.0f;

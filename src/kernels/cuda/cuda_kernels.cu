@@ -49,9 +49,6 @@ __global__ void k_bias_grad_rows(const float* dy, float* db, int64_t rows, int64
 }
 
 __global__ void k_relu_forward(size_t n, const float* x, float* y) { GRID_STRIDE(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
-__global__ void k_relu_backward(size_t n, const float* y, const float* dy, float* dx) {
-  GRID_STRIDE(i, n) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-}
 // GELU and its derivative, one definition for the three kernels below, so that
 // gelu_forward_deriv is bitwise gelu_forward and gelu_backward of ones (the same code).
 __device__ __forceinline__ float dev_gelu(float v) { return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); }
@@ -66,6 +63,10 @@ __device__ __forceinline__ void dev_store(float* y, size_t i, float v) { y[i] = 
 __device__ __forceinline__ void dev_store(uint16_t* y, size_t i, float v) { y[i] = dev_bf16_bits(v); }
 __device__ __forceinline__ float dev_load(const float* x, size_t i) { return x[i]; }
 __device__ __forceinline__ float dev_load(const uint16_t* x, size_t i) { return __uint_as_float(static_cast<uint32_t>(x[i]) << 16); }
+template <class Y>
+__global__ void k_relu_backward(size_t n, const Y* y, const float* dy, float* dx) {
+  GRID_STRIDE(i, n) dx[i] = dev_load(y, i) > 0.0f ? dy[i] : 0.0f;
+}
 template <class X, class Y>
 __global__ void k_gelu_forward(size_t n, const X* x, Y* y) { GRID_STRIDE(i, n) dev_store(y, i, dev_gelu(dev_load(x, i))); }
 template <class X, class Y>
@@ -399,9 +400,12 @@ void CudaBackend::relu_forward(size_t n, const float* x, float* y) {
   k_relu_forward<<<blocks_for(n), kThreads, 0, compute_>>>(n, x, y);
   PT_CU_LAUNCHED();
 }
-void CudaBackend::relu_backward(size_t n, const float* y, const float* dy, float* dx) {
+void CudaBackend::relu_backward(size_t n, CView y, const float* dy, float* dx) {
   if (n == 0) return;
-  k_relu_backward<<<blocks_for(n), kThreads, 0, compute_>>>(n, y, dy, dx);
+  if (y.bf16())
+    k_relu_backward<<<blocks_for(n), kThreads, 0, compute_>>>(n, reinterpret_cast<const uint16_t*>(y.data), dy, dx);
+  else
+    k_relu_backward<<<blocks_for(n), kThreads, 0, compute_>>>(n, y.data, dy, dx);
   PT_CU_LAUNCHED();
 }
 // k<<<...>>>(n, x, args..., y) with x and y as their views' element types

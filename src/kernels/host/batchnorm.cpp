@@ -10,6 +10,7 @@
 // the full call. The fused forward (HostFused::batchnorm_forward) adds a residual and applies
 // ReLU in the normalisation's pass over y.
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "host_backend.hpp"
@@ -96,21 +97,26 @@ void normalise(int64_t n, int64_t C, int64_t HW, const float* x, const float* me
   }
 }
 
-// The same in a channel-minor layout: 16 channels of one position at a time (bn_normalised16).
+// The same in a channel-minor layout: 16 channels of one position at a time (bn_normalised16),
+// y and add fp32 or bf16 (NCHW: fp32 only).
 template <bool ADD, bool RELU>
 void normalise_in(int64_t n, int64_t C, int64_t HW, ImageLayout l, const float* x, const float* mean,
-                  const float* invstd, const float* gamma, const float* beta, float* y, const float* add) {
-  if (l == ImageLayout::nchw) return normalise<ADD, RELU>(n, C, HW, x, mean, invstd, gamma, beta, y, add);
+                  const float* invstd, const float* gamma, const float* beta, View y, CView add) {
+  if (l == ImageLayout::nchw) {
+    PT_CHECK(!y.bf16() && !add.bf16(), "batch norm: a bf16 y or add in NCHW");
+    return normalise<ADD, RELU>(n, C, HW, x, mean, invstd, gamma, beta, y.data, add.data);
+  }
   const BnNorm bn{C, mean, invstd, gamma, beta};
+  const CView none{static_cast<const float*>(nullptr)};
   C16Walk(n, C, HW, l).each([&](int64_t j, int64_t off, int64_t) {
-    store(y + off, bn_normalised16(bn, 16 * j, load(x + off), ADD ? add + off : nullptr, RELU));
+    store_view(y, off, bn_normalised16(bn, 16 * j, load(x + off), ADD ? add : none, off, RELU));
   });
 }
 
 void normalise_out(int64_t n, int64_t C, int64_t HW, ImageLayout l, const float* x, const float* mean,
-                   const float* invstd, const float* gamma, const float* beta, float* y, const float* add, bool relu) {
-  if (add && relu) return normalise_in<true, true>(n, C, HW, l, x, mean, invstd, gamma, beta, y, add);
-  if (add) return normalise_in<true, false>(n, C, HW, l, x, mean, invstd, gamma, beta, y, add);
+                   const float* invstd, const float* gamma, const float* beta, View y, CView add, bool relu) {
+  if (add.data && relu) return normalise_in<true, true>(n, C, HW, l, x, mean, invstd, gamma, beta, y, add);
+  if (add.data) return normalise_in<true, false>(n, C, HW, l, x, mean, invstd, gamma, beta, y, add);
   if (relu) return normalise_in<false, true>(n, C, HW, l, x, mean, invstd, gamma, beta, y, add);
   normalise_in<false, false>(n, C, HW, l, x, mean, invstd, gamma, beta, y, add);
 }
@@ -166,15 +172,16 @@ void batch_statistics(int64_t n, int64_t C, int64_t HW, ImageLayout l, float eps
 }
 
 // normalise_out, or with y in NCHW (BnArgs::y_nchw) the move out in the same pass.
-void normalise_to(const FusedKernels::BnArgs& a, const float* x, const float* mean, const float* invstd, float* y,
-                  const float* add, bool relu) {
+void normalise_to(const FusedKernels::BnArgs& a, const float* x, const float* mean, const float* invstd, View y,
+                  CView add, bool relu) {
   if (!a.y_nchw || a.layout == ImageLayout::nchw)
     return normalise_out(a.n, a.C, a.HW, a.layout, x, mean, invstd, a.gamma, a.beta, y, add, relu);
+  PT_CHECK(!y.bf16(), "batch norm: a bf16 y written to NCHW (y_nchw)");
   normalise_c16_to_nchw(a.n * a.C / 16, a.HW, layout_step(a.layout, a.C), BnNorm{a.C, mean, invstd, a.gamma, a.beta},
-                        x, add, relu, y);
+                        x, add, relu, y.data);
 }
 
-void bn_training(const FusedKernels::BnArgs& a, const float* x, float* y, const float* add, bool relu) {
+void bn_training(const FusedKernels::BnArgs& a, const float* x, View y, CView add, bool relu) {
   Kokkos::parallel_for("pt::batchnorm_forward_training", Range(0, 1), [=](int) {
     batch_statistics(a.n, a.C, a.HW, a.layout, a.eps, a.momentum, x, a.save_mean, a.save_invstd, a.running_mean,
                      a.running_var);
@@ -182,7 +189,7 @@ void bn_training(const FusedKernels::BnArgs& a, const float* x, float* y, const 
   });
 }
 
-void bn_inference(const FusedKernels::BnArgs& a, const float* x, float* y, const float* add, bool relu) {
+void bn_inference(const FusedKernels::BnArgs& a, const float* x, View y, CView add, bool relu) {
   Kokkos::parallel_for("pt::batchnorm_forward_inference", Range(0, 1), [=](int) {
     std::vector<float> invstd(static_cast<size_t>(a.C));
     for (int64_t c = 0; c < a.C; ++c) invstd[static_cast<size_t>(c)] = 1.0f / std::sqrt(a.running_var[c] + a.eps);
@@ -208,8 +215,7 @@ void HostBackend::batchnorm_forward_inference(int64_t n, int64_t C, int64_t HW, 
                x, y, nullptr, false);
 }
 
-void HostFused::batchnorm_forward(bool training, const BnArgs& a, const float* x, float* y, const float* add,
-                                  bool relu) {
+void HostFused::batchnorm_forward(bool training, const BnArgs& a, const float* x, View y, CView add, bool relu) {
   if (training) return bn_training(a, x, y, add, relu);
   PT_CHECK(a.running_mean && a.running_var, "batch norm inference without running statistics");
   bn_inference(a, x, y, add, relu);
@@ -250,24 +256,27 @@ void backward_sums(int64_t n, int64_t C, int64_t HW, ImageLayout l, const float*
   for (int64_t c = 0; c < C; ++c) sum_dy[c] = sdy.total(c), sum_dy_xhat[c] = sdx.total(c);
 }
 
-// dx = gamma invstd (dy - a - xhat b) per channel, a and b the sums over the count.
+// dx = gamma invstd (dy - a - xhat b) per channel, a and b the sums over the count; a bf16
+// dx gets each value's bf16_bits (bf16_half16: the same bits) in the same pass.
 void backward_dx(int64_t n, int64_t C, int64_t HW, ImageLayout l, const float* x, const float* gamma,
                  const float* save_mean, const float* save_invstd, const float* a, const float* b, const float* dy,
-                 float* dx) {
+                 View dx) {
+  uint16_t* dxb = dx.bf16() ? reinterpret_cast<uint16_t*>(dx.data) : nullptr;
   if (l != ImageLayout::nchw)
     return C16Walk(n, C, HW, l).each([&](int64_t j, int64_t off, int64_t) {
       const int64_t c = 16 * j;
       const vec16 rstd = load(save_invstd + c), k = load(gamma + c) * rstd;
       const vec16 xhat = (load(x + off) - load(save_mean + c)) * rstd;
-      store(dx + off, k * (load(dy + off) - load(a + c) - xhat * load(b + c)));
+      store_view(dx, off, k * (load(dy + off) - load(a + c) - xhat * load(b + c)));
     });
   for (int64_t sc = 0; sc < n * C; ++sc) {
     const int64_t c = sc % C;
     const float m = save_mean[c], rstd = save_invstd[c], k = gamma[c] * rstd, ac = a[c], bc = b[c];
-    for (int64_t j = 0; j < HW; ++j) {
-      const float xhat = (x[sc * HW + j] - m) * rstd;
-      dx[sc * HW + j] = k * (dy[sc * HW + j] - ac - xhat * bc);
-    }
+    auto v = [&](int64_t i) { return k * (dy[i] - ac - (x[i] - m) * rstd * bc); };
+    if (dxb)
+      for (int64_t i = sc * HW; i < (sc + 1) * HW; ++i) dxb[i] = bf16_bits(v(i));
+    else
+      for (int64_t i = sc * HW; i < (sc + 1) * HW; ++i) dx.data[i] = v(i);
   }
 }
 
@@ -275,7 +284,7 @@ void backward_dx(int64_t n, int64_t C, int64_t HW, ImageLayout l, const float* x
 
 // One pass for both channel sums (dy, dy xhat), then one for dx.
 void HostBackend::batchnorm_backward(int64_t n, int64_t C, int64_t HW, float, const float* x, const float* gamma,
-                                     const float* save_mean, const float* save_invstd, const float* dy, float* dx,
+                                     const float* save_mean, const float* save_invstd, const float* dy, View dx,
                                      float* dgamma, float* dbeta, ImageLayout layout) {
   const double count = static_cast<double>(n * HW);
   Kokkos::parallel_for("pt::batchnorm_backward", Range(0, 1), [=](int) {
@@ -291,7 +300,7 @@ void HostBackend::batchnorm_backward(int64_t n, int64_t C, int64_t HW, float, co
       a[static_cast<size_t>(c)] = static_cast<float>(sum_dy / count);
       b[static_cast<size_t>(c)] = static_cast<float>(sum_dy_xhat / count);
     }
-    if (dx) backward_dx(n, C, HW, layout, x, gamma, save_mean, save_invstd, a.data(), b.data(), dy, dx);
+    if (dx.data) backward_dx(n, C, HW, layout, x, gamma, save_mean, save_invstd, a.data(), b.data(), dy, dx);
   });
 }
 

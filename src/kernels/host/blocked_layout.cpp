@@ -173,7 +173,7 @@ void relu_backward_to_c16(int64_t groups, int64_t hw, int64_t step, const float*
       });
 }
 
-void normalise_c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const BnNorm& bn, const float* x, const float* add,
+void normalise_c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const BnNorm& bn, const float* x, CView add,
                            bool relu, float* y) {
   const int64_t G = bn.C / 16;
   auto c0_of = [&](int64_t from) { return (from / (16 * hw)) % G * 16; };
@@ -184,7 +184,7 @@ void normalise_c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const BnNor
         vec16i r[16], o[16];
         for (int i = 0; i < 16; ++i) {
           const int64_t at = to + (p + i) * step;
-          r[i] = bits_as<vec16i>(bn_normalised16(bn, c0, load(x + at), add ? add + at : nullptr, relu));
+          r[i] = bits_as<vec16i>(bn_normalised16(bn, c0, load(x + at), add, at, relu));
         }
         transpose32(r, o);
         for (int c = 0; c < 16; ++c) store(y + from + c * hw + p, bits_as<vec16>(o[c]));
@@ -192,7 +192,7 @@ void normalise_c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const BnNor
       [&](int64_t from, int64_t to, int64_t p) {
         const int64_t at = to + p * step;
         alignas(64) float v[16];
-        store(v, bn_normalised16(bn, c0_of(from), load(x + at), add ? add + at : nullptr, relu));
+        store(v, bn_normalised16(bn, c0_of(from), load(x + at), add, at, relu));
         for (int c = 0; c < 16; ++c) y[from + c * hw + p] = v[c];
       });
 }
@@ -200,8 +200,14 @@ void normalise_c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const BnNor
 // Backend::relayout: NCHW to and from nChw16c or NHWC by the moves above; nChw16c and NHWC
 // are the same bytes for C = 16 (a copy), and no move goes between them otherwise.
 void HostBackend::relayout(int64_t n, int64_t C, int64_t HW, ImageLayout from, const float* x, ImageLayout to,
-                           float* y) {
+                           View yv) {
   const int64_t count = n * C * HW;
+  if (yv.bf16()) {
+    PT_CHECK(from == ImageLayout::nchw && to != ImageLayout::nchw && C % 16 == 0,
+             "relayout to bf16: from NCHW into a channel-minor layout only (C " << C << ")");
+    return nchw_to_c16_bf16(n * C / 16, HW, layout_step(to, C), x, reinterpret_cast<uint16_t*>(yv.data));
+  }
+  float* y = yv.data;
   if (from == to || (C == 16 && from != ImageLayout::nchw && to != ImageLayout::nchw))
     return copy(y, x, static_cast<size_t>(count));
   PT_CHECK(C % 16 == 0 && (from == ImageLayout::nchw || to == ImageLayout::nchw),

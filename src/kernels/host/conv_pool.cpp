@@ -135,10 +135,10 @@ void HostBackend::conv2d_forward(const WindowGeom& g, int64_t n, CView x, const 
 
 // The weight pass (dw, db) and the data pass (dx) are computed independently, each by the
 // library the rule gives its pass: dx alone and dw/db alone are bitwise the fused call.
-void HostBackend::conv2d_backward(const WindowGeom& g, int64_t n, CView x, const float* w, const float* dy, float* dx,
+void HostBackend::conv2d_backward(const WindowGeom& g, int64_t n, CView x, const float* w, CView dy, float* dx,
                                   float* dw, float* db, Precision p, ConvLayouts io) {
   if (n == 0) return;
-  PT_CHECK(!x.bf16() || p == Precision::bf16, "conv2d_backward: a bf16 x in an fp32 convolution");
+  PT_CHECK((!x.bf16() && !dy.bf16()) || p == Precision::bf16, "conv2d_backward: a bf16 x or dy in an fp32 convolution");
   const bool dnn_w = onednn_conv(g, n, ConvPass::backward_weights, p), dnn_d = onednn_conv(g, n, ConvPass::backward_data, p);
   if (dx && (dw || db) && dnn_w && dnn_d) return onednn().conv_backward(p, g, n, x, w, dy, dx, dw, db, io);  // dy converted once for both passes
   if (dw || db) {
@@ -146,13 +146,13 @@ void HostBackend::conv2d_backward(const WindowGeom& g, int64_t n, CView x, const
       onednn().conv_backward_weights(p, g, n, x, dy, dw, db, io);
     } else {
       ImCopies c(*this, g, n, io);
-      im2col_conv_backward(g, n, c.in(x.data), w, c.out(dy), nullptr, dw, db);
+      im2col_conv_backward(g, n, c.in(x.data), w, c.out(dy.data), nullptr, dw, db);
     }
   }
   if (dx) {
     if (dnn_d) return onednn().conv_backward_data(p, g, n, w, dy, dx, io);
     ImCopies c(*this, g, n, io);
-    im2col_conv_backward(g, n, nullptr, w, c.out(dy), c.in_result(dx), nullptr, nullptr);
+    im2col_conv_backward(g, n, nullptr, w, c.out(dy.data), c.in_result(dx), nullptr, nullptr);
     c.in_back(dx);
   }
 }

@@ -56,8 +56,12 @@ void HostBackend::bias_grad_rows(CView dy, float* db, int64_t rows, int64_t cols
 void HostBackend::relu_forward(size_t n, const float* x, float* y) {
   Kokkos::parallel_for("pt::relu_forward", Range(0, n), [=](size_t i) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; });
 }
-void HostBackend::relu_backward(size_t n, const float* y, const float* dy, float* dx) {
-  Kokkos::parallel_for("pt::relu_backward", Range(0, n), [=](size_t i) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; });
+void HostBackend::relu_backward(size_t n, CView yv, const float* dy, float* dx) {
+  const float* y = yv.data;
+  if (!yv.bf16())
+    return Kokkos::parallel_for("pt::relu_backward", Range(0, n), [=](size_t i) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; });
+  const uint16_t* yb = reinterpret_cast<const uint16_t*>(y);
+  Kokkos::parallel_for("pt::relu_backward", Range(0, n), [=](size_t i) { dx[i] = bf16_to_float(yb[i]) > 0.0f ? dy[i] : 0.0f; });
 }
 namespace {
 // f(i) for i in [0, n), written packed (pack_bf16) to out: blocks of 256 values computed into

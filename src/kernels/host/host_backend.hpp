@@ -30,7 +30,7 @@ class HostFused final : public FusedKernels {
   void attention_forward(const AttentionGeom& g, CView qkv, View P, View o) override;
   void attention_backward(const AttentionGeom& g, CView qkv, CView P, const float* dout, View dqkv) override;
   // the epilogue in the normalisation's pass (batchnorm.cpp)
-  void batchnorm_forward(bool training, const BnArgs& a, const float* x, float* y, const float* add,
+  void batchnorm_forward(bool training, const BnArgs& a, const float* x, View y, CView add,
                          bool relu) override;
 
  private:
@@ -72,11 +72,11 @@ class HostBackend final : public Backend {
 
   void conv2d_forward(const WindowGeom& g, int64_t n, CView x, const float* w, const float* b, float* y, Precision p,
                       ConvLayouts io = {}) override;
-  void conv2d_backward(const WindowGeom& g, int64_t n, CView x, const float* w, const float* dy, float* dx, float* dw,
+  void conv2d_backward(const WindowGeom& g, int64_t n, CView x, const float* w, CView dy, float* dx, float* dw,
                        float* db, Precision p, ConvLayouts io = {}) override;
   ImageLayout conv_layout(const WindowGeom& g, int64_t n, Precision p) override;
   void relayout(int64_t n, int64_t C, int64_t HW, ImageLayout from, const float* x, ImageLayout to,
-                float* y) override;
+                View y) override;
   void relu_backward_relayout(int64_t n, int64_t C, int64_t HW, const float* y, const float* dy, ImageLayout to,
                               float* dx) override;
   void maxpool_forward(const WindowGeom& g, int64_t n, const float* x, float* y, int32_t* argmax) override;
@@ -86,7 +86,7 @@ class HostBackend final : public Backend {
                         float* dx) override;
 
   void relu_forward(size_t n, const float* x, float* y) override;
-  void relu_backward(size_t n, const float* y, const float* dy, float* dx) override;
+  void relu_backward(size_t n, CView y, const float* dy, float* dx) override;
   void gelu_forward(size_t n, CView x, View y) override;
   void gelu_backward(size_t n, CView x, const float* dy, View dx) override;
   void layernorm_forward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
@@ -130,7 +130,7 @@ class HostBackend final : public Backend {
                                    const float* beta, const float* running_mean, const float* running_var,
                                    float* y, ImageLayout layout = ImageLayout::nchw) override;
   void batchnorm_backward(int64_t n, int64_t C, int64_t HW, float eps, const float* x, const float* gamma,
-                          const float* save_mean, const float* save_invstd, const float* dy, float* dx, float* dgamma,
+                          const float* save_mean, const float* save_invstd, const float* dy, View dx, float* dgamma,
                           float* dbeta, ImageLayout layout = ImageLayout::nchw) override;
   double sum(size_t n, const float* x) override;
   bool all_finite(size_t n, const float* x) override;

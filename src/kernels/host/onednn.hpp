@@ -38,11 +38,12 @@ void c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const float* x, float
 // Moves with an elementwise operation in the same pass (the residual block's way in and out):
 //  - relu_backward_to_c16: NCHW y and dy -> dx = (y > 0 ? dy : 0) in the channel-minor layout;
 //  - normalise_c16_to_nchw: a batch norm's normalisation of a channel-minor x (C channels,
-//    statistics and affine per channel as BnNorm says), + add (channel-minor, when given),
-//    then ReLU (relu), written to y in NCHW: the float operations of the unmoved pass.
+//    statistics and affine per channel as BnNorm says), + add (channel-minor, fp32 or bf16,
+//    when given), then ReLU (relu), written to y in NCHW: the float operations of the
+//    unmoved pass.
 void relu_backward_to_c16(int64_t groups, int64_t hw, int64_t step, const float* y, const float* dy, float* dx);
 struct BnNorm;  // vec_math.hpp
-void normalise_c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const BnNorm& bn, const float* x, const float* add,
+void normalise_c16_to_nchw(int64_t groups, int64_t hw, int64_t step, const BnNorm& bn, const float* x, CView add,
                            bool relu, float* y);
 
 // One strided-batched GEMM: C_b = alpha op(A_b) op(B_b) + beta C_b, row-major, b < batch,
@@ -87,15 +88,15 @@ class OneDnn {
   // Activations as io says (Backend::conv2d_forward).
   void conv_forward(Precision p, const WindowGeom& g, int64_t n, CView x, const float* w, const float* b, float* y,
                     ConvLayouts io = {});
-  void conv_backward_data(Precision p, const WindowGeom& g, int64_t n, const float* w, const float* dy, float* dx,
+  void conv_backward_data(Precision p, const WindowGeom& g, int64_t n, const float* w, CView dy, float* dx,
                           ConvLayouts io = {});
   // dw += dL/dw when dw is not null; db += dL/db when db is not null.
-  void conv_backward_weights(Precision p, const WindowGeom& g, int64_t n, CView x, const float* dy, float* dw,
+  void conv_backward_weights(Precision p, const WindowGeom& g, int64_t n, CView x, CView dy, float* dw,
                              float* db, ConvLayouts io = {});
   // Both: the data pass, then the weights pass reading the data pass's converted dy where the
   // two primitives take it in the same layout (one conversion instead of two; bitwise the two
   // calls above).
-  void conv_backward(Precision p, const WindowGeom& g, int64_t n, CView x, const float* w, const float* dy,
+  void conv_backward(Precision p, const WindowGeom& g, int64_t n, CView x, const float* w, CView dy,
                      float* dx, float* dw, float* db, ConvLayouts io = {});
   // Backend::conv_layout: the layout every pass's primitive picks for x, y, dx and dy, where
   // that is one of nChw16c and NHWC for all of them (else nchw).

@@ -304,7 +304,7 @@ void OneDnn::conv_forward(Precision p, const WindowGeom& g, int64_t n, CView x, 
   }
 }
 
-void OneDnn::conv_backward_data(Precision p, const WindowGeom& g, int64_t n, const float* w, const float* dy,
+void OneDnn::conv_backward_data(Precision p, const WindowGeom& g, int64_t n, const float* w, CView dy,
                                 float* dx, ConvLayouts io) {
   Impl& d = *impl_;
   ConvOp& op = d.conv_data(p, d.conv_plan(p, g, n, io), g, n);
@@ -331,7 +331,7 @@ namespace {
 // The weights pass. `fed`, when not null, is the data pass's port for dy, holding it in this
 // primitive's layout already: dy is then not converted again.
 void weights_pass(OneDnn::Impl& d, OneDnn::Clock& clock, Precision p, const WindowGeom& g, int64_t n, ConvLayouts io,
-                  CView x, const float* dy, const Port* fed, float* dw, float* db) {
+                  CView x, CView dy, const Port* fed, float* dw, float* db) {
   ConvOp& op = d.conv_weights(p, d.conv_plan(p, g, n, io), g, n, db != nullptr);
   Lap lap;
   try {
@@ -357,13 +357,13 @@ void weights_pass(OneDnn::Impl& d, OneDnn::Clock& clock, Precision p, const Wind
 
 }  // namespace
 
-void OneDnn::conv_backward_weights(Precision p, const WindowGeom& g, int64_t n, CView x, const float* dy,
+void OneDnn::conv_backward_weights(Precision p, const WindowGeom& g, int64_t n, CView x, CView dy,
                                    float* dw, float* db, ConvLayouts io) {
   weights_pass(*impl_, clock_, p, g, n, io, x, dy, nullptr, dw, db);
 }
 
 void OneDnn::conv_backward(Precision p, const WindowGeom& g, int64_t n, CView x, const float* w,
-                           const float* dy, float* dx, float* dw, float* db, ConvLayouts io) {
+                           CView dy, float* dx, float* dw, float* db, ConvLayouts io) {
   conv_backward_data(p, g, n, w, dy, dx, io);
   Impl& d = *impl_;
   ConvPlan& plan = d.conv_plan(p, g, n, io);

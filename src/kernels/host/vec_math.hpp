@@ -115,19 +115,6 @@ inline vec16h bf16_half16(vec16 x) {
 #endif
   return __builtin_convertvector(bf16_bits16(x), vec16h);
 }
-// A batch norm's normalisation of 16 channels c0.. at one position (a channel-minor layout):
-// (x - mean) invstd gamma + beta, then + add (when given), then ReLU (relu); batchnorm.cpp's
-// channel-minor pass and blocked_layout.cpp's pass with the move out both use it.
-struct BnNorm {
-  int64_t C;
-  const float *mean, *invstd, *gamma, *beta;
-};
-inline vec16 bn_normalised16(const BnNorm& bn, int64_t c0, vec16 x, const float* add, bool relu) {
-  vec16 v = (x - load(bn.mean + c0)) * load(bn.invstd + c0) * load(bn.gamma + c0) + load(bn.beta + c0);
-  if (add) v += load(add);
-  if (relu) v = v > 0.0f ? v : 0.0f;
-  return v;
-}
 // bf16_round on 16 floats: the same bits
 inline vec16 round_bf16(vec16 x) {
   const vec16i b = __builtin_convertvector(bf16_half16(x), vec16i) << 16;
@@ -148,6 +135,30 @@ inline float load_bf16_one(const unsigned char* p) {
   uint16_t b;
   std::memcpy(&b, p, sizeof b);
   return bf16_to_float(b);
+}
+// 16 values at element `at` of an fp32 or bf16 operand, as floats (exact)
+inline vec16 load_view(CView v, int64_t at) {
+  return v.bf16() ? load_bf16(reinterpret_cast<const unsigned char*>(v.data) + 2 * at) : load(v.data + at);
+}
+// 16 results to element `at` of y: fp32, or each value's bf16_bits
+inline void store_view(View y, int64_t at, vec16 v) {
+  if (!y.bf16()) return store(y.data + at, v);
+  const vec16h h = bf16_half16(v);
+  std::memcpy(reinterpret_cast<unsigned char*>(y.data) + 2 * at, &h, sizeof h);
+}
+// A batch norm's normalisation of 16 channels c0.. at one position (a channel-minor layout):
+// (x - mean) invstd gamma + beta, then + add (when given), then ReLU (relu); batchnorm.cpp's
+// channel-minor pass and blocked_layout.cpp's pass with the move out both use it.
+struct BnNorm {
+  int64_t C;
+  const float *mean, *invstd, *gamma, *beta;
+};
+// (add: an fp32 or bf16 operand, its 16 values at element `at`; none when add.data is null)
+inline vec16 bn_normalised16(const BnNorm& bn, int64_t c0, vec16 x, CView add, int64_t at, bool relu) {
+  vec16 v = (x - load(bn.mean + c0)) * load(bn.invstd + c0) * load(bn.gamma + c0) + load(bn.beta + c0);
+  if (add.data) v += load_view(add, at);
+  if (relu) v = v > 0.0f ? v : 0.0f;
+  return v;
 }
 // bf16 of x[0, n), front to back: Round writes round_bf16 of it to y (fp32 slots), Pack
 // writes the dense bf16 array to out (2 n bytes). y may be x, and so may out: the 16 floats
