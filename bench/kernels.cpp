@@ -399,9 +399,12 @@ std::vector<Row> all_rows() {
   linear_rows(rows, "gpt2_small", "up  ", R2, 768, 3072);
   linear_rows(rows, "gpt2_small", "down", R2, 3072, 768);
   linear_rows(rows, "gpt2_small", "head", R2, 768, 256);
-  // the MLP down-projection at 16 sequences (bench/peer_pytorch.sh's one microbatch): the fp32
-  // rule's N >= 2048, K >= 512 class (kernel_choice.cpp)
+  // the linears at 16 sequences (bench/peer_pytorch.sh's one microbatch of gpt2_small): the
+  // MLP down-projection is the fp32 rule's N >= 2048, K >= 512 class (kernel_choice.cpp)
   linear_rows(rows, "gpt2_small", "dn16", 4 * R2, 3072, 768);
+  linear_rows(rows, "gpt2_small", "qk16", 4 * R2, 768, 2304);
+  linear_rows(rows, "gpt2_small", "pj16", 4 * R2, 768, 768);
+  linear_rows(rows, "gpt2_small", "up16", 4 * R2, 768, 3072);
   rows.push_back(gemm_row("tinygpt", "attn S=QK^T  64x[128x32]x[32x128]", false, true, 128, 128, 32, 64, 0.0f));
   rows.push_back(gemm_row("tinygpt", "attn O=PV    64x[128x128]x[128x32]", false, false, 128, 32, 128, 64, 0.0f));
   rows.push_back(gemm_row("tinygpt", "attn dV=P^TdO 64x[128x128]x[128x32]", true, false, 128, 32, 128, 64, 0.0f));
