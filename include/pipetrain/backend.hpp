@@ -160,7 +160,9 @@ class Backend {
 
   // Elementwise activations over n values.
   virtual void relu_forward(size_t n, const float* x, float* y) = 0;
-  // y may be a bf16 view (the mask y > 0 of its values).
+  // y may be a bf16 view: the mask y > 0 of its values (where y is the bf16 of an fp32
+  // output, a positive value below 2^-134 rounds to +0 and masks its gradient, the one
+  // difference from the fp32 output's mask).
   virtual void relu_backward(size_t n, CView y, const float* dy, float* dx) = 0;
   // The same over n NCHW images of C channels and HW positions, dx written in layout `to`
   // (the move in the same pass; a backend whose conv_layout names no such layout need only

@@ -51,15 +51,18 @@ class ResidualBlock final : public Layer {
     if (proj_) c.push_back({gp_, false, may_keep()});
     return c;
   }
-  // conv1 out, relu(bn1) out, conv2 out, [shortcut conv out], batch statistics of each bn,
-  // [x in the inner layout, where the channels allow one], and under a bf16 policy the bf16
-  // copies of x and relu(bn1) that the convolutions read; aux_per_sample is the most of them
-  // (the bf16 policy's: the evaluation's aux is sized by it)
+  // conv1 out, relu(bn1) out (or, under a bf16 policy in the inner layout, its bf16 copy in
+  // the same slot: the two are never both used), conv2 out, [shortcut conv out], batch
+  // statistics of each bn, [x's fp32 copy in the inner layout, where the channels allow one
+  // and something reads it: not a projection block's under bf16], [x's bf16 copy under bf16];
+  // aux_per_sample is the larger policy's (the evaluation's aux is sized by it)
   int64_t kept_floats(bool, DType op) const override {
-    const int64_t base = (proj_ ? 4 : 3) * O() + (proj_ ? 3 : 2) * 2 * bn_.C + (may_keep() ? in_.numel() : 0);
-    return base + (bf16_copies(op) ? operand_floats(in_.numel(), op) + operand_floats(O(), op) : 0);
+    const int64_t base = (proj_ ? 4 : 3) * O() + (proj_ ? 3 : 2) * 2 * bn_.C + (keeps_xl(op) ? in_.numel() : 0);
+    return base + (bf16_copies(op) ? operand_floats(in_.numel(), op) : 0);
   }
-  int64_t aux_per_sample() const override { return kept_floats(false, DType::bf16); }
+  int64_t aux_per_sample() const override {
+    return std::max(kept_floats(false, DType::f32), kept_floats(false, DType::bf16));
+  }
   // output gradients of bn2 (= the shortcut bn's), conv2, bn1, conv1, [shortcut conv]
   int64_t split_aux_per_sample() const override { return (proj_ ? 5 : 4) * O(); }
   int64_t workspace_per_sample() const override {
@@ -109,14 +112,18 @@ class ResidualBlock final : public Layer {
     Saved v;
     v.c1 = s.take(O()), v.r1 = s.take(O()), v.c2 = s.take(O()), v.cp = proj_ ? s.take(O()) : nullptr;
     v.st1 = s.take(2 * bn_.C), v.st2 = s.take(2 * bn_.C), v.stp = proj_ ? s.take(2 * bn_.C) : nullptr;
-    v.xl = may_keep() ? s.take(in_.numel()) : nullptr;
     const DType op = operand_dtype(p);
+    v.xl = keeps_xl(op) ? s.take(in_.numel()) : nullptr;
     v.xb = bf16_copies(op) ? s.take(operand_floats(in_.numel(), op)) : nullptr;
-    v.r1b = bf16_copies(op) ? s.take(operand_floats(O(), op)) : nullptr;
+    v.r1b = bf16_copies(op) ? v.r1 : nullptr;
     return v;
   }
   // Whether the channels allow an inner layout other than NCHW (multiples of 16).
   bool may_keep() const { return in_.c() % 16 == 0 && bn_.C % 16 == 0; }
+  // Whether x's fp32 copy in the inner layout may be read: an fp32 policy's convolutions and
+  // shortcut, or under bf16 an identity shortcut adding x that is not bf16 values (inner());
+  // a projection block under bf16 reads only x's bf16 copy.
+  bool keeps_xl(DType op) const { return may_keep() && !(proj_ && bf16_copies(op)); }
   // Whether the block keeps bf16 copies of its convolutions' inputs (x, relu(bn1)) for
   // operands of dtype op: where it may keep the inner layout, under a bf16 policy (each copy
   // then made once, instead of by every convolution pass that reads it).

@@ -229,10 +229,10 @@ TEST(SplitBackward, BitwiseEqualToFusedOnEverySliceResNetBf16Blocked) {
   check_model(wide, false, true);
 }
 
-// The residual block in the convolutions' layout under bf16, on an x holding bf16 values: x
-// moved straight into its bf16 copy, which the identity shortcut then adds (LayerCtx::x_bf16),
+// The identity residual block in the convolutions' layout under bf16, on an x holding bf16
+// values: x moved straight into its bf16 copy, which the shortcut then adds (LayerCtx::x_bf16),
 // gives the bits of the fp32 copy and its packing (x_bf16 false): y, the running statistics,
-// dx and the gradients, with the identity and the projection shortcut.
+// dx and the gradients. (A projection block reads only the bf16 copy either way.)
 TEST(ResidualBlock, XMovedStraightToBf16GivesTheBitsOfItsFp32Copy) {
   const char* deck =
       "[data]\nsource = \"synthetic\"\nshape = [16, 6, 6]\nclasses = 3\n[model]\n"
@@ -247,7 +247,7 @@ TEST(ResidualBlock, XMovedStraightToBf16GivesTheBitsOfItsFp32Copy) {
   struct Out {
     std::vector<float> y, dx, dw, state;
   };
-  for (int l : {0, 1}) {
+  for (int l : {0}) {
     const Layer& L = m.layer(l);
     if (L.inner_layout(*be, n, Precision::bf16) == ImageLayout::nchw) {
       std::cout << "note: oneDNN took NCHW for layer " << l << " here; the inner layout is unchecked\n";

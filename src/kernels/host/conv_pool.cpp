@@ -103,14 +103,18 @@ struct HostBackend::ImCopies {
   }
   int64_t hw_in() const { return g.h_in * g.w_in; }
   int64_t hw_out() const { return g.h_out * g.w_out; }
-  const float* in(const float* p) {
-    if (io.in == ImageLayout::nchw) return p;
-    be.relayout(n, g.c_in, hw_in(), io.in, p, ImageLayout::nchw, x);
+  // (an fp32 operand: im2col's passes read fp32 only; bf16 views go to oneDNN, the rule's
+  // library for every bf16 pass)
+  const float* in(CView v) {
+    PT_CHECK(!v.bf16(), "convolution: a bf16 x in an im2col pass");
+    if (io.in == ImageLayout::nchw) return v.data;
+    be.relayout(n, g.c_in, hw_in(), io.in, v.data, ImageLayout::nchw, x);
     return x;
   }
-  const float* out(const float* p) {
-    if (io.out == ImageLayout::nchw) return p;
-    be.relayout(n, g.c_out, hw_out(), io.out, p, ImageLayout::nchw, y);
+  const float* out(CView v) {
+    PT_CHECK(!v.bf16(), "convolution: a bf16 dy in an im2col pass");
+    if (io.out == ImageLayout::nchw) return v.data;
+    be.relayout(n, g.c_out, hw_out(), io.out, v.data, ImageLayout::nchw, y);
     return y;
   }
   float* in_result(float* p) { return io.in == ImageLayout::nchw ? p : x; }
@@ -129,7 +133,7 @@ void HostBackend::conv2d_forward(const WindowGeom& g, int64_t n, CView x, const 
   PT_CHECK(!x.bf16() || p == Precision::bf16, "conv2d_forward: a bf16 x in an fp32 convolution");
   if (onednn_conv(g, n, ConvPass::forward, p)) return onednn().conv_forward(p, g, n, x, w, b, y, io);
   ImCopies c(*this, g, n, io);
-  im2col_conv_forward(g, n, c.in(x.data), w, b, c.out_result(y));
+  im2col_conv_forward(g, n, c.in(x), w, b, c.out_result(y));
   c.out_back(y);
 }
 
@@ -146,13 +150,13 @@ void HostBackend::conv2d_backward(const WindowGeom& g, int64_t n, CView x, const
       onednn().conv_backward_weights(p, g, n, x, dy, dw, db, io);
     } else {
       ImCopies c(*this, g, n, io);
-      im2col_conv_backward(g, n, c.in(x.data), w, c.out(dy.data), nullptr, dw, db);
+      im2col_conv_backward(g, n, c.in(x), w, c.out(dy), nullptr, dw, db);
     }
   }
   if (dx) {
     if (dnn_d) return onednn().conv_backward_data(p, g, n, w, dy, dx, io);
     ImCopies c(*this, g, n, io);
-    im2col_conv_backward(g, n, nullptr, w, c.out(dy.data), c.in_result(dx), nullptr, nullptr);
+    im2col_conv_backward(g, n, nullptr, w, c.out(dy), c.in_result(dx), nullptr, nullptr);
     c.in_back(dx);
   }
 }

@@ -1,7 +1,8 @@
 // oneDNN convolution behind the host backend's conv2d_forward / conv2d_backward: forward
 // (bias fused), backward data, backward weights (bias gradient fused), fp32 and bf16.
-// Contract: the caller's tensors are fp32 (weights OIHW), the activations NCHW or in the
-// layout the caller names (ConvLayouts: nChw16c or NHWC; where conv_layout reported it for
+// Contract: the caller's tensors are fp32 (weights OIHW), except that x and dy may be bf16
+// views already in the primitive's layout (then read in place, no copy: Port's bf16 input),
+// the activations NCHW or in the layout the caller names (ConvLayouts: nChw16c or NHWC; where conv_layout reported it for
 // the shape, every pass's primitive takes it and no move is made). Each primitive is created
 // with format_tag::any, so oneDNN picks its preferred (blocked) layouts; the reorders from and to
 // the caller's layout are built with it and cached in the plan, with the memory they need.
