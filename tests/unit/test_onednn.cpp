@@ -332,6 +332,27 @@ TEST(OneDnnGemm, DeterministicAndTheRuleRunsTheKernelItNames) {
   }
 }
 
+// The GEMM rule's measured classes (kernel_choice.cpp) on gpt2_small's linears, as a linear
+// layer calls them: forward x W^T (tb; M rows, N out, K in), input gradient dY W (M rows, N
+// in, K out), weight gradient dY^T X (ta; M out, N in, K rows). The down-projection's weight
+// and input gradients and the qkv and up-projection input gradients go to OpenBLAS; the
+// forwards, the other weight gradients, a 256-class head's and the MLP's stay on oneDNN.
+TEST(OneDnnGemm, TheRulesMeasuredClasses) {
+  for (const int64_t rows : {1024, 4096}) {
+    for (const int64_t out : {2304, 768, 3072}) {  // qkv, attention projection, MLP up-projection
+      EXPECT_TRUE(host::onednn_wins_gemm_fp32(true, false, out, 768, rows, 1)) << "dw, out " << out;
+      EXPECT_TRUE(host::onednn_wins_gemm_fp32(false, true, rows, out, 768, 1)) << "forward, out " << out;
+      EXPECT_EQ(host::onednn_wins_gemm_fp32(false, false, rows, 768, out, 1), out < 2048) << "dx, out " << out;
+    }
+    EXPECT_TRUE(host::onednn_wins_gemm_fp32(false, true, rows, 768, 3072, 1));   // down-projection forward
+    EXPECT_FALSE(host::onednn_wins_gemm_fp32(true, false, 768, 3072, rows, 1));  // down-projection dw
+    EXPECT_FALSE(host::onednn_wins_gemm_fp32(false, false, rows, 3072, 768, 1)); // down-projection dx
+    EXPECT_TRUE(host::onednn_wins_gemm_fp32(true, false, 256, 768, rows, 1));    // a 256-class head's dw
+  }
+  EXPECT_TRUE(host::onednn_wins_gemm_fp32(false, true, 128, 512, 784, 1));  // the MLP at batch 128
+  EXPECT_TRUE(host::onednn_wins_gemm_fp32(true, false, 512, 784, 128, 1));
+}
+
 // linear_forward: the host fuses the bias into oneDNN's matmul; the result is bitwise the
 // default composition (gemm, then the bias pass: the same fp32 sum acc + b), in both
 // precisions, on shapes oneDNN takes and on one the fp32 rule gives OpenBLAS (N = 10), with
