@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,9 @@ struct WorkerState {
   };
   std::vector<Unit> units;
   Recompute recompute = Recompute::none;  // the stage's parallel.recompute when captured: how `slot` is laid out
+  // the run's train.precision when captured: how `slot` and the crossing payloads are laid
+  // out (unset: a checkpoint from before it was recorded; resume then checks the slots' sizes)
+  std::optional<Precision> precision;
   struct Message {         // a send made before the cut whose receive comes after the peer's cut
     int64_t action = 0;    // its index in the rank's IR
     std::vector<float> payload;

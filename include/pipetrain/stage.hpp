@@ -127,6 +127,7 @@ class Stage {
   // (the whole layout cannot come from an input and output without running the forward).
   std::vector<float> unit_from(const std::vector<float>& contents, Recompute mode) const;
   bool can_restore_units(Recompute mode) const;  // whether unit_from(., mode) gives a slot
+  int64_t unit_floats_under(Recompute mode) const;  // the floats of a slot `mode` laid out, at this precision
   const float* output(const Slot& s) const { return s.out.back(); }
   float* output(Slot& s) const { return s.out.back(); }
 

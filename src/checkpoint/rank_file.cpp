@@ -159,6 +159,7 @@ void write_stage_group(hid_t root, const WorkerState& st, const StageInfo& info,
   h5::attr_int(grp.id(), "optimizer_updates", st.optimizer_updates, path);
   h5::attr_string(grp.id(), "optimizer_state", nlohmann::json(info.optimizer_names).dump(), path);
   h5::attr_string(grp.id(), "recompute", enum_name(st.recompute), path);  // how inflight/*/slot is laid out
+  if (st.precision) h5::attr_string(grp.id(), "precision", enum_name(*st.precision), path);  // and the dtypes in it
   if (info.replica == 0) write_stage_parameters(root, g, st, info, path);
   // running statistics differ between replicas (each sees its own microbatches): every rank keeps its own
   h5::write_floats(root, g + "/state", st.state.data(), {st.state.size()}, true, path);

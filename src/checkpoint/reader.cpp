@@ -335,6 +335,12 @@ WorkerState load_stage(hid_t f, const std::string& own, hid_t f0, const std::str
     if (!e) fail(Exit::bad_input, own + ": " + g + " attribute recompute = '" + r + "' is not none, selective or full");
     st.recompute = *e;
   }
+  if (H5Aexists(grp.id(), "precision") > 0) {  // absent before it was recorded
+    const std::string r = h5::read_attr_string(grp.id(), "precision", own);
+    const std::optional<Precision> e = enum_from_name<Precision>(r);
+    if (!e) fail(Exit::bad_input, own + ": " + g + " attribute precision = '" + r + "' is not fp32 or bf16");
+    st.precision = *e;
+  }
   for (int64_t mb : int64s(f, g + "/inflight_units", own)) {
     WorkerState::Unit u;
     u.mb = static_cast<int32_t>(mb);

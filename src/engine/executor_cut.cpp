@@ -29,6 +29,7 @@ std::vector<WorkerState> Executor::capture(const Schedule& ir, size_t position, 
     st.optimizer_updates = r->opt->updates();
     st.state = host_copy(be_, r->state.data(), r->state.size());
     st.recompute = r->stage->recompute();
+    st.precision = r->stage->precision();
     for (const StagePools::Unit& p : r->pools.forwarded_units()) {  // a unit only posted ahead is not state
       WorkerState::Unit u;
       u.mb = static_cast<int32_t>(p.mb);

@@ -165,12 +165,15 @@ bool Stage::can_restore_units(Recompute mode) const {
   return from == to || (to == Recompute::full && from != Recompute::full);
 }
 
+int64_t Stage::unit_floats_under(Recompute mode) const {
+  return slot_geometry(model_, first_, last_, keep_dout_, layout_mode(mode), precision_).unit * train_mb_;
+}
+
 std::vector<float> Stage::unit_from(const std::vector<float>& contents, Recompute mode) const {
   const Recompute from = layout_mode(mode), to = layout_mode(mode_);
-  const SlotGeometry g = slot_geometry(model_, first_, last_, keep_dout_, from, precision_);
-  PT_CHECK(static_cast<int64_t>(contents.size()) == g.unit * train_mb_,
+  PT_CHECK(static_cast<int64_t>(contents.size()) == unit_floats_under(mode),
            "a unit slot of " << contents.size() << " floats for stage layers " << first_ << ".." << last_ - 1
-                             << " under recompute = " << enum_name(mode) << ", whose slot has " << g.unit * train_mb_);
+                             << " under recompute = " << enum_name(mode) << ", whose slot has " << unit_floats_under(mode));
   if (from == to) return contents;
   if (!can_restore_units(mode)) return {};
   std::vector<float> whole = contents;  // carved in place: the input and the output's offsets

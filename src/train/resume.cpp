@@ -185,25 +185,45 @@ void report_unusable(const ParallelContext& ctx, const std::string& dir, std::st
   tried += "  " + dir + (shared ? ": " + why : std::string(" (failed verification, see above)\n"));
 }
 
-// Units in flight at the cut come back as this run lays out their slots (Stage::unit_from):
-// under another parallel.recompute only from a whole slot into a fully recomputing stage's
-// input and output; otherwise a located error on every rank (nothing in flight: anything goes).
-void check_recompute(const ResumePoint& rp, const Deck& deck, const ParallelContext& ctx,
-                     const std::vector<const StageRuntime*>& stages) {
-  std::string mine;
+// Why this stage cannot take the units `st` holds in flight at the cut, or "": their slots
+// and crossing payloads are laid out by the precision they were captured under (recorded
+// since the checkpoint says it; before, the slot's size tells) and by parallel.recompute
+// (Stage::unit_from: only from a whole slot into a fully recomputing stage's input and output).
+// The refusal names the key that differs: 1 parallel.recompute, 2 train.precision.
+std::pair<int, std::string> units_refused(const WorkerState& st, const Stage& stage) {
+  const std::string head = "stage " + std::to_string(st.stage) + " has " + std::to_string(st.units.size()) +
+                           " units in flight captured under ";
+  if (st.precision && *st.precision != stage.precision())
+    return {2, head + "train.precision = \"" + enum_name(*st.precision) + "\", which this run (\"" +
+                   enum_name(stage.precision()) + "\") lays out in other dtypes"};
+  if (!stage.can_restore_units(st.recompute))
+    return {1, head + "recompute = \"" + enum_name(st.recompute) + "\", which this run (\"" + enum_name(stage.recompute()) +
+                   "\") cannot rebuild without rerunning their forwards"};
+  for (const WorkerState::Unit& u : st.units)
+    if (static_cast<int64_t>(u.slot.size()) != stage.unit_floats_under(st.recompute))
+      return {2, head + "an unrecorded train.precision, in slots of " + std::to_string(u.slot.size()) +
+                     " floats where this run (\"" + enum_name(stage.precision()) + "\") lays out " +
+                     std::to_string(stage.unit_floats_under(st.recompute))};
+  return {0, ""};
+}
+
+// Units in flight at the cut come back as this run lays out their slots; otherwise a
+// located error on every rank, naming the key that differs (nothing in flight: anything goes).
+void check_units(const ResumePoint& rp, const Deck& deck, const ParallelContext& ctx,
+                 const std::vector<const StageRuntime*>& stages) {
+  std::pair<int, std::string> mine{0, ""};
   for (const WorkerState& st : rp.states)
     for (const StageRuntime* r : stages)
-      if (r->id == st.stage && !st.units.empty() && !r->stage->can_restore_units(st.recompute))
-        mine = "stage " + std::to_string(st.stage) + " has " + std::to_string(st.units.size()) + " units in flight captured under " +
-               "recompute = \"" + enum_name(st.recompute) + "\", which this run (\"" + enum_name(r->stage->recompute()) +
-               "\") cannot rebuild without rerunning their forwards";
-  int bad = mine.empty() ? 0 : 1, any = 0;
-  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, ctx.world());
+      if (r->id == st.stage && !st.units.empty() && mine.first == 0) mine = units_refused(st, *r->stage);
+  int any = 0;
+  MPI_Allreduce(&mine.first, &any, 1, MPI_INT, MPI_MAX, ctx.world());
   if (!any) return;
-  fail(Exit::bad_input, deck.where("parallel.recompute") + ": key 'parallel.recompute': " + rp.step_dir + " was taken under " +
-                            "another recompute setting with units in flight across its cut" + (mine.empty() ? "" : " (" + mine + ")") +
-                            "; resume it with the setting it was taken under (a full stage also takes units captured "
-                            "under none or selective), or from a checkpoint of a flush schedule",
+  const std::string key = any == 2 ? "train.precision" : "parallel.recompute";
+  fail(Exit::bad_input, deck.where(key) + ": key '" + key + "': " + rp.step_dir + " was taken under another " +
+                            (any == 2 ? "precision" : "recompute setting") + " with units in flight across its cut" +
+                            (mine.second.empty() ? "" : " (" + mine.second + ")") + "; resume it with the setting it was taken under" +
+                            (any == 2 ? "" : " (a full stage also takes units captured under none or selective)") +
+                            ", or from a checkpoint of a flush schedule",
        true);
 }
 
@@ -241,7 +261,7 @@ ResumePoint choose_resume(const std::string& path, const Deck& deck, const Train
     rp.valid = true, rp.step_dir = c.step_dir, rp.resliced = !exact, rp.resharded = parts.reshard;
     rp.meta = parts.metas.front();
     rp.states = load_states(parts, exact, deck, setup, ctx, stages);
-    check_recompute(rp, deck, ctx, stages);
+    check_units(rp, deck, ctx, stages);
     const int64_t segment = fit_segment(rp, setup, ctx, total_steps);
     for (WorkerState& st : rp.states) {
       st.epoch = rp.meta.epoch_complete ? rp.meta.epoch + 1 : rp.meta.epoch;

@@ -2,7 +2,7 @@
 # train.precision = "bf16" through the pipeline: activations and input gradients between
 # layers hold bf16 values, so the packed bf16 stage messages lose nothing and every cut,
 # schedule and placement equals one process bitwise (MLP, CNN, tinygpt with its tied head);
-# stop-and-resume is bitwise; the point-to-point bytes per sample are half of the fp32 run's
+# stop-and-resume is bitwise (units in flight refused under the other precision); the point-to-point bytes per sample are half of the fp32 run's
 # on the same split; tinygpt keeps its product-only operands in half the bytes; and bf16
 # really changes the numbers (weights differ from fp32).
 set -u
@@ -67,4 +67,25 @@ train "$out" mlp_cut 2 $mlp "${common[@]}" "${bf[@]}" --set 'parallel.split=[3]'
   --set checkpoint.every_steps=6 --stop-at-step 6 &&
   train "$out" mlp_cut 2 $mlp "${common[@]}" "${bf[@]}" --set 'parallel.split=[3]' --set parallel.schedule=1f1b \
     --resume "$out/mlp_cut" && compare "$out/mlp_1f1b_2" "$out/mlp_cut" 0
+# pipedream stopped with units and messages in flight: resumed in bf16 it lands on the
+# uninterrupted bf16 run bitwise; resumed in fp32 it is refused, naming train.precision (the
+# slots hold bf16 activations); a checkpoint from before the precision was recorded (its
+# attribute stripped, the manifest's checksums made again) is refused by its slots' size
+pd=(--set 'parallel.split=[4]' --set parallel.schedule=pipedream --set 'model.layers.7.tie=""')
+resume_fp32() {  # NAME WHAT: resume OUT/NAME in fp32; expect exit 2 and the located message
+  timeout --kill-after=5 120 mpirun $MPIRUN_FLAGS -np 2 "$PT_BIN" train $gpt "${gptc[@]}" "${pd[@]}" --set run.name="$1" \
+    --set run.plots=false --resume "$out/$1" >"$out/$1.fp32.log" 2>&1
+  local rc=$?
+  expect "$2: exit 2 (got $rc), a located error naming train.precision" \
+    bash -c "[ $rc = 2 ] && grep -q \"key 'train.precision': .* was taken under another precision with units in flight\" '$out/$1.fp32.log'"
+}
+train "$out" gpt_pd 2 $gpt "${gptc[@]}" "${bf[@]}" "${pd[@]}"
+if train "$out" gpt_pd_cut 2 $gpt "${gptc[@]}" "${bf[@]}" "${pd[@]}" --set checkpoint.every_steps=2 --stop-at-step 2; then
+  cp -r "$out/gpt_pd_cut" "$out/gpt_pd_old"
+  resume_fp32 gpt_pd_cut "bf16 units in flight resumed in fp32"
+  train "$out" gpt_pd_cut 2 $gpt "${gptc[@]}" "${bf[@]}" "${pd[@]}" --resume "$out/gpt_pd_cut" && compare "$out/gpt_pd" "$out/gpt_pd_cut" 0
+  /usr/bin/python3 "$(dirname "$0")/strip_precision.py" "$out/gpt_pd_old/checkpoints/step_000000000002"
+  resume_fp32 gpt_pd_old "bf16 units of a checkpoint without its precision resumed in fp32"
+  expect "the unrecorded precision is told by the slots' size" grep -q "an unrecorded train.precision, in slots of" "$out/gpt_pd_old.fp32.log"
+fi
 finish
