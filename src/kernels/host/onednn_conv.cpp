@@ -89,7 +89,8 @@ int64_t channels16_groups(const md& user, const md& prim, Role role, int64_t* st
 // The caller's memory (user_md) and the primitive's (prim_md), with the reorder between them
 // when they differ: user -> primitive for an input, primitive -> user for an output. A bf16
 // input's reorder reads the caller's fp32 tensor and rounds it in the same pass; where the
-// primitive takes the plain layout there is no reorder, and feed rounds into port.bf16.
+// primitive takes the caller's layout there is no reorder: feed reads a bf16 view in place
+// and rounds an fp32 tensor into port.bf16 (allocated then).
 void make_port(Port& port, const dnnl::engine& eng, const md& user_md, const md& prim_md, Role role) {
   md user = user_md;
   void* handle = DNNL_MEMORY_NONE;
@@ -97,8 +98,7 @@ void make_port(Port& port, const dnnl::engine& eng, const md& user_md, const md&
   if (bf16_input && !same_bytes(prim_md, user_md)) {
     user = as_f32(user_md);
   } else if (bf16_input) {
-    port.bf16.resize(user_md.get_size() / sizeof(uint16_t));
-    handle = port.bf16.data();
+    port.plain_bf16 = true;  // the handle is set per call (feed)
   } else if (role == Role::accumulate) {
     port.acc.resize(user_md.get_size() / sizeof(float));
     handle = port.acc.data();
@@ -123,11 +123,12 @@ void make_port(Port& port, const dnnl::engine& eng, const md& user_md, const md&
 void feed(Port& port, dnnl::stream& s, CView xv) {
   const float* x = xv.data;
   if (xv.bf16()) {  // the caller's bf16 copy in the primitive's layout: read in place
-    PT_CHECK(!port.bf16.empty(), "convolution: a bf16 input must lie in the layout the primitive takes (conv_layout)");
+    PT_CHECK(port.plain_bf16, "convolution: a bf16 input must lie in the layout the primitive takes (conv_layout)");
     port.user.set_data_handle(const_cast<float*>(x));
     return;
   }
-  if (!port.bf16.empty()) {
+  if (port.plain_bf16) {
+    if (port.bf16.empty()) port.bf16.resize(port.user.get_desc().get_size() / sizeof(uint16_t));
     to_bf16(port.bf16.size(), x, port.bf16.data());
     port.user.set_data_handle(port.bf16.data());
   } else {
@@ -183,14 +184,17 @@ dnnl::convolution_backward_weights::desc weights_desc(Precision p, const WindowG
   return dnnl::convolution_backward_weights::desc(alg, src, wei, dst, strides(g), pads(g), pads(g));
 }
 
-// The bytes make_port allocates for a port: a bf16 input the primitive takes in the plain
-// layout gets its rounded copy, an accumulated output its accumulator, and a primitive
-// layout other than the caller's its own memory.
+// The bytes a port holds once used: a bf16 input the primitive takes in the caller's layout
+// gets its rounded copy where the caller passes fp32 (the weights, NCHW activations; in
+// another layout the activations arrive as bf16 views, the residual block's copies, and
+// feed reads them in place), an accumulated output its accumulator, and a primitive layout
+// other than the caller's its own memory.
 int64_t port_bytes(const md& user_md, const md& prim_md, Role role) {
   const bool bf16_input = role == Role::input && user_md.data_type() == dt::bf16;
   const md user = bf16_input && !same_bytes(prim_md, user_md) ? as_f32(user_md) : user_md;
+  const bool plain = user_md == md(user_md.dims(), user_md.data_type(), tag::abcd);
   int64_t b = 0;
-  if (bf16_input && same_bytes(prim_md, user_md)) b += static_cast<int64_t>(user_md.get_size());
+  if (bf16_input && same_bytes(prim_md, user_md) && plain) b += static_cast<int64_t>(user_md.get_size());
   if (role == Role::accumulate) b += static_cast<int64_t>(user_md.get_size());
   if (!same_bytes(prim_md, user)) b += static_cast<int64_t>(prim_md.get_size());
   return b;

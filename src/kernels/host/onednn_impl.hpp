@@ -28,7 +28,11 @@ struct Port {
   dnnl::reorder reorder;                   // empty when prim is user or groups16 moves it
   int64_t groups16 = 0, hw = 0, step = 0;  // groups16 > 0: blocked_layout.cpp moves it
   bool rounds = false;                     // that move rounds to bf16 (else an exact copy)
-  std::vector<uint16_t> bf16;       // bf16 inputs: the rounded copy the user memory points to
+  // A bf16 input in the primitive's own layout: a caller's bf16 view is read in place; an
+  // fp32 tensor is rounded into `bf16`, which the first such call allocates (callers that
+  // pass bf16 views, as the residual block does, never make it).
+  bool plain_bf16 = false;
+  std::vector<uint16_t> bf16;
   std::vector<float> acc;           // accumulated outputs: the result before it is added
   bool reorders() const { return static_cast<bool>(reorder) || groups16 > 0; }
 };
