@@ -185,7 +185,7 @@ void report_unusable(const ParallelContext& ctx, const std::string& dir, std::st
   tried += "  " + dir + (shared ? ": " + why : std::string(" (failed verification, see above)\n"));
 }
 
-// Why this stage cannot take the units `st` holds in flight at the cut, or "": their slots
+// Why this stage cannot take the units `st` holds in flight at the cut ({0, ""}: it can): their slots
 // and crossing payloads are laid out by the precision they were captured under (recorded
 // since the checkpoint says it; before, the slot's size tells) and by parallel.recompute
 // (Stage::unit_from: only from a whole slot into a fully recomputing stage's input and output).
