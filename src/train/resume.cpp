@@ -4,6 +4,7 @@
 // the checkpoint holds no microbatches in flight.
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -185,43 +186,46 @@ void report_unusable(const ParallelContext& ctx, const std::string& dir, std::st
   tried += "  " + dir + (shared ? ": " + why : std::string(" (failed verification, see above)\n"));
 }
 
-// Why this stage cannot take the units `st` holds in flight at the cut ({0, ""}: it can): their slots
-// and crossing payloads are laid out by the precision they were captured under (recorded
-// since the checkpoint says it; before, the slot's size tells) and by parallel.recompute
-// (Stage::unit_from: only from a whole slot into a fully recomputing stage's input and output).
-// The refusal names the key that differs: 1 parallel.recompute, 2 train.precision.
+// Why this stage cannot take the units `st` holds in flight at the cut ({0, ""}: it can),
+// with the key that differs: 2 train.precision (the slots hold bf16 activations in half the
+// floats under bf16: recorded since the checkpoints say it; before, only the slots' sizes
+// tell, and a stage whose slot has the same size in both precisions cannot be told), else
+// 1 parallel.recompute (Stage::unit_from: only from a whole slot into a fully recomputing
+// stage's input and output).
 std::pair<int, std::string> units_refused(const WorkerState& st, const Stage& stage) {
   const std::string head = "stage " + std::to_string(st.stage) + " has " + std::to_string(st.units.size()) +
                            " units in flight captured under ";
   if (st.precision && *st.precision != stage.precision())
     return {2, head + "train.precision = \"" + enum_name(*st.precision) + "\", which this run (\"" +
                    enum_name(stage.precision()) + "\") lays out in other dtypes"};
+  const int64_t want = stage.unit_floats_under(st.recompute);
+  for (const WorkerState::Unit& u : st.units)
+    if (!st.precision && static_cast<int64_t>(u.slot.size()) != want)
+      return {2, head + "an unrecorded train.precision, in slots of " + std::to_string(u.slot.size()) +
+                     " floats where this run (\"" + enum_name(stage.precision()) + "\") lays out " + std::to_string(want)};
   if (!stage.can_restore_units(st.recompute))
     return {1, head + "recompute = \"" + enum_name(st.recompute) + "\", which this run (\"" + enum_name(stage.recompute()) +
                    "\") cannot rebuild without rerunning their forwards"};
-  for (const WorkerState::Unit& u : st.units)
-    if (static_cast<int64_t>(u.slot.size()) != stage.unit_floats_under(st.recompute))
-      return {2, head + "an unrecorded train.precision, in slots of " + std::to_string(u.slot.size()) +
-                     " floats where this run (\"" + enum_name(stage.precision()) + "\") lays out " +
-                     std::to_string(stage.unit_floats_under(st.recompute))};
   return {0, ""};
 }
 
 // Units in flight at the cut come back as this run lays out their slots; otherwise a
-// located error on every rank, naming the key that differs (nothing in flight: anything goes).
+// located error on every rank, naming the key that differs (a precision before a recompute
+// setting; nothing in flight: anything goes) and, where the rank that prints it saw it, why.
 void check_units(const ResumePoint& rp, const Deck& deck, const ParallelContext& ctx,
                  const std::vector<const StageRuntime*>& stages) {
   std::pair<int, std::string> mine{0, ""};
   for (const WorkerState& st : rp.states)
     for (const StageRuntime* r : stages)
-      if (r->id == st.stage && !st.units.empty() && mine.first == 0) mine = units_refused(st, *r->stage);
+      if (r->id == st.stage && !st.units.empty()) mine = std::max(mine, units_refused(st, *r->stage),
+                                                                  [](const auto& a, const auto& b) { return a.first < b.first; });
   int any = 0;
   MPI_Allreduce(&mine.first, &any, 1, MPI_INT, MPI_MAX, ctx.world());
   if (!any) return;
   const std::string key = any == 2 ? "train.precision" : "parallel.recompute";
   fail(Exit::bad_input, deck.where(key) + ": key '" + key + "': " + rp.step_dir + " was taken under another " +
                             (any == 2 ? "precision" : "recompute setting") + " with units in flight across its cut" +
-                            (mine.second.empty() ? "" : " (" + mine.second + ")") + "; resume it with the setting it was taken under" +
+                            (mine.first == any ? " (" + mine.second + ")" : "") + "; resume it with the setting it was taken under" +
                             (any == 2 ? "" : " (a full stage also takes units captured under none or selective)") +
                             ", or from a checkpoint of a flush schedule",
        true);

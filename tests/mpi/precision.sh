@@ -83,8 +83,10 @@ train "$out" gpt_pd 2 $gpt "${gptc[@]}" "${bf[@]}" "${pd[@]}"
 if train "$out" gpt_pd_cut 2 $gpt "${gptc[@]}" "${bf[@]}" "${pd[@]}" --set checkpoint.every_steps=2 --stop-at-step 2; then
   cp -r "$out/gpt_pd_cut" "$out/gpt_pd_old"
   resume_fp32 gpt_pd_cut "bf16 units in flight resumed in fp32"
+  expect "the refusal reads the recorded precision" grep -q 'captured under train.precision = "bf16"' "$out/gpt_pd_cut.fp32.log"
   train "$out" gpt_pd_cut 2 $gpt "${gptc[@]}" "${bf[@]}" "${pd[@]}" --resume "$out/gpt_pd_cut" && compare "$out/gpt_pd" "$out/gpt_pd_cut" 0
-  /usr/bin/python3 "$(dirname "$0")/strip_precision.py" "$out/gpt_pd_old/checkpoints/step_000000000002"
+  expect "the checkpoint's precision attribute stripped" \
+    /usr/bin/python3 "$(dirname "$0")/strip_precision.py" "$out/gpt_pd_old/checkpoints/step_000000000002"
   resume_fp32 gpt_pd_old "bf16 units of a checkpoint without its precision resumed in fp32"
   expect "the unrecorded precision is told by the slots' size" grep -q "an unrecorded train.precision, in slots of" "$out/gpt_pd_old.fp32.log"
 fi

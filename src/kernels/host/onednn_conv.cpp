@@ -98,7 +98,7 @@ void make_port(Port& port, const dnnl::engine& eng, const md& user_md, const md&
   if (bf16_input && !same_bytes(prim_md, user_md)) {
     user = as_f32(user_md);
   } else if (bf16_input) {
-    port.plain_bf16 = true;  // the handle is set per call (feed)
+    port.bf16_as_given = true;  // the handle is set per call (feed)
   } else if (role == Role::accumulate) {
     port.acc.resize(user_md.get_size() / sizeof(float));
     handle = port.acc.data();
@@ -123,11 +123,11 @@ void make_port(Port& port, const dnnl::engine& eng, const md& user_md, const md&
 void feed(Port& port, dnnl::stream& s, CView xv) {
   const float* x = xv.data;
   if (xv.bf16()) {  // the caller's bf16 copy in the primitive's layout: read in place
-    PT_CHECK(port.plain_bf16, "convolution: a bf16 input must lie in the layout the primitive takes (conv_layout)");
+    PT_CHECK(port.bf16_as_given, "convolution: a bf16 input must lie in the layout the primitive takes (conv_layout)");
     port.user.set_data_handle(const_cast<float*>(x));
     return;
   }
-  if (port.plain_bf16) {
+  if (port.bf16_as_given) {
     if (port.bf16.empty()) port.bf16.resize(port.user.get_desc().get_size() / sizeof(uint16_t));
     to_bf16(port.bf16.size(), x, port.bf16.data());
     port.user.set_data_handle(port.bf16.data());

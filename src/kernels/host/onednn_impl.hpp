@@ -17,7 +17,8 @@
 namespace pt::host {
 
 // A tensor as one primitive argument: the caller's memory (user layout; for a bf16 input that
-// the primitive takes in the plain layout, the rounded copy in `bf16`) and the primitive's
+// the primitive takes in the caller's layout, a bf16 view as given or an fp32 tensor's
+// rounded copy in `bf16`) and the primitive's
 // (its preferred layout), with the move between them (user -> primitive for inputs, which
 // also rounds a bf16 input; primitive -> user for outputs) when they differ: a bf16 input
 // (or an fp32 input's exact copy) from NCHW to nChw16c or NHWC and an fp32 output back to
@@ -28,10 +29,10 @@ struct Port {
   dnnl::reorder reorder;                   // empty when prim is user or groups16 moves it
   int64_t groups16 = 0, hw = 0, step = 0;  // groups16 > 0: blocked_layout.cpp moves it
   bool rounds = false;                     // that move rounds to bf16 (else an exact copy)
-  // A bf16 input in the primitive's own layout: a caller's bf16 view is read in place; an
-  // fp32 tensor is rounded into `bf16`, which the first such call allocates (callers that
-  // pass bf16 views, as the residual block does, never make it).
-  bool plain_bf16 = false;
+  // A bf16 input the primitive takes in the caller's layout: a caller's bf16 view is read as
+  // given; an fp32 tensor is rounded into `bf16`, which the first such call allocates
+  // (callers that pass bf16 views, as the residual block does, never make it).
+  bool bf16_as_given = false;
   std::vector<uint16_t> bf16;
   std::vector<float> acc;           // accumulated outputs: the result before it is added
   bool reorders() const { return static_cast<bool>(reorder) || groups16 > 0; }
