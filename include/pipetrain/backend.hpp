@@ -55,10 +55,11 @@ struct WindowGeom {
 
 // What a backend's kernels keep for themselves once a convolution of n samples has run (the
 // memory model's `workspace`): buffers cached with the shape's plan (layout copies, bf16
-// copies, accumulators), the library's scratchpad (one, grown to the largest) and the
+// copies, accumulators), what the library's primitives hold themselves (their kernels' tables
+// and buffers: `held`), the library's scratchpad (one, grown to the largest) and the
 // backend's own scratch (one, grown to the largest).
 struct ConvKernelBytes {
-  int64_t kept = 0, scratchpad = 0, scratch = 0;
+  int64_t kept = 0, held = 0, scratchpad = 0, scratch = 0;
 };
 
 

@@ -74,7 +74,8 @@ struct StageFootprint {
   StageRuntime::EvalSizes eval;
   int64_t in_numel = 0;            // floats per sample of the stage input (sample staging)
   // Bytes the kernels keep for themselves (Backend::conv_kernel_bytes of its convolutions at
-  // the unit's and the evaluation's sizes): cached with their plans (a rank's stages add up),
+  // the unit's and the evaluation's sizes): cached with their plans, with what the library's
+  // primitives hold themselves (a rank's stages add up),
   // and the scratch the library and the backend each grow to their largest (a rank's largest).
   int64_t kernel_work = 0, kernel_scratchpad = 0, kernel_scratch = 0;
   // bf16: values of the weight matrices the host backend keeps in oneDNN's layout for the

@@ -62,7 +62,7 @@ class ModelFootprints final : public FootprintSource {
         for (const ConvKernelBytes& k : {be.conv_kernel_bytes(c.g, unit, c.bias, true, data, p, io(m_.layer(l), c, unit)),
                                          be.conv_kernel_bytes(c.g, in_.eval_mb, c.bias, false, false, p,
                                                               io(m_.layer(l), c, in_.eval_mb))}) {
-          f.kernel_work += k.kept;
+          f.kernel_work += k.kept + k.held;
           f.kernel_scratchpad = std::max(f.kernel_scratchpad, k.scratchpad);
           f.kernel_scratch = std::max(f.kernel_scratch, k.scratch);
         }

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <malloc.h>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -133,6 +135,38 @@ TEST(MemoryModel, Bf16ViewsInTheConvolutionsLayoutKeepNoRoundedCopy) {
   floats.conv2d_forward(g, n, x.data(), w.data(), nullptr, y.data(), p, io);
   floats.conv2d_backward(g, n, x.data(), w.data(), dy.data(), dx.data(), dw.data(), nullptr, p, io);
   EXPECT_LT(views.onednn().conv_plans_bytes(), floats.onednn().conv_plans_bytes());
+}
+
+// What a convolution's primitives hold themselves (ConvKernelBytes::held: measured once per
+// shape and pass, rounded up to 64 KiB, then remembered) is the same again from the same
+// backend and within one grain per pass from a fresh one, and with the plans' ports it
+// accounts for the heap a fresh backend's passes keep, within the library's scratchpad and
+// 10% (malloc's own bookkeeping, oneDNN's small caches).
+TEST(MemoryModel, ConvHeldIsWhatThePrimitivesKeep) {
+  auto heap = [] {
+    const struct mallinfo2 m = mallinfo2();
+    return static_cast<int64_t>(m.uordblks + m.hblkhd);
+  };
+  WindowGeom g;
+  g.c_in = 32, g.h_in = g.w_in = 14, g.c_out = 64, g.h_out = g.w_out = 14, g.kernel = 3, g.padding = 1;
+  const int64_t n = 8, in = n * 32 * 14 * 14, out = n * 64 * 14 * 14, wn = 64 * 32 * 9;
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    SCOPED_TRACE(p == Precision::bf16 ? "bf16" : "fp32");
+    host::HostBackend a;
+    const ConvKernelBytes k = a.conv_kernel_bytes(g, n, true, true, true, p);
+    EXPECT_GT(k.held, 0);
+    EXPECT_EQ(a.conv_kernel_bytes(g, n, true, true, true, p).held, k.held);
+    std::vector<float> x(in, 0.5f), y(out), dy(out, 0.25f), dx(in), w(wn, 0.1f), b(64, 0.0f), dw(wn), db(64);
+    const int64_t before = heap();
+    auto fresh = std::make_unique<host::HostBackend>();
+    fresh->conv2d_forward(g, n, x.data(), w.data(), b.data(), y.data(), p);
+    fresh->conv2d_backward(g, n, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), p);
+    const int64_t kept = heap() - before, model = fresh->onednn().conv_plans_bytes() + k.held;
+    EXPECT_LE(std::llabs(kept - model), k.scratchpad + kept / 10) << "kept " << kept << ", model " << model;
+    host::HostBackend c;
+    EXPECT_LE(std::llabs(c.conv_kernel_bytes(g, n, true, true, true, p).held - k.held), 3 * (64 << 10))
+        << "measured again in a fresh backend";
+  }
 }
 
 // The IR of memory_ir_steps minibatches holds as many units in flight and weight versions,

@@ -165,8 +165,8 @@ ImageLayout HostBackend::conv_layout(const WindowGeom& g, int64_t n, Precision p
   return onednn_conv(g, n, ConvPass::forward, p) ? onednn().conv_layout(p, g, n) : ImageLayout::nchw;
 }
 
-// Each pass by the library the rule gives it: oneDNN keeps its plan's ports (conv_pass_bytes)
-// and grows its scratchpad; im2col grows the backend's workspace (the sizes of the calls above)
+// Each pass by the library the rule gives it: oneDNN keeps its plan's ports (conv_pass_bytes),
+// its primitive's own heap (held), and grows its scratchpad; im2col grows the backend's workspace (the sizes of the calls above)
 // and, with activations outside NCHW, ImCopies' buffer, a second one grown to its largest
 // request: counted as kept per shape (more than it holds when several shapes need it).
 ConvKernelBytes HostBackend::conv_kernel_bytes(const WindowGeom& g, int64_t n, bool bias, bool train, bool data,
@@ -178,9 +178,10 @@ ConvKernelBytes HostBackend::conv_kernel_bytes(const WindowGeom& g, int64_t n, b
   for (ConvPass pass : {ConvPass::forward, ConvPass::backward_weights, ConvPass::backward_data}) {
     if (pass != ConvPass::forward && (!train || (pass == ConvPass::backward_data && !data))) continue;
     if (onednn_conv(g, n, pass, p)) {
-      int64_t pad = 0;
-      k.kept += onednn().conv_pass_bytes(p, g, n, pass, bias, &pad, io);
+      int64_t pad = 0, held = 0;
+      k.kept += onednn().conv_pass_bytes(p, g, n, pass, bias, &pad, io, &held);
       k.scratchpad = std::max(k.scratchpad, pad);
+      k.held += held;
     } else {
       const int64_t cols = pass == ConvPass::forward ? K : 2 * K;
       const bool copies = io.in != ImageLayout::nchw || io.out != ImageLayout::nchw;

@@ -105,9 +105,11 @@ class OneDnn {
   // What a convolution's plan keeps for one pass (its ports' layout copies, bf16 input copies
   // and accumulators: make_port's allocations), from the primitive descriptors the plan would
   // build, without building it; *scratchpad: the pass's scratchpad (oneDNN's global
-  // scratchpad grows to the largest). conv_plans_bytes: the same over the plans built so far.
+  // scratchpad grows to the largest); *held (when given): the heap the pass's primitive itself
+  // holds while it lives (measured by building one once per shape and pass, then remembered).
+  // conv_plans_bytes: the ports' bytes over the plans built so far.
   int64_t conv_pass_bytes(Precision p, const WindowGeom& g, int64_t n, ConvPass pass, bool bias, int64_t* scratchpad,
-                          ConvLayouts io = {}) const;
+                          ConvLayouts io = {}, int64_t* held = nullptr) const;
   int64_t conv_plans_bytes() const;
 
   // Implementation names (primitive_desc::impl_info_str) of the primitives this object uses

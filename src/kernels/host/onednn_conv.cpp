@@ -21,6 +21,10 @@
 // overwritten; dw and db are computed into plan-owned fp32 buffers and then added to the
 // caller's (dw += ..., db += ...), in index order. Backward data and backward weights are independent primitives, so a call for
 // dx alone or for dw/db alone is bitwise the same as the call that asks for all three.
+#include <malloc.h>
+
+#include <algorithm>
+#include <map>
 #include <unordered_map>
 
 #include "onednn_impl.hpp"
@@ -407,15 +411,55 @@ ImageLayout OneDnn::conv_layout(Precision p, const WindowGeom& g, int64_t n) {
   return static_cast<ImageLayout>(plan.layout);
 }
 
+namespace {
+
+int64_t heap_in_use() {
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<int64_t>(m.uordblks + m.hblkhd);
+}
+
+// The heap a plan's primitive descriptor and primitive for one pass hold while they live
+// (their kernels' tables and buffers: several MB for some AMX convolutions), measured once
+// per shape and pass (`key`, remembered in `held`) by making both (`make`: the descriptor)
+// with oneDNN's primitive cache off, so that they are built and freed here whatever was built
+// before: malloc's bytes in use (glibc mallinfo2) with them alive, less before, rounded up to
+// 64 KiB (two measurements differ by a few KiB: malloc's bookkeeping, oneDNN's first-use
+// state). The primitive's generated code (mapped, not malloc'd) is not counted.
+template <class Prim, class MakePD>
+int64_t primitive_heap(std::map<ConvKey, int64_t>& held, const ConvKey& key, MakePD make) {
+  auto it = held.find(key);
+  if (it != held.end()) return it->second;
+  const int capacity = dnnl::get_primitive_cache_capacity();
+  dnnl::set_primitive_cache_capacity(0);
+  const int64_t before = heap_in_use();
+  int64_t b = 0;
+  {
+    const auto pd = make();
+    const Prim prim(pd);
+    b = std::max<int64_t>(0, heap_in_use() - before);
+  }
+  constexpr int64_t grain = 64 << 10;
+  b = (b + grain - 1) / grain * grain;
+  dnnl::set_primitive_cache_capacity(capacity);
+  return held[key] = b;
+}
+
+}  // namespace
+
 int64_t OneDnn::conv_pass_bytes(Precision p, const WindowGeom& g, int64_t n, ConvPass pass, bool bias,
-                                int64_t* scratchpad, ConvLayouts io) const {
+                                int64_t* scratchpad, ConvLayouts io, int64_t* held) const {
   const dnnl::engine& eng = impl_->eng;
   const dt in = input_type(p);
+  const ConvKey key{static_cast<int64_t>(p), n, g.c_in, g.h_in, g.w_in, g.c_out, g.h_out, g.w_out, g.kernel, g.stride,
+                    g.padding, static_cast<int64_t>(pass), bias};
+  std::map<ConvKey, int64_t>& h = impl_->primitive_heap;
   try {
     const dnnl::convolution_forward::primitive_desc hint(fwd_desc(p, g, n, false), eng);
     if (pass == ConvPass::forward) {
       const dnnl::convolution_forward::primitive_desc pd(fwd_desc(p, g, n, bias), eng);
       *scratchpad = static_cast<int64_t>(pd.scratchpad_desc().get_size());
+      if (held) *held = primitive_heap<dnnl::convolution_forward>(
+                     h, key, [&] { return dnnl::convolution_forward::primitive_desc(fwd_desc(p, g, n, bias), eng); });
       return port_bytes(src_md(g, n, in, act_tag(io.in)), pd.src_desc(), Role::input) +
              port_bytes(wei_md(g, in, tag::oihw), pd.weights_desc(), Role::input) +
              port_bytes(dst_md(g, n, dt::f32, act_tag(io.out)), pd.dst_desc(), Role::output);
@@ -423,12 +467,17 @@ int64_t OneDnn::conv_pass_bytes(Precision p, const WindowGeom& g, int64_t n, Con
     if (pass == ConvPass::backward_data) {
       const dnnl::convolution_backward_data::primitive_desc pd(data_desc(p, g, n), eng, hint);
       *scratchpad = static_cast<int64_t>(pd.scratchpad_desc().get_size());
+      if (held) *held = primitive_heap<dnnl::convolution_backward_data>(
+                     h, key, [&] { return dnnl::convolution_backward_data::primitive_desc(data_desc(p, g, n), eng, hint); });
       return port_bytes(src_md(g, n, dt::f32, act_tag(io.in)), pd.diff_src_desc(), Role::output) +
              port_bytes(wei_md(g, in, tag::oihw), pd.weights_desc(), Role::input) +
              port_bytes(dst_md(g, n, in, act_tag(io.out)), pd.diff_dst_desc(), Role::input);
     }
     const dnnl::convolution_backward_weights::primitive_desc pd(weights_desc(p, g, n, bias), eng, hint);
     *scratchpad = static_cast<int64_t>(pd.scratchpad_desc().get_size());
+    if (held) *held = primitive_heap<dnnl::convolution_backward_weights>(h, key, [&] {
+      return dnnl::convolution_backward_weights::primitive_desc(weights_desc(p, g, n, bias), eng, hint);
+    });
     return port_bytes(src_md(g, n, in, act_tag(io.in)), pd.src_desc(), Role::input) +
            port_bytes(wei_md(g, dt::f32, tag::oihw), pd.diff_weights_desc(), Role::accumulate) +
            port_bytes(dst_md(g, n, in, act_tag(io.out)), pd.diff_dst_desc(), Role::input) + (bias ? g.c_out * 4 : 0);
