@@ -192,8 +192,19 @@ void Trainer::fit_memory() {
   eval_mb_ = resolve_eval_batch(deck_, *setup_.model, in.test_samples, in.label_count, least);
   estimate_ = run_memory(deck_, setup_, in, eval_mb_);
   if (deck_.run.device != Device::cpu) return;  // the buffers live on the GPU: the host budget does not bound them
-  const std::string problem = fit_problem(deck_, setup_, estimate_, budgets_, eval_mb_);
-  if (!problem.empty()) fail(Exit::bad_input, problem, true);
+  // The estimate's kernel bytes include measured heap (OneDnn::conv_pass_bytes' held), which
+  // can differ by a grain between processes: the ranks decide together, with the lowest
+  // finding rank's message.
+  std::string problem = fit_problem(deck_, setup_, estimate_, budgets_, eval_mb_);
+  const int finds = problem.empty() ? ctx_->size() : ctx_->rank();
+  int first = 0;
+  MPI_Allreduce(&finds, &first, 1, MPI_INT, MPI_MIN, ctx_->world());
+  if (first == ctx_->size()) return;
+  long long n = static_cast<long long>(problem.size());
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, first, ctx_->world());
+  problem.resize(static_cast<size_t>(n));
+  MPI_Bcast(problem.data(), static_cast<int>(n), MPI_CHAR, first, ctx_->world());
+  fail(Exit::bad_input, problem, true);
 }
 
 // One runtime per stage this rank holds, its parameters initialised from (seed, layer).
