@@ -28,6 +28,46 @@ int64_t agreed(int64_t v, MPI_Op op) {
   return static_cast<int64_t>(y);
 }
 
+// A string from rank 0 on every rank. Collective.
+std::string rank0_string(std::string s) {
+  long long n = static_cast<long long>(s.size());
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  s.resize(static_cast<size_t>(n));
+  MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD);
+  return s;
+}
+
+// What the deck takes from a plan, as rank 0 chose it, on every rank. Every rank searches,
+// but the memory estimates hold measured heap (the convolution primitives' own, OneDnn::
+// conv_pass_bytes' held), which can differ by a grain between processes: so that no two
+// ranks can take different plans at a memory cap's edge, rank 0's choice is everyone's.
+struct PlanChoice {
+  bool ok = false;
+  std::string error, schedule;
+  std::vector<int> split, replicas;
+  int microbatches = 1, tensor = 1;
+  Recompute recompute = Recompute::none;
+};
+PlanChoice rank0_choice(const Plan& plan, int rank) {
+  PlanChoice c;
+  std::vector<int> v;  // ok, microbatches, tensor, recompute, split size, split, replicas
+  if (rank == 0) {
+    const std::vector<int> sp = plan.ok ? plan.split() : std::vector<int>{}, re = plan.ok ? plan.replicas() : std::vector<int>{};
+    v = {plan.ok ? 1 : 0, plan.microbatches, plan.tensor, static_cast<int>(plan.recompute), static_cast<int>(sp.size())};
+    v.insert(v.end(), sp.begin(), sp.end());
+    v.insert(v.end(), re.begin(), re.end());
+  }
+  int n = static_cast<int>(v.size());
+  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  v.resize(static_cast<size_t>(n));
+  MPI_Bcast(v.data(), n, MPI_INT, 0, MPI_COMM_WORLD);
+  c.ok = v[0] != 0, c.microbatches = v[1], c.tensor = v[2], c.recompute = static_cast<Recompute>(v[3]);
+  c.split.assign(v.begin() + 5, v.begin() + 5 + v[4]);
+  c.replicas.assign(v.begin() + 5 + v[4], v.end());
+  c.error = rank0_string(plan.error), c.schedule = rank0_string(plan.schedule);
+  return c;
+}
+
 // The deck (or --set) gives `key`, rather than its default.
 bool set_by_deck(const Deck& deck, const char* key) { return deck.where(key).find("(default") == std::string::npos; }
 
@@ -262,19 +302,18 @@ Deck resolve_auto_split(const Deck& given, int world_size, std::string* plan_jso
   }
   const ClusterModel net = ClusterModel::from_deck(deck, cands.front().profile);
   const Plan plan = choose_tensor_plan(cands, net, world_size, deck.train.batch_size, o);
-  if (!plan.ok)
+  const PlanChoice c = rank0_choice(plan, rank);
+  if (!c.ok)
     fail(Exit::bad_input, deck.where("parallel.split") + ": key 'parallel.split': \"auto\" found no plan for " +
-                              std::to_string(world_size) + " ranks: " + plan.error, true);
+                              std::to_string(world_size) + " ranks: " + c.error, true);
   Deck d = deck;
   d.parallel.split_auto = false;
-  d.parallel.split.clear();
-  for (int v : plan.split()) d.parallel.split.push_back(v);
-  d.parallel.replicas.clear();
-  for (int v : plan.replicas()) d.parallel.replicas.push_back(v);
-  d.parallel.schedule = plan.schedule;
-  d.parallel.microbatches = plan.microbatches;
-  d.parallel.recompute = PerStage<Recompute>(plan.recompute);
-  d.parallel.tensor = plan.tensor;
+  d.parallel.split.assign(c.split.begin(), c.split.end());
+  d.parallel.replicas.assign(c.replicas.begin(), c.replicas.end());
+  d.parallel.schedule = c.schedule;
+  d.parallel.microbatches = c.microbatches;
+  d.parallel.recompute = PerStage<Recompute>(c.recompute);
+  d.parallel.tensor = c.tensor;
   for (const char* k : {"parallel.split", "parallel.replicas", "parallel.schedule", "parallel.microbatches", "parallel.recompute",
                         "parallel.tensor"})
     d.locations[k] = "the plan of parallel.split = \"auto\" (" + deck.where("parallel.split") + ")";
