@@ -326,7 +326,7 @@ Deck resolve_auto_split(const Deck& given, int world_size, std::string* plan_jso
     if (!plan.choice_note.empty()) std::printf("plan: %s\n", plan.choice_note.c_str());
     std::fflush(stdout);
   }
-  if (plan_json) *plan_json = plan.to_json();
+  if (plan_json) *plan_json = rank0_string(plan.to_json());  // the plan that runs: rank 0's
   return d;
 }
 

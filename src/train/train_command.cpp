@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <climits>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -112,7 +113,7 @@ class Trainer final : public TrainControl {
   const std::vector<WorkerState>* resume_state_ = nullptr;
   std::string run_dir_, ckpt_dir_, plan_json_;
   int64_t eval_mb_ = 1;                   // the evaluation microbatch (train.eval_batch_size, or sized to fit)
-  std::vector<RankMemory> estimate_;      // every rank's memory estimate (the same on every rank)
+  std::vector<RankMemory> estimate_;      // every rank's memory estimate (each rank's own computation of it)
   std::vector<MemoryBudget> budgets_;     // every rank's budget
   TrainClock clock_;
   int64_t total_steps_ = 0, spe_ = 0, epoch_steps_ = 0, steps_done_ = 0, first_step_ = 0;
@@ -164,10 +165,41 @@ void Trainer::tensor_rank_files() {
     fail(Exit::io, run_dir_ + "/console.txt: cannot open for tensor rank " + std::to_string(grid_.rank) + "'s output");
 }
 
+namespace {
+
+// The least positive budget over `comm` (0: none known). Collective.
+int64_t least_over(int64_t least, MPI_Comm comm) {
+  long long mine = least > 0 ? least : LLONG_MAX, all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_LONG_LONG, MPI_MIN, comm);
+  return all == LLONG_MAX ? 0 : static_cast<int64_t>(all);
+}
+
+// The problem the lowest rank of `comm` that found one found, on every rank ("" when none
+// did). The estimates hold measured heap (OneDnn::conv_pass_bytes' held), which can differ by
+// a grain between processes, so the ranks decide together. Collective.
+std::string first_problem(std::string problem, MPI_Comm comm) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const int finds = problem.empty() ? size : rank;
+  int first = 0;
+  MPI_Allreduce(&finds, &first, 1, MPI_INT, MPI_MIN, comm);
+  if (first == size) return "";
+  long long n = static_cast<long long>(problem.size());
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, first, comm);
+  problem.resize(static_cast<size_t>(n));
+  MPI_Bcast(problem.data(), static_cast<int>(n), MPI_CHAR, first, comm);
+  return problem;
+}
+
+}  // namespace
+
 // Before anything is allocated: every rank's estimate (memory_model.hpp) against every rank's
-// budget, computed on every rank from every rank's measured base and budget, so that the
-// evaluation microbatch (train.eval_batch_size = 0: sized to fit) and the decision are the
-// same everywhere; a rank over its budget stops the job (exit 2, one message).
+// budget, computed on every rank from every rank's measured base and budget, with the least
+// budget agreed over the job, so that the evaluation microbatch (train.eval_batch_size = 0:
+// sized to fit) is the same everywhere, and the decision taken by the whole job (the
+// estimates may differ by a grain: first_problem); a rank over its budget stops the job
+// (exit 2, one message).
 void Trainer::fit_memory() {
   RunMemoryInputs in;
   in.train_samples = data_.train->size(), in.test_samples = data_.test->size();
@@ -189,22 +221,12 @@ void Trainer::fit_memory() {
     budgets_.push_back(b);
     if (b.bytes > 0) least = least > 0 ? std::min(least, b.bytes) : b.bytes;
   }
+  least = least_over(least, ctx_->job());  // every tensor part evaluates the same microbatches
   eval_mb_ = resolve_eval_batch(deck_, *setup_.model, in.test_samples, in.label_count, least);
   estimate_ = run_memory(deck_, setup_, in, eval_mb_);
   if (deck_.run.device != Device::cpu) return;  // the buffers live on the GPU: the host budget does not bound them
-  // The estimate's kernel bytes include measured heap (OneDnn::conv_pass_bytes' held), which
-  // can differ by a grain between processes: the ranks decide together, with the lowest
-  // finding rank's message.
-  std::string problem = fit_problem(deck_, setup_, estimate_, budgets_, eval_mb_);
-  const int finds = problem.empty() ? ctx_->size() : ctx_->rank();
-  int first = 0;
-  MPI_Allreduce(&finds, &first, 1, MPI_INT, MPI_MIN, ctx_->world());
-  if (first == ctx_->size()) return;
-  long long n = static_cast<long long>(problem.size());
-  MPI_Bcast(&n, 1, MPI_LONG_LONG, first, ctx_->world());
-  problem.resize(static_cast<size_t>(n));
-  MPI_Bcast(problem.data(), static_cast<int>(n), MPI_CHAR, first, ctx_->world());
-  fail(Exit::bad_input, problem, true);
+  const std::string problem = first_problem(fit_problem(deck_, setup_, estimate_, budgets_, eval_mb_), ctx_->job());
+  if (!problem.empty()) fail(Exit::bad_input, problem, true);
 }
 
 // One runtime per stage this rank holds, its parameters initialised from (seed, layer).

@@ -105,8 +105,10 @@ class OneDnn {
   // What a convolution's plan keeps for one pass (its ports' layout copies, bf16 input copies
   // and accumulators: make_port's allocations), from the primitive descriptors the plan would
   // build, without building it; *scratchpad: the pass's scratchpad (oneDNN's global
-  // scratchpad grows to the largest); *held (when given): the heap the pass's primitive itself
-  // holds while it lives (measured by building one once per shape and pass, then remembered).
+  // scratchpad grows to the largest; zero in oneDNN's default scratchpad mode, which the
+  // convolutions use: each primitive then holds its own); *held (when given): the heap the
+  // plan keeps for the pass besides its ports (the primitive with its scratchpad, and for the
+  // forward the plan's hint descriptor), measured once per process, shape and pass.
   // conv_plans_bytes: the ports' bytes over the plans built so far.
   int64_t conv_pass_bytes(Precision p, const WindowGeom& g, int64_t n, ConvPass pass, bool bias, int64_t* scratchpad,
                           ConvLayouts io = {}, int64_t* held = nullptr) const;

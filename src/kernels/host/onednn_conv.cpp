@@ -418,30 +418,33 @@ int64_t heap_in_use() {
   return static_cast<int64_t>(m.uordblks + m.hblkhd);
 }
 
-// The heap a plan's primitive descriptor and primitive for one pass hold while they live
-// (their kernels' tables and buffers: several MB for some AMX convolutions), measured once
-// per shape and pass (`key`, remembered in `held`) by making both (`make`: the descriptor)
-// with oneDNN's primitive cache off, so that they are built and freed here whatever was built
-// before: malloc's bytes in use (glibc mallinfo2) with them alive, less before, rounded up to
-// 64 KiB (two measurements differ by a few KiB: malloc's bookkeeping, oneDNN's first-use
-// state). The primitive's generated code (mapped, not malloc'd) is not counted.
-template <class Prim, class MakePD>
-int64_t primitive_heap(std::map<ConvKey, int64_t>& held, const ConvKey& key, MakePD make) {
+// The heap a plan keeps for one pass while it lives: the pass's primitive (its kernels' tables
+// and buffers, and in oneDNN's default scratchpad mode its own scratchpad: several MB for
+// some AMX convolutions) and what `keep` makes (the forward's: the plan's hint descriptor),
+// measured once per process, shape and pass (`key`) by building them with oneDNN's primitive
+// cache off, so that they are built and freed here whatever was built before: malloc's bytes
+// in use (glibc mallinfo2) with them alive, less before, rounded up to 64 KiB (two
+// measurements differ by a few KiB: malloc's bookkeeping, oneDNN's first-use state). The
+// primitive's generated code (mapped, not malloc'd) is not counted.
+template <class Prim, class PD, class Keep>
+int64_t primitive_heap(const ConvKey& key, const PD& pd, Keep keep) {
+  static std::map<ConvKey, int64_t> held;  // one host thread per process
   auto it = held.find(key);
   if (it != held.end()) return it->second;
-  const int capacity = dnnl::get_primitive_cache_capacity();
-  dnnl::set_primitive_cache_capacity(0);
+  struct CacheOff {
+    int capacity = dnnl::get_primitive_cache_capacity();
+    CacheOff() { dnnl::set_primitive_cache_capacity(0); }
+    ~CacheOff() { dnnl::set_primitive_cache_capacity(capacity); }
+  } off;
   const int64_t before = heap_in_use();
   int64_t b = 0;
   {
-    const auto pd = make();
+    const auto kept = keep();
     const Prim prim(pd);
     b = std::max<int64_t>(0, heap_in_use() - before);
   }
   constexpr int64_t grain = 64 << 10;
-  b = (b + grain - 1) / grain * grain;
-  dnnl::set_primitive_cache_capacity(capacity);
-  return held[key] = b;
+  return held[key] = (b + grain - 1) / grain * grain;
 }
 
 }  // namespace
@@ -452,14 +455,13 @@ int64_t OneDnn::conv_pass_bytes(Precision p, const WindowGeom& g, int64_t n, Con
   const dt in = input_type(p);
   const ConvKey key{static_cast<int64_t>(p), n, g.c_in, g.h_in, g.w_in, g.c_out, g.h_out, g.w_out, g.kernel, g.stride,
                     g.padding, static_cast<int64_t>(pass), bias};
-  std::map<ConvKey, int64_t>& h = impl_->primitive_heap;
   try {
     const dnnl::convolution_forward::primitive_desc hint(fwd_desc(p, g, n, false), eng);
     if (pass == ConvPass::forward) {
       const dnnl::convolution_forward::primitive_desc pd(fwd_desc(p, g, n, bias), eng);
       *scratchpad = static_cast<int64_t>(pd.scratchpad_desc().get_size());
       if (held) *held = primitive_heap<dnnl::convolution_forward>(
-                     h, key, [&] { return dnnl::convolution_forward::primitive_desc(fwd_desc(p, g, n, bias), eng); });
+                     key, pd, [&] { return dnnl::convolution_forward::primitive_desc(fwd_desc(p, g, n, false), eng); });
       return port_bytes(src_md(g, n, in, act_tag(io.in)), pd.src_desc(), Role::input) +
              port_bytes(wei_md(g, in, tag::oihw), pd.weights_desc(), Role::input) +
              port_bytes(dst_md(g, n, dt::f32, act_tag(io.out)), pd.dst_desc(), Role::output);
@@ -467,17 +469,14 @@ int64_t OneDnn::conv_pass_bytes(Precision p, const WindowGeom& g, int64_t n, Con
     if (pass == ConvPass::backward_data) {
       const dnnl::convolution_backward_data::primitive_desc pd(data_desc(p, g, n), eng, hint);
       *scratchpad = static_cast<int64_t>(pd.scratchpad_desc().get_size());
-      if (held) *held = primitive_heap<dnnl::convolution_backward_data>(
-                     h, key, [&] { return dnnl::convolution_backward_data::primitive_desc(data_desc(p, g, n), eng, hint); });
+      if (held) *held = primitive_heap<dnnl::convolution_backward_data>(key, pd, [] { return 0; });
       return port_bytes(src_md(g, n, dt::f32, act_tag(io.in)), pd.diff_src_desc(), Role::output) +
              port_bytes(wei_md(g, in, tag::oihw), pd.weights_desc(), Role::input) +
              port_bytes(dst_md(g, n, in, act_tag(io.out)), pd.diff_dst_desc(), Role::input);
     }
     const dnnl::convolution_backward_weights::primitive_desc pd(weights_desc(p, g, n, bias), eng, hint);
     *scratchpad = static_cast<int64_t>(pd.scratchpad_desc().get_size());
-    if (held) *held = primitive_heap<dnnl::convolution_backward_weights>(h, key, [&] {
-      return dnnl::convolution_backward_weights::primitive_desc(weights_desc(p, g, n, bias), eng, hint);
-    });
+    if (held) *held = primitive_heap<dnnl::convolution_backward_weights>(key, pd, [] { return 0; });
     return port_bytes(src_md(g, n, in, act_tag(io.in)), pd.src_desc(), Role::input) +
            port_bytes(wei_md(g, dt::f32, tag::oihw), pd.diff_weights_desc(), Role::accumulate) +
            port_bytes(dst_md(g, n, in, act_tag(io.out)), pd.diff_dst_desc(), Role::input) + (bias ? g.c_out * 4 : 0);

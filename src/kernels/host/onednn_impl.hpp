@@ -85,7 +85,6 @@ struct OneDnn::Impl {
   dnnl::stream strm{eng};
   std::map<MatmulKey, std::unique_ptr<MatmulPlan>> matmuls;
   std::map<ConvKey, std::unique_ptr<ConvPlan>> convs;
-  std::map<ConvKey, int64_t> primitive_heap;  // conv_pass_bytes' measured heap per shape, pass, bias
   std::vector<uint16_t> bf_a, bf_b;  // bf16 GEMM operands (dense)
   // weights in their plans' layouts, by (the plain operand's address, plan), while on
   bool keep_layouts = kept_weight_layouts();
