@@ -86,6 +86,12 @@ struct TensorGrid {
 TensorGrid split_tensor_grid(MPI_Comm world, int t);
 void free_tensor_grid(TensorGrid& g);
 
+// Plain values over `comm`, for decisions every rank must take alike (collective): agreed,
+// one value every rank agrees on (op: MPI_MIN or MPI_MAX); broadcast_string, rank root's
+// string on every rank.
+int64_t agreed(int64_t v, MPI_Op op, MPI_Comm comm = MPI_COMM_WORLD);
+std::string broadcast_string(std::string s, int root, MPI_Comm comm);
+
 class Transport;  // transport.hpp
 
 // The TensorGroup of a rank on its grid's tensor communicator. sum() on the host stages x

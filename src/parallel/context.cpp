@@ -133,4 +133,18 @@ std::string ParallelContext::describe() const {
   return "rank " + std::to_string(rank_) + " = stage " + st + " replica " + std::to_string(replica_);
 }
 
+int64_t agreed(int64_t v, MPI_Op op, MPI_Comm comm) {
+  long long x = v, y = 0;
+  MPI_Allreduce(&x, &y, 1, MPI_LONG_LONG, op, comm);
+  return static_cast<int64_t>(y);
+}
+
+std::string broadcast_string(std::string s, int root, MPI_Comm comm) {
+  long long n = static_cast<long long>(s.size());
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, root, comm);
+  s.resize(static_cast<size_t>(n));
+  MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, root, comm);
+  return s;
+}
+
 }  // namespace pt

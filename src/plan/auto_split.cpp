@@ -21,22 +21,6 @@ namespace pt {
 
 namespace {
 
-// One value every rank agrees on (op: MPI_MIN or MPI_MAX). Collective.
-int64_t agreed(int64_t v, MPI_Op op) {
-  long long x = v, y = 0;
-  MPI_Allreduce(&x, &y, 1, MPI_LONG_LONG, op, MPI_COMM_WORLD);
-  return static_cast<int64_t>(y);
-}
-
-// A string from rank 0 on every rank. Collective.
-std::string rank0_string(std::string s) {
-  long long n = static_cast<long long>(s.size());
-  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
-  s.resize(static_cast<size_t>(n));
-  MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD);
-  return s;
-}
-
 // What the deck takes from a plan, as rank 0 chose it, on every rank. Every rank searches,
 // but the memory estimates hold measured heap (the convolution primitives' own, OneDnn::
 // conv_pass_bytes' held), which can differ by a grain between processes: so that no two
@@ -64,7 +48,7 @@ PlanChoice rank0_choice(const Plan& plan, int rank) {
   c.ok = v[0] != 0, c.microbatches = v[1], c.tensor = v[2], c.recompute = static_cast<Recompute>(v[3]);
   c.split.assign(v.begin() + 5, v.begin() + 5 + v[4]);
   c.replicas.assign(v.begin() + 5 + v[4], v.end());
-  c.error = rank0_string(plan.error), c.schedule = rank0_string(plan.schedule);
+  c.error = broadcast_string(plan.error, 0, MPI_COMM_WORLD), c.schedule = broadcast_string(plan.schedule, 0, MPI_COMM_WORLD);
   return c;
 }
 
@@ -326,7 +310,7 @@ Deck resolve_auto_split(const Deck& given, int world_size, std::string* plan_jso
     if (!plan.choice_note.empty()) std::printf("plan: %s\n", plan.choice_note.c_str());
     std::fflush(stdout);
   }
-  if (plan_json) *plan_json = rank0_string(plan.to_json());  // the plan that runs: rank 0's
+  if (plan_json) *plan_json = broadcast_string(plan.to_json(), 0, MPI_COMM_WORLD);  // the plan that runs: rank 0's
   return d;
 }
 

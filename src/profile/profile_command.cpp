@@ -72,12 +72,7 @@ Profile measure_profile(const Deck& deck, const Model& model, int64_t mb, int re
   if (rank == 0)
     p.layers = measure_layers(*be, model, profile_precision(deck), mb, reps, static_cast<uint64_t>(deck.run.seed), &p.optimizer_s_per_byte, update);
   // share rank 0's layer costs so every rank plans from the same numbers
-  std::string text = rank == 0 ? p.to_json() : std::string();
-  long long n = static_cast<long long>(text.size());
-  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
-  text.resize(static_cast<size_t>(n));
-  MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
-  p = Profile::from_json(text, "profile broadcast");
+  p = Profile::from_json(broadcast_string(rank == 0 ? p.to_json() : std::string(), 0, comm), "profile broadcast");
   p.tensor = model.shard().parts;
   p.network = measure_network(comm, deck.run.comm_timeout_s);
   for (auto& l : p.layers) l.optimizer_bytes = l.param_bytes * static_cast<double>(deck.train.optimizer->state_names(optim_config(deck.train)).size());

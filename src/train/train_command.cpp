@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <csignal>
-#include <climits>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -169,9 +168,8 @@ namespace {
 
 // The least positive budget over `comm` (0: none known). Collective.
 int64_t least_over(int64_t least, MPI_Comm comm) {
-  long long mine = least > 0 ? least : LLONG_MAX, all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_LONG_LONG, MPI_MIN, comm);
-  return all == LLONG_MAX ? 0 : static_cast<int64_t>(all);
+  const int64_t all = agreed(least > 0 ? least : INT64_MAX, MPI_MIN, comm);
+  return all == INT64_MAX ? 0 : all;
 }
 
 // The problem the lowest rank of `comm` that found one found, on every rank ("" when none
@@ -184,12 +182,7 @@ std::string first_problem(std::string problem, MPI_Comm comm) {
   const int finds = problem.empty() ? size : rank;
   int first = 0;
   MPI_Allreduce(&finds, &first, 1, MPI_INT, MPI_MIN, comm);
-  if (first == size) return "";
-  long long n = static_cast<long long>(problem.size());
-  MPI_Bcast(&n, 1, MPI_LONG_LONG, first, comm);
-  problem.resize(static_cast<size_t>(n));
-  MPI_Bcast(problem.data(), static_cast<int>(n), MPI_CHAR, first, comm);
-  return problem;
+  return first == size ? "" : broadcast_string(problem, first, comm);
 }
 
 }  // namespace
