@@ -25,7 +25,10 @@ CPPFLAGS := -DOMPI_SKIP_MPICXX -Iinclude -isystem /usr/include/trilinos $(HDF5_C
 # -fno-math-errno: std::sqrt without an errno branch, so loops with a square root vectorize
 # (the AdamW update: 2.5x). IEEE sqrt gives the same bits and no reassociation is allowed:
 # weights bitwise unchanged (tinygpt, MLP, CNN, ResNet; bench/README.md, 2026-12-06).
-CXXFLAGS := -std=c++17 $(OPT) $(ARCH) -fno-math-errno -g -Wall -Wextra -Wno-unused-parameter -MMD -MP
+# -Wno-psabi: vec_math.hpp's 16-float vectors are passed between inline functions; without
+# AVX512 (an AVX2-only CPU under -march=native) GCC notes that their ABI differs from an
+# AVX512 build's, which matters only across separately built libraries (none here).
+CXXFLAGS := -std=c++17 $(OPT) $(ARCH) -fno-math-errno -g -Wall -Wextra -Wno-unused-parameter -Wno-psabi -MMD -MP
 LDLIBS   := -ltrilinos_kokkoskernels -ltrilinos_kokkoscore -ldnnl -lgomp -lopenblas $(HDF5_LIBS) -ltomlplusplus -lz -ldl
 
 SRC := $(shell find src -name '*.cpp' ! -name main.cpp ! -name cuda_stub.cpp | sort)

@@ -426,6 +426,9 @@ void print_machine() {
               cpu_flag("amx_bf16") ? "yes" : "no");
   std::printf("BLAS: %s\n", blas_description().c_str());
   std::printf("%s\n", onednn_description().c_str());
+  if (!host::onednn_bf16_native())
+    std::printf("bf16: this CPU's oneDNN has no bf16 kernels; pipetrain's bf16 rows are fp32 products of widened bf16 "
+                "operands, and the bf16 peak is torch.matmul's (or none)\n");
   std::printf("fp32 kernel rule (src/kernels/host/kernel_choice.cpp): %s\n", host::fp32_rule_description().c_str());
   const char* omp = std::getenv("OMP_NUM_THREADS");
   std::printf("threads: oneDNN (OpenMP) %d, OMP_NUM_THREADS=%s\n", omp_get_max_threads(), omp ? omp : "(unset)");
@@ -475,6 +478,7 @@ std::vector<std::unique_ptr<RawMatmul>> raw_matmuls(std::vector<PeakCandidate>& 
   for (const PeakShape& sh : peak_shapes())
     for (bool bf16 : {false, true})
       for (bool blocked : {false, true}) {
+        if (bf16 && !host::onednn_bf16_native()) continue;  // no bf16 kernels to call (onednn.hpp)
         mats.push_back(std::make_unique<RawMatmul>(sh, bf16, blocked));
         PeakCandidate c;
         c.source = mats.back()->name().substr(0, mats.back()->name().find(bf16 ? " bf16" : " fp32")) + " " + sh.text();

@@ -52,7 +52,10 @@ torch_round
 # The machine peak per precision: the best of oneDNN's (the C++ run's, in the CSV) and
 # torch.matmul's (per shape, the mean of the two rounds' medians); then the goal against it:
 # the large GEMMs of the MLP (batch 128: fc1, fc2), tinygpt and gpt2_small (their linears).
-awk -F, -v ext="$ext" '
+# Without bf16 instructions (cpu_bf16_case "none") the bf16 fractions are printed, not judged.
+judge16=1
+grep -q -E ' (amx_bf16|avx512_bf16) ' <<<" $(grep -m1 '^flags' /proc/cpuinfo) " || judge16=0
+awk -F, -v ext="$ext" -v judge16="$judge16" '
   BEGIN {
     while ((getline line < ext) > 0) {
       split(line, f, " "); key = f[2] " " f[3]; sum[key] += f[4]; cnt[key]++
@@ -73,12 +76,13 @@ awk -F, -v ext="$ext" '
     bad = 0
     for (s in g32) {
       f32 = g32[s] / pk["fp32"]; f16 = g16[s] / pk["bf16"]
-      ok = f32 >= 0.8 && f16 >= 0.7
+      ok = f32 >= 0.8 && (f16 >= 0.7 || !judge16)
       if (!ok) bad++
-      printf "  %-52s fp32 %.2f  bf16 %.2f  %s\n", s, f32, f16, ok ? "ok" : "BELOW (fp32 0.80, bf16 0.70)"
+      printf "  %-52s fp32 %.2f  bf16 %.2f  %s\n", s, f32, f16, ok ? "ok" : judge16 ? "BELOW (fp32 0.80, bf16 0.70)" : "BELOW (fp32 0.80)"
     }
-    printf "goal (fp32 >= 0.80 and bf16 >= 0.70 of the machine peak): %d of %d large GEMMs meet it: %s\n", n32 - bad, n32,
-           bad ? "FAIL" : "PASS"
+    printf "goal (fp32 >= 0.80%s): %d of %d large GEMMs meet it: %s\n",
+           judge16 ? " and bf16 >= 0.70 of the machine peak" : " of the machine peak; bf16 not judged: no bf16 instructions",
+           n32 - bad, n32, bad ? "FAIL" : "PASS"
     exit bad ? 1 : 0
   }' "$csv" | sort -r | tee -a "$log"
 status=${PIPESTATUS[0]}

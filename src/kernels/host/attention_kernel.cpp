@@ -198,7 +198,7 @@ PT_NO_MEMCPY_CALLS void copy_row(const Tiles& t, const float* r, float* Pr, floa
     for (; j < t.T; ++j) tile[j] = r[j];
     return;
   }
-  const bool stream = (reinterpret_cast<uintptr_t>(Pr) & 63) == 0;
+  [[maybe_unused]] const bool stream = (reinterpret_cast<uintptr_t>(Pr) & 63) == 0;  // AVX512 only
   for (; j + kW <= t.T; j += kW) {
     const vec16 v = load(r + j);
 #ifdef __AVX512F__

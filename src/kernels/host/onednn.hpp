@@ -76,6 +76,14 @@ struct GemmArgs {
 
 enum class ConvPass;  // below
 
+// Whether this CPU's oneDNN has bf16 kernels (2.6: AVX512 and later; asked once, by creating a
+// small bf16 matmul). Without them a bf16 product or convolution is computed by the fp32
+// primitive on its operands' bf16 values (widened to fp32, exactly), with the fp32
+// accumulation a bf16 kernel has, and a bf16 result is rounded from its fp32 one: bf16's
+// arithmetic at fp32's speed (and with fp32-sized operand copies). PT_BF16_KERNELS=widened
+// asks for that on any CPU (read when a OneDnn is made; tests compare the two).
+bool onednn_bf16_native();
+
 class OneDnn {
  public:
   OneDnn();
@@ -125,6 +133,8 @@ class OneDnn {
   void forget_weights(const void* lo, const void* hi);
   void set_kept_layouts(bool on);  // default: kept_weight_layouts() (tests turn it on and off)
   int64_t kept_weight_bytes() const;
+  // bf16 computed by the fp32 primitives on widened operands (onednn_bf16_native)
+  bool widens_bf16() const;
 
   // Seconds in this object's calls so far: preparing operands (bf16 rounding, reorders in and
   // out) and executing the primitives.
@@ -136,6 +146,7 @@ class OneDnn {
   struct Impl;
 
  private:
+  void gemm_widened(const GemmArgs& a);
   std::unique_ptr<Impl> impl_;
   Clock clock_;
 };

@@ -21,6 +21,8 @@
 // overwritten; dw and db are computed into plan-owned fp32 buffers and then added to the
 // caller's (dw += ..., db += ...), in index order. Backward data and backward weights are independent primitives, so a call for
 // dx alone or for dw/db alone is bitwise the same as the call that asks for all three.
+// Where oneDNN has no bf16 kernels (onednn_bf16_native) a bf16 pass runs the fp32 plan on the
+// inputs' bf16 values, widened into port-owned fp32 copies in the caller's layout (fed_as).
 #include <malloc.h>
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include <unordered_map>
 
 #include "onednn_impl.hpp"
+#include "vec_math.hpp"
 
 namespace pt::host {
 namespace {
@@ -147,6 +150,20 @@ void feed(Port& port, dnnl::stream& s, CView xv) {
     port.reorder.execute(s, port.user, port.prim);
 }
 
+// The input as the primitive reads it under precision p: as given, or where the primitives
+// compute a widened bf16 in fp32 (Impl::widen_bf16), the fp32 values of its bf16 rounding (a
+// bf16 view widened exactly) in port.wide, in the caller's layout.
+CView fed_as(const OneDnn::Impl& d, Precision p, Port& port, CView x) {
+  if (d.kernels(p) == p) return x;
+  const size_t n = port.user.get_desc().get_size() / sizeof(float);
+  if (port.wide.size() < n) port.wide.resize(n);
+  if (x.bf16())
+    widen_bf16_span(n, x.data, port.wide.data());
+  else
+    bf16_span<true, false>(n, x.data, port.wide.data(), nullptr);
+  return CView{port.wide.data()};
+}
+
 void drain(Port& port, dnnl::stream& s) {
   if (port.groups16 > 0)
     c16_to_nchw(port.groups16, port.hw, port.step, static_cast<const float*>(port.prim.get_data_handle()),
@@ -205,7 +222,7 @@ int64_t port_bytes(const md& user_md, const md& prim_md, Role role) {
 }
 
 int64_t port_bytes(const Port& port) {
-  int64_t b = static_cast<int64_t>(port.bf16.size() * sizeof(uint16_t) + port.acc.size() * sizeof(float));
+  int64_t b = static_cast<int64_t>(port.bf16.size() * sizeof(uint16_t) + (port.acc.size() + port.wide.size()) * sizeof(float));
   if (port.reorders()) b += static_cast<int64_t>(port.prim.get_desc().get_size());
   return b;
 }
@@ -289,11 +306,12 @@ ConvOp& OneDnn::Impl::conv_weights(Precision p, ConvPlan& plan, const WindowGeom
 void OneDnn::conv_forward(Precision p, const WindowGeom& g, int64_t n, CView x, const float* w, const float* b,
                           float* y, ConvLayouts io) {
   Impl& d = *impl_;
-  ConvOp& op = d.conv_fwd(p, d.conv_plan(p, g, n, io), g, n, b != nullptr);
+  const Precision k = d.kernels(p);
+  ConvOp& op = d.conv_fwd(k, d.conv_plan(k, g, n, io), g, n, b != nullptr);
   Lap lap;
   try {
-    feed(op.src, d.strm, x);
-    feed(op.wei, d.strm, w);
+    feed(op.src, d.strm, fed_as(d, p, op.src, x));
+    feed(op.wei, d.strm, fed_as(d, p, op.wei, w));
     clock_.prepare_s += lap();
     op.dst.user.set_data_handle(y);
     std::unordered_map<int, dnnl::memory> args{
@@ -316,11 +334,12 @@ void OneDnn::conv_forward(Precision p, const WindowGeom& g, int64_t n, CView x, 
 void OneDnn::conv_backward_data(Precision p, const WindowGeom& g, int64_t n, const float* w, CView dy,
                                 float* dx, ConvLayouts io) {
   Impl& d = *impl_;
-  ConvOp& op = d.conv_data(p, d.conv_plan(p, g, n, io), g, n);
+  const Precision k = d.kernels(p);
+  ConvOp& op = d.conv_data(k, d.conv_plan(k, g, n, io), g, n);
   Lap lap;
   try {
-    feed(op.wei, d.strm, w);
-    feed(op.dst, d.strm, dy);
+    feed(op.wei, d.strm, fed_as(d, p, op.wei, w));
+    feed(op.dst, d.strm, fed_as(d, p, op.dst, dy));
     op.src.user.set_data_handle(dx);
     clock_.prepare_s += lap();
     op.prim.execute(d.strm, {{DNNL_ARG_DIFF_DST, op.dst.prim}, {DNNL_ARG_WEIGHTS, op.wei.prim},
@@ -341,11 +360,12 @@ namespace {
 // primitive's layout already: dy is then not converted again.
 void weights_pass(OneDnn::Impl& d, OneDnn::Clock& clock, Precision p, const WindowGeom& g, int64_t n, ConvLayouts io,
                   CView x, CView dy, const Port* fed, float* dw, float* db) {
-  ConvOp& op = d.conv_weights(p, d.conv_plan(p, g, n, io), g, n, db != nullptr);
+  const Precision k = d.kernels(p);
+  ConvOp& op = d.conv_weights(k, d.conv_plan(k, g, n, io), g, n, db != nullptr);
   Lap lap;
   try {
-    feed(op.src, d.strm, x);
-    if (!fed) feed(op.dst, d.strm, dy);
+    feed(op.src, d.strm, fed_as(d, p, op.src, x));
+    if (!fed) feed(op.dst, d.strm, fed_as(d, p, op.dst, dy));
     clock.prepare_s += lap();
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, op.src.prim},
                                                {DNNL_ARG_DIFF_DST, fed ? fed->prim : op.dst.prim},
@@ -375,9 +395,10 @@ void OneDnn::conv_backward(Precision p, const WindowGeom& g, int64_t n, CView x,
                            CView dy, float* dx, float* dw, float* db, ConvLayouts io) {
   conv_backward_data(p, g, n, w, dy, dx, io);
   Impl& d = *impl_;
-  ConvPlan& plan = d.conv_plan(p, g, n, io);
-  const Port& fed = d.conv_data(p, plan, g, n).dst;
-  const bool same = d.conv_weights(p, plan, g, n, db != nullptr).dst.prim.get_desc() == fed.prim.get_desc();
+  const Precision k = d.kernels(p);
+  ConvPlan& plan = d.conv_plan(k, g, n, io);
+  const Port& fed = d.conv_data(k, plan, g, n).dst;
+  const bool same = d.conv_weights(k, plan, g, n, db != nullptr).dst.prim.get_desc() == fed.prim.get_desc();
   weights_pass(d, clock_, p, g, n, io, x, dy, same ? &fed : nullptr, dw, db);
 }
 
@@ -385,9 +406,10 @@ void OneDnn::conv_backward(Precision p, const WindowGeom& g, int64_t n, CView x,
 // one of nChw16c and NHWC for all of them (else nchw). For C = 16 the two are the same bytes,
 // so a 16-channel tensor agrees with either; where both fit every tensor, nChw16c is named.
 // Computed once per shape (the plan keeps it).
-ImageLayout OneDnn::conv_layout(Precision p, const WindowGeom& g, int64_t n) {
+ImageLayout OneDnn::conv_layout(Precision given, const WindowGeom& g, int64_t n) {
   if (g.c_in % 16 != 0 || g.c_out % 16 != 0) return ImageLayout::nchw;
   Impl& d = *impl_;
+  const Precision p = d.kernels(given);
   ConvPlan& plan = d.conv_plan(p, g, n, {});
   if (plan.layout >= 0) return static_cast<ImageLayout>(plan.layout);
   try {
@@ -439,7 +461,7 @@ int64_t primitive_heap(const ConvKey& key, const PD& pd, Keep keep) {
   const int64_t before = heap_in_use();
   int64_t b = 0;
   {
-    const auto kept = keep();
+    [[maybe_unused]] const auto kept = keep();
     const Prim prim(pd);
     b = std::max<int64_t>(0, heap_in_use() - before);
   }
@@ -449,9 +471,19 @@ int64_t primitive_heap(const ConvKey& key, const PD& pd, Keep keep) {
 
 }  // namespace
 
-int64_t OneDnn::conv_pass_bytes(Precision p, const WindowGeom& g, int64_t n, ConvPass pass, bool bias,
+int64_t OneDnn::conv_pass_bytes(Precision given, const WindowGeom& g, int64_t n, ConvPass pass, bool bias,
                                 int64_t* scratchpad, ConvLayouts io, int64_t* held) const {
   const dnnl::engine& eng = impl_->eng;
+  const Precision p = impl_->kernels(given);
+  const int64_t x_b = 4 * n * g.c_in * g.h_in * g.w_in, w_b = 4 * g.c_out * g.c_in * g.kernel * g.kernel,
+                y_b = 4 * n * g.c_out * g.h_out * g.w_out;
+  const bool wide = p != given;  // the inputs' widened copies (fed_as)
+  // conv_backward hands the weights pass the data pass's dy where the two take it alike
+  const auto dy_fed = [&](const dnnl::convolution_backward_weights::primitive_desc& pd) {
+    const dnnl::convolution_forward::primitive_desc hint(fwd_desc(p, g, n, false), eng);
+    return dnnl::convolution_backward_data::primitive_desc(data_desc(p, g, n), eng, hint).diff_dst_desc() ==
+           pd.diff_dst_desc();
+  };
   const dt in = input_type(p);
   const ConvKey key{static_cast<int64_t>(p), n, g.c_in, g.h_in, g.w_in, g.c_out, g.h_out, g.w_out, g.kernel, g.stride,
                     g.padding, static_cast<int64_t>(pass), bias};
@@ -464,7 +496,7 @@ int64_t OneDnn::conv_pass_bytes(Precision p, const WindowGeom& g, int64_t n, Con
                      key, pd, [&] { return dnnl::convolution_forward::primitive_desc(fwd_desc(p, g, n, false), eng); });
       return port_bytes(src_md(g, n, in, act_tag(io.in)), pd.src_desc(), Role::input) +
              port_bytes(wei_md(g, in, tag::oihw), pd.weights_desc(), Role::input) +
-             port_bytes(dst_md(g, n, dt::f32, act_tag(io.out)), pd.dst_desc(), Role::output);
+             port_bytes(dst_md(g, n, dt::f32, act_tag(io.out)), pd.dst_desc(), Role::output) + (wide ? x_b + w_b : 0);
     }
     if (pass == ConvPass::backward_data) {
       const dnnl::convolution_backward_data::primitive_desc pd(data_desc(p, g, n), eng, hint);
@@ -472,14 +504,15 @@ int64_t OneDnn::conv_pass_bytes(Precision p, const WindowGeom& g, int64_t n, Con
       if (held) *held = primitive_heap<dnnl::convolution_backward_data>(key, pd, [] { return 0; });
       return port_bytes(src_md(g, n, dt::f32, act_tag(io.in)), pd.diff_src_desc(), Role::output) +
              port_bytes(wei_md(g, in, tag::oihw), pd.weights_desc(), Role::input) +
-             port_bytes(dst_md(g, n, in, act_tag(io.out)), pd.diff_dst_desc(), Role::input);
+             port_bytes(dst_md(g, n, in, act_tag(io.out)), pd.diff_dst_desc(), Role::input) + (wide ? w_b + y_b : 0);
     }
     const dnnl::convolution_backward_weights::primitive_desc pd(weights_desc(p, g, n, bias), eng, hint);
     *scratchpad = static_cast<int64_t>(pd.scratchpad_desc().get_size());
     if (held) *held = primitive_heap<dnnl::convolution_backward_weights>(key, pd, [] { return 0; });
     return port_bytes(src_md(g, n, in, act_tag(io.in)), pd.src_desc(), Role::input) +
            port_bytes(wei_md(g, dt::f32, tag::oihw), pd.diff_weights_desc(), Role::accumulate) +
-           port_bytes(dst_md(g, n, in, act_tag(io.out)), pd.diff_dst_desc(), Role::input) + (bias ? g.c_out * 4 : 0);
+           port_bytes(dst_md(g, n, in, act_tag(io.out)), pd.diff_dst_desc(), Role::input) + (bias ? g.c_out * 4 : 0) +
+           (wide ? x_b + (dy_fed(pd) ? 0 : y_b) : 0);
   } catch (const dnnl::error& e) {
     onednn_fail(conv_str(p, g, n) + " (sizes)", e);
   }
@@ -494,11 +527,12 @@ int64_t OneDnn::conv_plans_bytes() const {
   return b;
 }
 
-std::string OneDnn::conv_impl(Precision p, const WindowGeom& g, int64_t n) {
+std::string OneDnn::conv_impl(Precision given, const WindowGeom& g, int64_t n) {
   Impl& d = *impl_;
+  const Precision p = d.kernels(given);
   ConvPlan& plan = d.conv_plan(p, g, n, {});
   return "fwd " + d.conv_fwd(p, plan, g, n, true).impl + ", bwd_data " + d.conv_data(p, plan, g, n).impl +
-         ", bwd_weights " + d.conv_weights(p, plan, g, n, true).impl;
+         ", bwd_weights " + d.conv_weights(p, plan, g, n, true).impl + (p != given ? " (bf16 widened to fp32)" : "");
 }
 
 }  // namespace pt::host

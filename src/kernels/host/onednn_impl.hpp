@@ -35,6 +35,7 @@ struct Port {
   bool bf16_as_given = false;
   std::vector<uint16_t> bf16;
   std::vector<float> acc;           // accumulated outputs: the result before it is added
+  std::vector<float> wide;          // widened bf16 (OneDnn::Impl::widen_bf16): the input's bf16 values
   bool reorders() const { return static_cast<bool>(reorder) || groups16 > 0; }
 };
 
@@ -80,12 +81,21 @@ struct ConvPlan {
 using MatmulKey = std::array<int64_t, 18>;
 using ConvKey = std::array<int64_t, 13>;
 
+// !onednn_bf16_native(), or PT_BF16_KERNELS=widened
+bool bf16_widened_wanted();
+
 struct OneDnn::Impl {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream strm{eng};
   std::map<MatmulKey, std::unique_ptr<MatmulPlan>> matmuls;
   std::map<ConvKey, std::unique_ptr<ConvPlan>> convs;
   std::vector<uint16_t> bf_a, bf_b;  // bf16 GEMM operands (dense)
+  // no bf16 kernels (onednn_bf16_native): a bf16 product's operands as dense fp32 copies of
+  // their bf16 values, and its fp32 result before a bf16 C is rounded from it
+  bool widen_bf16 = bf16_widened_wanted();
+  std::vector<float> wide_a, wide_b, wide_c;
+  // The precision of the primitives that compute in precision p: fp32 for a widened bf16.
+  Precision kernels(Precision p) const { return p == Precision::bf16 && widen_bf16 ? Precision::fp32 : p; }
   // weights in their plans' layouts, by (the plain operand's address, plan), while on
   bool keep_layouts = kept_weight_layouts();
   std::map<std::pair<const void*, const MatmulPlan*>, KeptWeight> kept;

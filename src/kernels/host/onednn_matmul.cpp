@@ -5,7 +5,9 @@
 // C when given (batch 1). alpha is oneDNN's output scale, beta
 // its sum post-op (absent for beta = 0, so C is then never read, as BLAS). In bf16, A and B
 // are first rounded into dense bf16 copies (to_bf16: PyTorch's rounding, not oneDNN's
-// conversion, which flushes subnormals on some ISAs); C stays fp32. One plan per
+// conversion, which flushes subnormals on some ISAs); C stays fp32. Where oneDNN has no bf16
+// kernels (onednn_bf16_native) a bf16 product is the fp32 primitive's on dense fp32 copies of
+// the operands' bf16 values (gemm_widened). One plan per
 // (precision, transposes, shape, strides, alpha, beta), built on first use.
 #include <omp.h>
 
@@ -63,6 +65,28 @@ std::string onednn_isa_name() {
     default: return "isa " + std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa()));
   }
 }
+
+bool onednn_bf16_native() {
+  static const bool native = [] {
+    try {
+      const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+      const dnnl::memory::desc a({2, 2}, dnnl::memory::data_type::bf16, dnnl::memory::format_tag::ab);
+      const dnnl::memory::desc c({2, 2}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), eng);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return native;
+}
+
+bool bf16_widened_wanted() {
+  const char* env = std::getenv("PT_BF16_KERNELS");
+  return !onednn_bf16_native() || (env && std::string(env) == "widened");
+}
+
+bool OneDnn::widens_bf16() const { return impl_->widen_bf16; }
 
 OneDnn::OneDnn() {
   onednn_threads_default();
@@ -146,7 +170,63 @@ dnnl::memory kept_weight(OneDnn::Impl& d, MatmulPlan& plan, const GemmArgs& a) {
   return w.mem;
 }
 
+// A [batch] x rows x cols operand (row stride ld, batch stride `stride`; a dense bf16 array
+// when bf16, batch 1) -> the fp32 values of its bf16 rounding, dense, in dst.
+const float* widen_operand(int64_t batch, int64_t rows, int64_t cols, const float* src, int64_t ld, int64_t stride,
+                           bool bf16, std::vector<float>& dst) {
+  const size_t total = static_cast<size_t>(batch * rows * cols);
+  if (dst.size() < total) dst.resize(total);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* y = dst.data() + (b * rows + r) * cols;
+      if (bf16)
+        widen_bf16_span(static_cast<size_t>(cols), reinterpret_cast<const uint16_t*>(src) + r * ld, y);
+      else
+        bf16_span<true, false>(static_cast<size_t>(cols), src + b * stride + r * ld, y, nullptr);
+    }
+  return dst.data();
+}
+
+// The fp32 product that computes bf16 product a on dense widened copies of its operands (and
+// of a bf16 C).
+GemmArgs widened_args(const GemmArgs& a) {
+  GemmArgs f = a;
+  f.lda = a.ta ? a.M : a.K;
+  f.ldb = a.tb ? a.K : a.N;
+  f.stride_a = a.M * a.K;
+  f.stride_b = a.K * a.N;
+  if (a.c_bf16) {
+    f.ldc = a.N;
+    f.stride_c = a.M * a.N;
+  }
+  f.a_bf16 = f.b_bf16 = f.c_bf16 = false;
+  f.b_version = 0;
+  f.b_key = nullptr;
+  return f;
+}
+
 }  // namespace
+
+// bf16 without bf16 kernels (onednn_bf16_native): the fp32 product of the operands' bf16
+// values, with a bf16 C rounded from its fp32 result (bias included), as a bf16 kernel does.
+void OneDnn::gemm_widened(const GemmArgs& a) {
+  Impl& d = *impl_;
+  Lap lap;
+  GemmArgs f = widened_args(a);
+  f.A = widen_operand(a.batch, a.ta ? a.K : a.M, a.ta ? a.M : a.K, a.A, a.lda, a.stride_a, a.a_bf16, d.wide_a);
+  f.B = widen_operand(a.batch, a.tb ? a.N : a.K, a.tb ? a.K : a.N, a.B, a.ldb, a.stride_b, a.b_bf16, d.wide_b);
+  if (a.c_bf16) {
+    if (d.wide_c.size() < static_cast<size_t>(a.M * a.N)) d.wide_c.resize(static_cast<size_t>(a.M * a.N));
+    f.C = d.wide_c.data();
+  }
+  clock_.prepare_s += lap();
+  gemm(Precision::fp32, f);
+  lap();
+  if (a.c_bf16)
+    for (int64_t r = 0; r < a.M; ++r)
+      pack_bf16_span(static_cast<size_t>(a.N), d.wide_c.data() + r * a.N, reinterpret_cast<uint16_t*>(a.C) + r * a.ldc);
+  clock_.prepare_s += lap();
+}
 
 MatmulPlan& OneDnn::Impl::matmul_plan(Precision p, const GemmArgs& a) {
   const Operands o = operand_layout(p, a);
@@ -198,6 +278,7 @@ void OneDnn::gemm(Precision p, const GemmArgs& a) {
            "oneDNN gemm: bf16 operands only in bf16, without a batch (and a bf16 C is not summed into): "
                << shape_str(p, a));
   Impl& d = *impl_;
+  if (p == Precision::bf16 && d.widen_bf16) return gemm_widened(a);
   MatmulPlan& plan = d.matmul_plan(p, a);
   Lap lap;
   const void* A = a.A;
@@ -232,7 +313,10 @@ void OneDnn::gemm(Precision p, const GemmArgs& a) {
   clock_.execute_s += lap();
 }
 
-std::string OneDnn::gemm_impl(Precision p, const GemmArgs& a) { return impl_->matmul_plan(p, a).impl; }
+std::string OneDnn::gemm_impl(Precision p, const GemmArgs& a) {
+  if (p != impl_->kernels(p)) return impl_->matmul_plan(Precision::fp32, widened_args(a)).impl + " (bf16 widened to fp32)";
+  return impl_->matmul_plan(p, a).impl;
+}
 
 void OneDnn::forget_weights(const void* lo, const void* hi) {
   auto& kept = impl_->kept;

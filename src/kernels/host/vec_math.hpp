@@ -183,6 +183,13 @@ inline void bf16_span(size_t n, const float* x, float* y, void* out) {
 }
 // x[0, n) -> the dense bf16 array at out (out may equal x)
 inline void pack_bf16_span(size_t n, const float* x, void* out) { bf16_span<false, true>(n, x, nullptr, out); }
+// The dense bf16 array at in (n values) -> their fp32 values at y, exactly
+inline void widen_bf16_span(size_t n, const void* in, float* y) {
+  const auto* p = static_cast<const unsigned char*>(in);
+  size_t i = 0;
+  for (; i + static_cast<size_t>(kW) <= n; i += static_cast<size_t>(kW)) store(y + i, load_bf16(p + 2 * i));
+  for (; i < n; ++i) y[i] = load_bf16_one(p + 2 * i);
+}
 
 // sum of f(k) for k in [0, n) in double, element k on lane k % kLanes (vectorises)
 template <class F>
