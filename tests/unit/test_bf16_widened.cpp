@@ -6,7 +6,8 @@
 //   - a OneDnn widens exactly when oneDNN lacks bf16 kernels, or when asked;
 //   - a widened bf16 GEMM (fp32 operands or bf16 views, transposes, alpha, beta, batches) is
 //     bitwise the fp32 oneDNN GEMM of the bf16-rounded operands, and a bf16 output of a fused
-//     linear is that result (bias included) rounded;
+//     linear is that result (bias included) rounded; a product too large for the widened
+//     copies' bound (4 MiB per operand) runs in blocks, within the fp32 bound of the exact one;
 //   - a widened bf16 convolution (forward with bias, backward data, weights and bias, and bf16
 //     views as inputs) is bitwise the fp32 convolution of the rounded x, w and dy;
 //   - where oneDNN has bf16 kernels, a widened GEMM and a native one agree within the bound of
@@ -104,6 +105,48 @@ TEST(Bf16Widened, GemmIsTheFp32GemmOfTheRoundedOperands) {
   wide->gemm_strided_batched(false, false, M, N, K, 1.0f, A.data(), lda, sa, B.data(), ldb, sb, 0.0f, got.data(), N,
                              M * N, batch, Precision::bf16);
   EXPECT_TRUE(same_bits(got, want)) << "strided batched";
+}
+
+// A product whose widened operands pass the 4 MiB bound runs in blocks: against the double
+// product of the rounded operands within the fp32 bound ((K + 2) u sum |a||b|, plus for a
+// bf16 output its rounding, 2^-8 of the value).
+TEST(Bf16Widened, LargeProductsRunInBlocksWithinTheFp32Bound) {
+  auto wide = backend("widened");
+  struct Big {
+    bool ta, tb, c_bf16;
+    int64_t M, N, K;
+  };
+  uint64_t seed = 80;
+  for (const Big c : {Big{false, false, false, 600, 3000, 700}, Big{true, true, false, 1500, 900, 1200},
+                      Big{false, true, true, 1500, 1500, 800}}) {
+    SCOPED_TRACE(testing::Message() << c.ta << c.tb << " bf16 C " << c.c_bf16 << " M " << c.M << " N " << c.N << " K " << c.K);
+    const auto A = values(c.M * c.K, seed++, 1.0f), B = values(c.K * c.N, seed++, 1.0f), bias = values(c.N, seed++, 1.0f);
+    const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N;
+    std::vector<float> got(c.M * c.N, 0.5f);
+    if (c.c_bf16) {  // a fused linear: y = x W^T + b, written as bf16
+      std::vector<float> y16((c.M * c.N + 1) / 2);
+      const auto Ap = packed(A);
+      wide->fused().linear_forward(c.M, c.K, c.N, as_bf16(Ap.data()), B.data(), bias.data(), as_bf16(y16.data()),
+                                   Precision::bf16);
+      wide->unpack_bf16(got.size(), y16.data(), got.data());
+    } else {
+      wide->gemm(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, B.data(), ldb, 1.0f, got.data(), c.N, Precision::bf16);
+    }
+    const auto Ar = rounded(A), Br = rounded(B);
+    const double u = std::ldexp(1.0, -24);
+    for (int64_t i = 0; i < c.M; i += 7)
+      for (int64_t j = 0; j < c.N; j += 5) {
+        double want = c.c_bf16 ? bias[j] : 0.5, mag = std::fabs(want);
+        for (int64_t k = 0; k < c.K; ++k) {
+          const double p = double(Ar[c.ta ? k * lda + i : i * lda + k]) * Br[c.tb ? j * ldb + k : k * ldb + j];
+          want += p, mag += std::fabs(p);
+        }
+        const double tol = (c.K + 2) * u * mag + (c.c_bf16 ? std::ldexp(std::fabs(want) + (c.K + 2) * u * mag, -8) : 0.0);
+        ASSERT_LE(std::fabs(got[i * c.N + j] - want), tol) << "at (" << i << ", " << j << ")";
+      }
+  }
+  EXPECT_GT(wide->onednn().widened_bytes(), 0);
+  EXPECT_LE(wide->onednn().widened_bytes(), 3 * (4 << 20)) << "the widened copies' bound";
 }
 
 TEST(Bf16Widened, Bf16OutputIsTheFp32ResultRounded) {

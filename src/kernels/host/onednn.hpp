@@ -135,6 +135,8 @@ class OneDnn {
   int64_t kept_weight_bytes() const;
   // bf16 computed by the fp32 primitives on widened operands (onednn_bf16_native)
   bool widens_bf16() const;
+  // Bytes the widened copies hold (at most 3 x 4 MiB: larger products run in blocks)
+  int64_t widened_bytes() const;
 
   // Seconds in this object's calls so far: preparing operands (bf16 rounding, reorders in and
   // out) and executing the primitives.
@@ -147,6 +149,7 @@ class OneDnn {
 
  private:
   void gemm_widened(const GemmArgs& a);
+  void gemm_widened_whole(const GemmArgs& a);
   std::unique_ptr<Impl> impl_;
   Clock clock_;
 };

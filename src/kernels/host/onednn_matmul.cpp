@@ -11,6 +11,7 @@
 // (precision, transposes, shape, strides, alpha, beta), built on first use.
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -87,6 +88,9 @@ bool bf16_widened_wanted() {
 }
 
 bool OneDnn::widens_bf16() const { return impl_->widen_bf16; }
+int64_t OneDnn::widened_bytes() const {
+  return static_cast<int64_t>((impl_->wide_a.size() + impl_->wide_b.size() + impl_->wide_c.size()) * sizeof(float));
+}
 
 OneDnn::OneDnn() {
   onednn_threads_default();
@@ -170,6 +174,15 @@ dnnl::memory kept_weight(OneDnn::Impl& d, MatmulPlan& plan, const GemmArgs& a) {
   return w.mem;
 }
 
+// The widened copies' bound: at most this many floats per operand (4 MiB; with C's, 12 MiB),
+// so the memory model need not know the products' shapes. A larger product runs in blocks.
+constexpr int64_t kWideFloats = int64_t{1} << 20;
+
+// Element `at` of an operand that is fp32 or a dense bf16 array.
+const float* element(const float* p, bool bf16, int64_t at) {
+  return bf16 ? reinterpret_cast<const float*>(reinterpret_cast<const uint16_t*>(p) + at) : p + at;
+}
+
 // A [batch] x rows x cols operand (row stride ld, batch stride `stride`; a dense bf16 array
 // when bf16, batch 1) -> the fp32 values of its bf16 rounding, dense, in dst.
 const float* widen_operand(int64_t batch, int64_t rows, int64_t cols, const float* src, int64_t ld, int64_t stride,
@@ -180,7 +193,7 @@ const float* widen_operand(int64_t batch, int64_t rows, int64_t cols, const floa
     for (int64_t r = 0; r < rows; ++r) {
       float* y = dst.data() + (b * rows + r) * cols;
       if (bf16)
-        widen_bf16_span(static_cast<size_t>(cols), reinterpret_cast<const uint16_t*>(src) + r * ld, y);
+        widen_bf16_span(static_cast<size_t>(cols), element(src, true, r * ld), y);
       else
         bf16_span<true, false>(static_cast<size_t>(cols), src + b * stride + r * ld, y, nullptr);
     }
@@ -205,11 +218,43 @@ GemmArgs widened_args(const GemmArgs& a) {
   return f;
 }
 
+// Block [i0, i0 + m) x [j0, j0 + n) of product a (batch 1), its B and C columns from j0.
+GemmArgs block_of(const GemmArgs& a, int64_t i0, int64_t m, int64_t j0, int64_t n) {
+  GemmArgs b = a;
+  b.M = m, b.N = n;
+  b.A = element(a.A, a.a_bf16, a.ta ? i0 : i0 * a.lda);
+  b.B = element(a.B, a.b_bf16, a.tb ? j0 * a.ldb : j0);
+  b.C = const_cast<float*>(element(a.C, a.c_bf16, i0 * a.ldc + j0));
+  if (a.bias) b.bias = a.bias + j0;
+  return b;
+}
+
 }  // namespace
 
-// bf16 without bf16 kernels (onednn_bf16_native): the fp32 product of the operands' bf16
-// values, with a bf16 C rounded from its fp32 result (bias included), as a bf16 kernel does.
+// bf16 without bf16 kernels: the fp32 product of the operands' bf16 values, with a bf16 C
+// rounded from its fp32 result (bias included), as a bf16 kernel does. A product whose
+// widened operands would pass kWideFloats runs in row and column blocks (batched: in groups
+// of entries that fit, or entry by entry).
 void OneDnn::gemm_widened(const GemmArgs& a) {
+  const int64_t per_entry = std::max({a.M * a.K, a.K * a.N, a.c_bf16 ? a.M * a.N : 0});
+  if (a.batch > 1 || per_entry <= kWideFloats) {
+    const int64_t group = a.batch > 1 ? std::max<int64_t>(1, kWideFloats / per_entry) : 1;
+    for (int64_t b0 = 0; b0 < a.batch; b0 += group) {
+      GemmArgs e = a;
+      e.batch = std::min(group, a.batch - b0);
+      e.A += b0 * a.stride_a, e.B += b0 * a.stride_b, e.C += b0 * a.stride_c;
+      if (e.batch == 1 && per_entry > kWideFloats) gemm_widened(e);
+      else gemm_widened_whole(e);
+    }
+    return;
+  }
+  const int64_t mb = std::clamp<int64_t>(kWideFloats / a.K, 1, a.M);
+  const int64_t nb = std::clamp<int64_t>(kWideFloats / std::max(a.K, a.c_bf16 ? mb : 1), 1, a.N);
+  for (int64_t i0 = 0; i0 < a.M; i0 += mb)
+    for (int64_t j0 = 0; j0 < a.N; j0 += nb) gemm_widened_whole(block_of(a, i0, std::min(mb, a.M - i0), j0, std::min(nb, a.N - j0)));
+}
+
+void OneDnn::gemm_widened_whole(const GemmArgs& a) {
   Impl& d = *impl_;
   Lap lap;
   GemmArgs f = widened_args(a);
