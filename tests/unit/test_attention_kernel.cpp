@@ -166,7 +166,7 @@ const Case kCases[] = {{2, 7, 3, 5}, {1, 37, 2, 24}, {2, 33, 2, 32}, {1, 20, 1, 
 
 void check(Precision prec) {
   auto be = pt::make_host_backend();
-  if (!std::getenv("PT_FUSED_ATTENTION")) ASSERT_TRUE(be->fused().attention());  // the kernel itself runs regardless
+  if (!std::getenv("PT_FUSED_ATTENTION")) { ASSERT_TRUE(be->fused().attention()); }  // the kernel itself runs regardless
   const bool bf16 = prec == Precision::bf16;
   for (const Case& c : kCases) {
     SCOPED_TRACE("n " + std::to_string(c.n) + " T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " dh " +
@@ -185,7 +185,7 @@ void check(Precision prec) {
       EXPECT_GT(rel_err(k.o, exact.o), 1e-4);
     }
     for (size_t i = 0; i < k.P.size(); ++i)  // exact zeros above the diagonal
-      if (static_cast<int64_t>(i % c.T) > static_cast<int64_t>((i / c.T) % c.T)) ASSERT_EQ(k.P[i], 0.0f);
+      if (static_cast<int64_t>(i % c.T) > static_cast<int64_t>((i / c.T) % c.T)) { ASSERT_EQ(k.P[i], 0.0f); }
     const Grads again = run_fused(*be, c, prec, qkv, dout);
     EXPECT_EQ(again.P, k.P);
     EXPECT_EQ(again.o, k.o);

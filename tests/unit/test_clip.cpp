@@ -154,7 +154,7 @@ TEST(Clip, CosineNeverFallsBelowMinLrOnceReached) {
   bool reached = false, clamped = false;
   for (int64_t t = 0; t < 50; ++t) {
     const double lr = learning_rate(longer, t, 50);
-    if (reached) EXPECT_GE(lr, 1e-4) << "step " << t + 1;
+    if (reached) { EXPECT_GE(lr, 1e-4) << "step " << t + 1; }
     clamped = clamped || lr != plain(longer, t, 50);
     reached = reached || lr >= 1e-4;
   }

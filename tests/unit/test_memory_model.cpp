@@ -69,7 +69,7 @@ TEST(MemoryModel, FootprintsAreWhatTheEngineAllocates) {
         EXPECT_EQ(f.geo.layout_floats, r.stage->slot_floats()) << what;
         const int rec = rc == Recompute::full ? 1 + max_between_i_and_w(ir, s, s) : 0;
         EXPECT_EQ(rec * f.geo.recompute_floats * 4, r.pools.recompute_bytes()) << what;
-        if (rc == Recompute::full) EXPECT_LT(f.geo.slot_floats, f.geo.layout_floats) << what;
+        if (rc == Recompute::full) { EXPECT_LT(f.geo.slot_floats, f.geo.layout_floats) << what; }
         EXPECT_EQ(f.params, r.stage->num_params()) << what;
         const int n = r.pools.size(), v = r.weights->max_held();
         EXPECT_EQ(n, max_in_flight(ir, s, s)) << what;
@@ -222,8 +222,8 @@ TEST(MemoryModel, EvalBatchSizedToFitItsShare) {
       return stage_memory(model_footprints(*setup.model, mi)->stage(0, setup.model->size(), 1, false, Recompute::none), 1, 1)[MemCategory::evaluation];
     };
     EXPECT_GE(e, 1);
-    if (e > 1) EXPECT_LE(static_cast<double>(bytes(e)), kEvalBudgetShare * static_cast<double>(budget)) << budget;
-    if (e < kEvalAutoMax) EXPECT_GT(static_cast<double>(bytes(e + 1)), kEvalBudgetShare * static_cast<double>(budget)) << budget;
+    if (e > 1) { EXPECT_LE(static_cast<double>(bytes(e)), kEvalBudgetShare * static_cast<double>(budget)) << budget; }
+    if (e < kEvalAutoMax) { EXPECT_GT(static_cast<double>(bytes(e + 1)), kEvalBudgetShare * static_cast<double>(budget)) << budget; }
   }
   // an explicit size is kept (at most the test set)
   const Deck fixed = deck_with({"train.eval_batch_size=500"});

@@ -377,7 +377,7 @@ TEST(OneDnnGemm, FusedBiasIsBitwiseGemmThenBiasPass) {
             << precision_name(p) << " rows " << sh.rows << " in " << sh.in << " out " << sh.out << " bias " << with_bias;
         fused.be->gemm(false, true, sh.rows, sh.out, sh.in, 1.0f, x.data(), sh.in, w.data(), sh.in, 0.0f, want.data(),
                        sh.out, p);
-        if (with_bias) EXPECT_NE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);  // the bias shows
+        if (with_bias) { EXPECT_NE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0); }  // the bias shows
       }
 }
 
@@ -643,7 +643,7 @@ std::vector<float> in_layout(Backend& be, const std::vector<float>& v, int64_t n
   be.relayout(n, C, HW, ImageLayout::nchw, v.data(), l, out.data());
   be.relayout(n, C, HW, l, out.data(), ImageLayout::nchw, back.data());
   EXPECT_EQ(std::memcmp(back.data(), v.data(), v.size() * sizeof(float)), 0) << "relayout round trip";
-  if (l != ImageLayout::nchw && C > 16) EXPECT_NE(std::memcmp(out.data(), v.data(), v.size() * sizeof(float)), 0);
+  if (l != ImageLayout::nchw && C > 16) { EXPECT_NE(std::memcmp(out.data(), v.data(), v.size() * sizeof(float)), 0); }
   return out;
 }
 

@@ -121,7 +121,7 @@ TEST_P(BackendContract, PackRoundsToNearestEvenInPlaceOrNot) {
     const auto back = unpacked(p, n);
     EXPECT_TRUE(std::isnan(back[0]));
     for (size_t i = 1; i < n; ++i) ASSERT_EQ(back[i], bf16_round(xh[i])) << i;
-    if (n > 2) EXPECT_EQ(back[1], 1.0f);
+    if (n > 2) { EXPECT_EQ(back[1], 1.0f); }
     Buffer inplace = put(xh);
     be().pack_bf16(n, inplace.data(), inplace.data());
     EXPECT_TRUE(same_bits(get(inplace.data(), (n + 1) / 2), get(p.data(), (n + 1) / 2))) << n;
@@ -362,7 +362,7 @@ TEST_P(BackendContract, VocabularyParallelCrossEntropyIsTheUnsplitOne) {
         const auto got_loss = get(l.data(), n), got_grad = get(in_place ? pr : d.data(), n * w);
         for (int64_t i = 0; i < n; ++i) {
           EXPECT_NEAR(got_loss[i], want_loss[i], 1e-6 * std::abs(want_loss[i])) << what << ", row " << i;
-          if (t == 1) EXPECT_NEAR(got_loss[i], want_loss[i], 4e-7 * std::abs(want_loss[i])) << what;
+          if (t == 1) { EXPECT_NEAR(got_loss[i], want_loss[i], 4e-7 * std::abs(want_loss[i])) << what; }
           for (int64_t c = 0; c < w; ++c)
             ASSERT_NEAR(got_grad[i * w + c], want_grad[i * V + c0[r] + c], 1e-6) << what << ", row " << i << ", class " << c0[r] + c;
         }

@@ -231,7 +231,7 @@ TEST(Planner, DpEqualsExhaustiveSearch) {
     // the DP's layout: feasible, and its objective (recomputed here) is the optimum
     const Eval mine = objective(in, dp.first, dp.replicas);
     EXPECT_NEAR(mine.objective, best, 1e-9 * best) << "instance " << t;
-    if (in.cap > 0) EXPECT_LE(mine.max_memory, in.cap * (1 + 1e-12)) << "instance " << t;
+    if (in.cap > 0) { EXPECT_LE(mine.max_memory, in.cap * (1 + 1e-12)) << "instance " << t; }
     // evaluate_layout agrees with the formula here
     const LayoutCost lc = evaluate_layout(in.c, net, dp.layout(in.c.layers()), in.cap);
     EXPECT_NEAR(lc.objective, best, 1e-9 * best) << "instance " << t;
@@ -338,8 +338,9 @@ TEST(Planner, LargerUpdatesMustWinByTheMargin) {
         if (chosen.samples_per_update() > 32) {
           ++grown;
           for (const PlanCandidate* c : all)
-            if (c->fits && c->sim.ok && c->batch_size == 32 && c->samples_per_update() == 32)
+            if (c->fits && c->sim.ok && c->batch_size == 32 && c->samples_per_update() == 32) {
               EXPECT_LT(tc, c->sim.time_per_sample * 0.9 * 1.005) << c->schedule << " " << c->layout.replication();
+            }
         }
         if (fastest.samples_per_update() > 32 && chosen.samples_per_update() == 32) {
           ++overridden;
@@ -372,7 +373,7 @@ TEST(Planner, ChoosesAndRoundTripsPlanJson) {
   EXPECT_LE(plan.sim.time_per_sample, plan.bsp.sim.time_per_sample * 1.005);
   EXPECT_LE(plan.sim.time_per_sample, plan.straight.sim.time_per_sample * 1.005);
   for (const PlanCandidate& c : plan.candidates)
-    if (c.fits && c.sim.ok) EXPECT_LE(plan.sim.time_per_sample, c.sim.time_per_sample * 1.005);
+    if (c.fits && c.sim.ok) { EXPECT_LE(plan.sim.time_per_sample, c.sim.time_per_sample * 1.005); }
   EXPECT_EQ(plan.straight.layout.stages(), 8);
   // deterministic
   const Plan again = choose_plan(p, net, 8, 64, o);
@@ -458,7 +459,7 @@ TEST(Planner, MemoryCapIsRespectedBySimulation) {
   ASSERT_TRUE(free.ok);
   o.memory_cap = free.sim.max_memory * 0.6;
   const Plan capped = choose_plan(p, net, 6, 96, o);
-  if (capped.ok) EXPECT_LE(capped.sim.max_memory, o.memory_cap);
+  if (capped.ok) { EXPECT_LE(capped.sim.max_memory, o.memory_cap); }
 }
 
 }  // namespace pt

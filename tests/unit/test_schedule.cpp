@@ -280,11 +280,11 @@ TEST(Schedule, PipedreamVersionsMatchPaperFormula) {
   Schedule pd = make_schedule("pipedream", straight(K, ones(K)), 30, 1);
   for (int s = 0; s < K; ++s)
     for (const Action& a : pd.workers[static_cast<size_t>(s)])
-      if (is_compute(a.op)) EXPECT_EQ(a.version, std::max(0, a.mb - K + 1 + s)) << "stage " << s << " mb " << a.mb;
+      if (is_compute(a.op)) { EXPECT_EQ(a.version, std::max(0, a.mb - K + 1 + s)) << "stage " << s << " mb " << a.mb; }
   Schedule vs = make_schedule("pipedream-vsync", straight(K, ones(K)), 30, 1);
   for (int s = 0; s < K; ++s)
     for (const Action& a : vs.workers[static_cast<size_t>(s)])
-      if (is_compute(a.op)) EXPECT_EQ(a.version, std::max(0, a.mb - K + 1)) << "vsync stage " << s << " mb " << a.mb;
+      if (is_compute(a.op)) { EXPECT_EQ(a.version, std::max(0, a.mb - K + 1)) << "vsync stage " << s << " mb " << a.mb; }
 }
 
 TEST(Schedule, LayoutErrorsNameTheNumbers) {

@@ -231,7 +231,7 @@ TEST(Simulator, Bf16StashesCostHalf) {
         const double want = stage_memory(cc, s, s + 1, 1, l.in_flight_depth(s));
         EXPECT_NEAR(m.total(), want, 1e-9 * want) << prec << " " << k << " stage " << s;
       }
-      if (k == "pipedream") EXPECT_EQ(r.stages[0].memory.versions, 4);  // stage 0 stashes 3
+      if (k == "pipedream") { EXPECT_EQ(r.stages[0].memory.versions, 4); }  // stage 0 stashes 3
     }
   }
 }
