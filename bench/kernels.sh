@@ -75,7 +75,7 @@ awk -F, -v ext="$ext" -v judge16="$judge16" '
     printf "machine peak: fp32 %.1f GFLOP/s (%s), bf16 %.1f GFLOP/s (%s)\n", pk["fp32"], psrc["fp32"], pk["bf16"], psrc["bf16"]
     bad = 0
     for (s in g32) {
-      f32 = g32[s] / pk["fp32"]; f16 = g16[s] / pk["bf16"]
+      f32 = g32[s] / pk["fp32"]; f16 = pk["bf16"] > 0 ? g16[s] / pk["bf16"] : 0
       ok = f32 >= 0.8 && (f16 >= 0.7 || !judge16)
       if (!ok) bad++
       printf "  %-52s fp32 %.2f  bf16 %.2f  %s\n", s, f32, f16, ok ? "ok" : judge16 ? "BELOW (fp32 0.80, bf16 0.70)" : "BELOW (fp32 0.80)"

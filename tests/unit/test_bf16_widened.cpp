@@ -10,6 +10,8 @@
 //     copies' bound (4 MiB per operand) runs in blocks, within the fp32 bound of the exact one;
 //   - a widened bf16 convolution (forward with bias, backward data, weights and bias, and bf16
 //     views as inputs) is bitwise the fp32 convolution of the rounded x, w and dy;
+//   - the widened convolution's plans keep what the memory model counts, however the backward
+//     is called;
 //   - where oneDNN has bf16 kernels, a widened GEMM and a native one agree within the bound of
 //     two fp32 sums of K products ((K + 2) u sum |a||b| each; skipped elsewhere).
 #include <gtest/gtest.h>
@@ -69,6 +71,7 @@ std::unique_ptr<HostBackend> backend(const char* mode) {
 
 TEST(Bf16Widened, ChosenWhenOneDnnLacksBf16KernelsOrWhenAsked) {
   EXPECT_EQ(backend(nullptr)->onednn().widens_bf16(), !host::onednn_bf16_native());
+  EXPECT_EQ(host::onednn_bf16_native(), host::onednn_isa_name().find("avx512") == 0) << host::onednn_isa_name();
   EXPECT_TRUE(backend("widened")->onednn().widens_bf16());
 }
 
@@ -96,20 +99,26 @@ TEST(Bf16Widened, GemmIsTheFp32GemmOfTheRoundedOperands) {
                got_views.data(), c.N, Precision::bf16);
     EXPECT_TRUE(same_bits(got_views, want)) << "bf16 views";
   }
-  // batched: 3 products of 9 x 11 x 21, A and B with padded rows
+  // batched: 3 products of 9 x 11 x 21, A and B with padded rows (the reference: dense copies
+  // of the rounded operands, which is what the widened product hands oneDNN)
   const int64_t batch = 3, M = 9, N = 11, K = 21, lda = K + 3, ldb = N + 1, sa = M * lda, sb = K * ldb;
   const auto A = values(batch * sa, 41, 1.0f), B = values(batch * sb, 42, 1.0f);
-  std::vector<float> want(batch * M * N), got(batch * M * N);
-  ref->gemm_strided_batched(false, false, M, N, K, 1.0f, rounded(A).data(), lda, sa, rounded(B).data(), ldb, sb, 0.0f,
-                            want.data(), N, M * N, batch, Precision::fp32);
+  std::vector<float> want(batch * M * N), got(batch * M * N), Ad, Bd;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t r = 0; r < M; ++r) Ad.insert(Ad.end(), A.begin() + b * sa + r * lda, A.begin() + b * sa + r * lda + K);
+    for (int64_t r = 0; r < K; ++r) Bd.insert(Bd.end(), B.begin() + b * sb + r * ldb, B.begin() + b * sb + r * ldb + N);
+  }
+  ref->gemm_strided_batched(false, false, M, N, K, 1.0f, rounded(Ad).data(), K, M * K, rounded(Bd).data(), N, K * N,
+                            0.0f, want.data(), N, M * N, batch, Precision::fp32);
   wide->gemm_strided_batched(false, false, M, N, K, 1.0f, A.data(), lda, sa, B.data(), ldb, sb, 0.0f, got.data(), N,
                              M * N, batch, Precision::bf16);
   EXPECT_TRUE(same_bits(got, want)) << "strided batched";
 }
 
-// A product whose widened operands pass the 4 MiB bound runs in blocks: against the double
-// product of the rounded operands within the fp32 bound ((K + 2) u sum |a||b|, plus for a
-// bf16 output its rounding, 2^-8 of the value).
+// A product whose widened operands pass the 4 MiB bound runs in blocks, summed over K in
+// chunks of 1024 where K is longer (the last three): against the double product of the
+// rounded operands within the fp32 bound ((K + 2) u sum |a||b|, plus for a bf16 output its
+// rounding, 2^-8 of the value), with the copies inside their bound.
 TEST(Bf16Widened, LargeProductsRunInBlocksWithinTheFp32Bound) {
   auto wide = backend("widened");
   struct Big {
@@ -118,7 +127,8 @@ TEST(Bf16Widened, LargeProductsRunInBlocksWithinTheFp32Bound) {
   };
   uint64_t seed = 80;
   for (const Big c : {Big{false, false, false, 600, 3000, 700}, Big{true, true, false, 1500, 900, 1200},
-                      Big{false, true, true, 1500, 1500, 800}}) {
+                      Big{false, true, true, 1500, 1500, 800}, Big{false, false, false, 300, 500, 5000},
+                      Big{true, true, false, 200, 700, 3000}, Big{false, true, true, 900, 900, 2500}}) {
     SCOPED_TRACE(testing::Message() << c.ta << c.tb << " bf16 C " << c.c_bf16 << " M " << c.M << " N " << c.N << " K " << c.K);
     const auto A = values(c.M * c.K, seed++, 1.0f), B = values(c.K * c.N, seed++, 1.0f), bias = values(c.N, seed++, 1.0f);
     const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N;
@@ -197,6 +207,26 @@ TEST(Bf16Widened, ConvolutionIsTheFp32ConvolutionOfTheRoundedInputs) {
     EXPECT_TRUE(same_bits(views.y, want.y) && same_bits(views.dx, want.dx) && same_bits(views.dw, want.dw) &&
                 same_bits(views.db, want.db))
         << "bf16 views";
+  }
+}
+
+// The widened convolution's plans keep what the memory model counts for them (each pass's
+// widened inputs included), whether the backward runs as one call, split into its data and
+// weights passes (the split-backward schedules), or as the weights pass alone (a first layer).
+TEST(Bf16Widened, ConvolutionPlansKeepWhatTheModelCounts) {
+  const WindowGeom g = geom(32, 14, 64, 3, 1, 1);
+  const int64_t n = 8, xs = n * 32 * 14 * 14, ys = n * 64 * 14 * 14, ws = 64 * 32 * 9;
+  std::vector<float> x(xs, 0.5f), y(ys), dy(ys, 0.25f), dx(xs), w(ws, 0.1f), b(64, 0.0f), dw(ws), db(64);
+  for (int how = 0; how < 3; ++how) {
+    SCOPED_TRACE(how == 0 ? "one call" : how == 1 ? "split" : "weights alone");
+    auto be = backend("widened");
+    const bool data = how < 2;
+    const int64_t want = be->conv_kernel_bytes(g, n, true, true, data, Precision::bf16).kept;
+    be->conv2d_forward(g, n, x.data(), w.data(), b.data(), y.data(), Precision::bf16);
+    if (how == 0) be->conv2d_backward(g, n, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), Precision::bf16);
+    if (how == 1) be->conv2d_backward(g, n, x.data(), w.data(), dy.data(), dx.data(), nullptr, nullptr, Precision::bf16);
+    if (how >= 1) be->conv2d_backward(g, n, x.data(), w.data(), dy.data(), nullptr, dw.data(), db.data(), Precision::bf16);
+    EXPECT_EQ(be->onednn().conv_plans_bytes(), want);
   }
 }
 

@@ -150,6 +150,7 @@ class OneDnn {
  private:
   void gemm_widened(const GemmArgs& a);
   void gemm_widened_whole(const GemmArgs& a);
+  void gemm_widened_block(const GemmArgs& a, int64_t i0, int64_t m, int64_t j0, int64_t n, int64_t kb);
   std::unique_ptr<Impl> impl_;
   Clock clock_;
 };

@@ -398,7 +398,9 @@ void OneDnn::conv_backward(Precision p, const WindowGeom& g, int64_t n, CView x,
   const Precision k = d.kernels(p);
   ConvPlan& plan = d.conv_plan(k, g, n, io);
   const Port& fed = d.conv_data(k, plan, g, n).dst;
-  const bool same = d.conv_weights(k, plan, g, n, db != nullptr).dst.prim.get_desc() == fed.prim.get_desc();
+  // (widened bf16: each pass widens dy into its own port, as a split backward does, so the
+  // plans keep what conv_pass_bytes counts whichever way the backward is called)
+  const bool same = k == p && d.conv_weights(k, plan, g, n, db != nullptr).dst.prim.get_desc() == fed.prim.get_desc();
   weights_pass(d, clock_, p, g, n, io, x, dy, same ? &fed : nullptr, dw, db);
 }
 
@@ -477,13 +479,7 @@ int64_t OneDnn::conv_pass_bytes(Precision given, const WindowGeom& g, int64_t n,
   const Precision p = impl_->kernels(given);
   const int64_t x_b = 4 * n * g.c_in * g.h_in * g.w_in, w_b = 4 * g.c_out * g.c_in * g.kernel * g.kernel,
                 y_b = 4 * n * g.c_out * g.h_out * g.w_out;
-  const bool wide = p != given;  // the inputs' widened copies (fed_as)
-  // conv_backward hands the weights pass the data pass's dy where the two take it alike
-  const auto dy_fed = [&](const dnnl::convolution_backward_weights::primitive_desc& pd) {
-    const dnnl::convolution_forward::primitive_desc hint(fwd_desc(p, g, n, false), eng);
-    return dnnl::convolution_backward_data::primitive_desc(data_desc(p, g, n), eng, hint).diff_dst_desc() ==
-           pd.diff_dst_desc();
-  };
+  const bool wide = p != given;  // the inputs' widened copies (fed_as), one per pass and input
   const dt in = input_type(p);
   const ConvKey key{static_cast<int64_t>(p), n, g.c_in, g.h_in, g.w_in, g.c_out, g.h_out, g.w_out, g.kernel, g.stride,
                     g.padding, static_cast<int64_t>(pass), bias};
@@ -512,7 +508,7 @@ int64_t OneDnn::conv_pass_bytes(Precision given, const WindowGeom& g, int64_t n,
     return port_bytes(src_md(g, n, in, act_tag(io.in)), pd.src_desc(), Role::input) +
            port_bytes(wei_md(g, dt::f32, tag::oihw), pd.diff_weights_desc(), Role::accumulate) +
            port_bytes(dst_md(g, n, in, act_tag(io.out)), pd.diff_dst_desc(), Role::input) + (bias ? g.c_out * 4 : 0) +
-           (wide ? x_b + (dy_fed(pd) ? 0 : y_b) : 0);
+           (wide ? x_b + y_b : 0);
   } catch (const dnnl::error& e) {
     onednn_fail(conv_str(p, g, n) + " (sizes)", e);
   }

@@ -177,6 +177,7 @@ dnnl::memory kept_weight(OneDnn::Impl& d, MatmulPlan& plan, const GemmArgs& a) {
 // The widened copies' bound: at most this many floats per operand (4 MiB; with C's, 12 MiB),
 // so the memory model need not know the products' shapes. A larger product runs in blocks.
 constexpr int64_t kWideFloats = int64_t{1} << 20;
+constexpr int64_t kChunkK = 1024;  // a blocked product's reduction chunk (its blocks stay >= 1024 wide)
 
 // Element `at` of an operand that is fp32 or a dense bf16 array.
 const float* element(const float* p, bool bf16, int64_t at) {
@@ -233,8 +234,9 @@ GemmArgs block_of(const GemmArgs& a, int64_t i0, int64_t m, int64_t j0, int64_t 
 
 // bf16 without bf16 kernels: the fp32 product of the operands' bf16 values, with a bf16 C
 // rounded from its fp32 result (bias included), as a bf16 kernel does. A product whose
-// widened operands would pass kWideFloats runs in row and column blocks (batched: in groups
-// of entries that fit, or entry by entry).
+// widened operands would pass kWideFloats runs in blocks of rows and columns, each summed
+// over K in chunks of at most kChunkK (batched: in groups of entries that fit, or entry by
+// entry).
 void OneDnn::gemm_widened(const GemmArgs& a) {
   const int64_t per_entry = std::max({a.M * a.K, a.K * a.N, a.c_bf16 ? a.M * a.N : 0});
   if (a.batch > 1 || per_entry <= kWideFloats) {
@@ -248,10 +250,32 @@ void OneDnn::gemm_widened(const GemmArgs& a) {
     }
     return;
   }
-  const int64_t mb = std::clamp<int64_t>(kWideFloats / a.K, 1, a.M);
-  const int64_t nb = std::clamp<int64_t>(kWideFloats / std::max(a.K, a.c_bf16 ? mb : 1), 1, a.N);
+  const int64_t kb = std::min(a.K, kChunkK);
+  const int64_t mb = std::clamp<int64_t>(kWideFloats / kb, 1, a.M);
+  const int64_t nb = std::clamp<int64_t>(kWideFloats / std::max(kb, a.c_bf16 ? mb : 1), 1, a.N);
   for (int64_t i0 = 0; i0 < a.M; i0 += mb)
-    for (int64_t j0 = 0; j0 < a.N; j0 += nb) gemm_widened_whole(block_of(a, i0, std::min(mb, a.M - i0), j0, std::min(nb, a.N - j0)));
+    for (int64_t j0 = 0; j0 < a.N; j0 += nb) gemm_widened_block(a, i0, std::min(mb, a.M - i0), j0, std::min(nb, a.N - j0), kb);
+}
+
+// Rows [i0, i0 + m) and columns [j0, j0 + n) of product a (batch 1), summed over K in chunks of
+// kb: the first with a's beta and bias, the others added (beta 1); a bf16 C's block is
+// accumulated in fp32 (wide_c) and rounded at the end.
+void OneDnn::gemm_widened_block(const GemmArgs& a, int64_t i0, int64_t m, int64_t j0, int64_t n, int64_t kb) {
+  Impl& d = *impl_;
+  const GemmArgs blk = block_of(a, i0, m, j0, n);
+  if (a.c_bf16 && d.wide_c.size() < static_cast<size_t>(m * n)) d.wide_c.resize(static_cast<size_t>(m * n));
+  for (int64_t k0 = 0; k0 < a.K; k0 += kb) {
+    GemmArgs c = blk;
+    c.K = std::min(kb, a.K - k0);
+    c.A = element(blk.A, a.a_bf16, a.ta ? k0 * a.lda : k0);
+    c.B = element(blk.B, a.b_bf16, a.tb ? k0 : k0 * a.ldb);
+    if (a.c_bf16) c.C = d.wide_c.data(), c.ldc = n, c.c_bf16 = false;
+    if (k0 > 0) c.beta = 1.0f, c.bias = nullptr;
+    gemm_widened_whole(c);
+  }
+  if (a.c_bf16)
+    for (int64_t r = 0; r < m; ++r)
+      pack_bf16_span(static_cast<size_t>(n), d.wide_c.data() + r * n, reinterpret_cast<uint16_t*>(blk.C) + r * a.ldc);
 }
 
 void OneDnn::gemm_widened_whole(const GemmArgs& a) {
