@@ -340,17 +340,26 @@ TEST(OneDnnGemm, DeterministicAndTheRuleRunsTheKernelItNames) {
 TEST(OneDnnGemm, TheRulesMeasuredClasses) {
   for (const int64_t rows : {1024, 4096}) {
     for (const int64_t out : {2304, 768, 3072}) {  // qkv, attention projection, MLP up-projection
-      EXPECT_TRUE(host::onednn_wins_gemm_fp32(true, false, out, 768, rows, 1)) << "dw, out " << out;
-      EXPECT_TRUE(host::onednn_wins_gemm_fp32(false, true, rows, out, 768, 1)) << "forward, out " << out;
-      EXPECT_EQ(host::onednn_wins_gemm_fp32(false, false, rows, 768, out, 1), out < 2048) << "dx, out " << out;
+      EXPECT_TRUE(host::onednn_wins_gemm_fp32(true, false, out, 768, rows, 1, true)) << "dw, out " << out;
+      EXPECT_TRUE(host::onednn_wins_gemm_fp32(false, true, rows, out, 768, 1, true)) << "forward, out " << out;
+      EXPECT_EQ(host::onednn_wins_gemm_fp32(false, false, rows, 768, out, 1, true), out < 2048) << "dx, out " << out;
     }
-    EXPECT_TRUE(host::onednn_wins_gemm_fp32(false, true, rows, 768, 3072, 1));   // down-projection forward
-    EXPECT_FALSE(host::onednn_wins_gemm_fp32(true, false, 768, 3072, rows, 1));  // down-projection dw
-    EXPECT_FALSE(host::onednn_wins_gemm_fp32(false, false, rows, 3072, 768, 1)); // down-projection dx
-    EXPECT_TRUE(host::onednn_wins_gemm_fp32(true, false, 256, 768, rows, 1));    // a 256-class head's dw
+    EXPECT_TRUE(host::onednn_wins_gemm_fp32(false, true, rows, 768, 3072, 1, true));   // down-projection forward
+    EXPECT_FALSE(host::onednn_wins_gemm_fp32(true, false, 768, 3072, rows, 1, true));  // down-projection dw
+    EXPECT_FALSE(host::onednn_wins_gemm_fp32(false, false, rows, 3072, 768, 1, true)); // down-projection dx
+    EXPECT_TRUE(host::onednn_wins_gemm_fp32(true, false, 256, 768, rows, 1, true));    // a 256-class head's dw
   }
-  EXPECT_TRUE(host::onednn_wins_gemm_fp32(false, true, 128, 512, 784, 1));  // the MLP at batch 128
-  EXPECT_TRUE(host::onednn_wins_gemm_fp32(true, false, 512, 784, 128, 1));
+  EXPECT_TRUE(host::onednn_wins_gemm_fp32(false, true, 128, 512, 784, 1, true));  // the MLP at batch 128
+  EXPECT_TRUE(host::onednn_wins_gemm_fp32(true, false, 512, 784, 128, 1, true));
+  // Without AVX-512 the weight gradients with more than 16 output rows go to OpenBLAS, the
+  // rest as with it (a Zen 3 EPYC, 2026-12-07)
+  EXPECT_FALSE(host::onednn_wins_gemm_fp32(true, false, 512, 512, 128, 1, false));   // the MLP's second dw
+  EXPECT_FALSE(host::onednn_wins_gemm_fp32(true, false, 1024, 256, 1024, 1, false)); // tinygpt's up dw
+  EXPECT_FALSE(host::onednn_wins_gemm_fp32(true, false, 256, 768, 1024, 1, false));  // a 256-class head's dw
+  EXPECT_TRUE(host::onednn_wins_gemm_fp32(true, false, 10, 512, 128, 1, false));     // a 10-class head's dw
+  EXPECT_TRUE(host::onednn_wins_gemm_fp32(false, true, 1024, 1024, 256, 1, false));  // forwards
+  EXPECT_TRUE(host::onednn_wins_gemm_fp32(false, false, 1024, 256, 1024, 1, false)); // input gradients
+  EXPECT_EQ(host::onednn_has_avx512(), host::onednn_isa_name().rfind("avx512", 0) == 0);
 }
 
 // linear_forward: the host fuses the bias into oneDNN's matmul; the result is bitwise the

@@ -1,7 +1,8 @@
 // The fp32 kernel rule of the host backend: which library runs an fp32 GEMM or convolution
-// pass of a given shape. Contract: a pure function of the shape (never of a timing taken at
-// run time), so every rank and every run of a job makes the same choice and results stay
-// bitwise reproducible and equal between a pipeline and one process. bf16 always runs on
+// pass of a given shape. Contract: a pure function of the shape and of whether oneDNN runs
+// AVX-512 here (never of a timing taken at run time), so every rank and every run of a job on
+// one machine type makes the same choice and results stay bitwise reproducible and equal
+// between a pipeline and one process. bf16 always runs on
 // oneDNN and does not consult it. The rule comes from bench/kernels.sh (bench/README.md,
 // "oneDNN kernels"; docs/PRECISION.md): OpenBLAS (SkylakeX core) against oneDNN 2.6
 // (brg:avx512_core matmul, jit:avx512_core convolutions), one thread, timed in thread CPU
@@ -31,8 +32,16 @@ namespace pt::host {
 // 1.24x and 1.38x faster on OpenBLAS on a Zen 5 EPYC (183 against 147, 184 against 133
 // GFLOP/s; 2026-12-04), where oneDNN's brg:avx512_core reaches 0.72-0.79 of that machine's
 // fp32 peak (bench/README.md, "Issue 24 on an AMD EPYC, Zen 5").
-bool onednn_wins_gemm_fp32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch) {
+// Without AVX-512 (oneDNN 2.6's gemm:jit for avx2 against OpenBLAS's Haswell core) the weight
+// gradients (dY^T X: A transposed, B plain, one product) run 1.13-1.98x faster on OpenBLAS
+// where the output has more than 16 rows: the MLP's second layer 1.68x, tinygpt's
+// up-projection 1.98x, down-projection 1.25x and qkv 1.20x, gpt2_small's 256-class head 1.27x,
+// the CNN's first dense layer 1.13x; gpt2_small's other weight gradients are ties, and a
+// 10-class head's (10 rows) is faster on oneDNN. Every other class was a tie there (a Zen 3
+// EPYC, 2026-12-07; bench/README.md, "Issue 24 on an AMD EPYC, Zen 3").
+bool onednn_wins_gemm_fp32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, bool avx512) {
   if (K <= 16 || (M <= 32 && (N <= 16 || K <= 32))) return false;
+  if (!avx512 && ta && !tb && batch == 1 && M > 16) return false;
   if (batch > 1 && ta) return false;
   if (!tb && N >= 2048 && K >= 512) return false;
   if (!ta && !tb && K >= 2048 && N >= 512) return false;
@@ -55,11 +64,17 @@ bool onednn_wins_conv_fp32(const WindowGeom& g, int64_t n, ConvPass pass) {
   }
 }
 
+bool onednn_has_avx512() {
+  static const bool on = onednn_isa_name().rfind("avx512", 0) == 0;
+  return on;
+}
+
 std::string fp32_rule_description() {
-  return "oneDNN; OpenBLAS for GEMMs with K <= 16 or M <= 32 and (N <= 16 or K <= 32), for batched GEMMs with a "
-         "transposed A, for GEMMs with N >= 2048 and K >= 512 and B not transposed and for GEMMs with K >= 2048 "
-         "and N >= 512 and neither operand transposed; im2col + OpenBLAS for "
-         "convolution forwards with c_in k^2 < 16 and data passes with c_in k^2 < 32";
+  return std::string("oneDNN; OpenBLAS for GEMMs with K <= 16 or M <= 32 and (N <= 16 or K <= 32), for batched GEMMs "
+                     "with a transposed A, for GEMMs with N >= 2048 and K >= 512 and B not transposed and for GEMMs with "
+                     "K >= 2048 and N >= 512 and neither operand transposed") +
+         (onednn_has_avx512() ? "" : ", for weight gradients (A transposed, B not) with M > 16 (no AVX-512)") +
+         "; im2col + OpenBLAS for convolution forwards with c_in k^2 < 16 and data passes with c_in k^2 < 32";
 }
 
 }  // namespace pt::host

@@ -174,8 +174,11 @@ void onednn_threads_default();
 
 // ---- the fp32 kernel rule (kernel_choice.cpp; measured by bench/kernels.sh) -----------------
 // true: the fp32 gemm of this shape runs on oneDNN; false: OpenBLAS through KokkosBlas.
-// A pure function of the shape: the same on every rank and every run.
-bool onednn_wins_gemm_fp32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch);
+// A pure function of the shape and of the CPU's class (avx512: oneDNN's effective ISA is an
+// AVX-512 one; the classes differ without): the same on every rank and every run of a machine.
+bool onednn_has_avx512();
+bool onednn_wins_gemm_fp32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch,
+                           bool avx512 = onednn_has_avx512());
 // The three passes of a convolution; the rule may pick a different library for each (they
 // are independent computations, so the split backward stays bitwise the fused one).
 enum class ConvPass { forward, backward_data, backward_weights };
