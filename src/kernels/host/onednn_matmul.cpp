@@ -239,13 +239,14 @@ GemmArgs block_of(const GemmArgs& a, int64_t i0, int64_t m, int64_t j0, int64_t 
 // entry).
 void OneDnn::gemm_widened(const GemmArgs& a) {
   const int64_t per_entry = std::max({a.M * a.K, a.K * a.N, a.c_bf16 ? a.M * a.N : 0});
-  if (a.batch > 1 || per_entry <= kWideFloats) {
-    const int64_t group = a.batch > 1 ? std::max<int64_t>(1, kWideFloats / per_entry) : 1;
+  if (a.batch == 1 && per_entry <= kWideFloats) return gemm_widened_block(a, 0, a.M, 0, a.N, a.K);
+  if (a.batch > 1) {  // fp32 operands and C (gemm's check)
+    const int64_t group = std::max<int64_t>(1, kWideFloats / per_entry);
     for (int64_t b0 = 0; b0 < a.batch; b0 += group) {
       GemmArgs e = a;
       e.batch = std::min(group, a.batch - b0);
       e.A += b0 * a.stride_a, e.B += b0 * a.stride_b, e.C += b0 * a.stride_c;
-      if (e.batch == 1 && per_entry > kWideFloats) gemm_widened(e);
+      if (e.batch == 1) gemm_widened(e);
       else gemm_widened_whole(e);
     }
     return;
@@ -278,23 +279,15 @@ void OneDnn::gemm_widened_block(const GemmArgs& a, int64_t i0, int64_t m, int64_
       pack_bf16_span(static_cast<size_t>(n), d.wide_c.data() + r * n, reinterpret_cast<uint16_t*>(blk.C) + r * a.ldc);
 }
 
+// A product (or group of batch entries) whose widened operands fit: widened whole, fp32 C.
 void OneDnn::gemm_widened_whole(const GemmArgs& a) {
   Impl& d = *impl_;
   Lap lap;
   GemmArgs f = widened_args(a);
   f.A = widen_operand(a.batch, a.ta ? a.K : a.M, a.ta ? a.M : a.K, a.A, a.lda, a.stride_a, a.a_bf16, d.wide_a);
   f.B = widen_operand(a.batch, a.tb ? a.N : a.K, a.tb ? a.K : a.N, a.B, a.ldb, a.stride_b, a.b_bf16, d.wide_b);
-  if (a.c_bf16) {
-    if (d.wide_c.size() < static_cast<size_t>(a.M * a.N)) d.wide_c.resize(static_cast<size_t>(a.M * a.N));
-    f.C = d.wide_c.data();
-  }
   clock_.prepare_s += lap();
   gemm(Precision::fp32, f);
-  lap();
-  if (a.c_bf16)
-    for (int64_t r = 0; r < a.M; ++r)
-      pack_bf16_span(static_cast<size_t>(a.N), d.wide_c.data() + r * a.N, reinterpret_cast<uint16_t*>(a.C) + r * a.ldc);
-  clock_.prepare_s += lap();
 }
 
 MatmulPlan& OneDnn::Impl::matmul_plan(Precision p, const GemmArgs& a) {
