@@ -13,6 +13,9 @@ CUDA    ?= 0
 CUDA_ARCH ?= sm_90
 NVCC    ?= /usr/local/cuda/bin/nvcc
 MPIRUN  ?= mpirun
+# run/test build first with JOBS parallel compiles (all cores) unless make was given -j itself
+JOBS    ?= $(shell nproc)
+SUBMAKE  = $(MAKE) --no-print-directory $(if $(findstring -j,$(MAKEFLAGS)),,-j$(JOBS))
 # mpirun as root needs --allow-run-as-root; --oversubscribe lets tests run more ranks than cores
 MPIFLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-run-as-root,) --oversubscribe
 export OMPI_MCA_btl_vader_single_copy_mechanism ?= none
@@ -58,7 +61,7 @@ endif
 OBJ  := $(SRC:%.cpp=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.cpp=$(BUILD)/obj/%.o)
 
-.PHONY: all deps deps-dev deps-check run test test-unit test-mpi test-faults test-slurm bench clean docs help
+.PHONY: all deps deps-dev deps-check run test test-more test-unit test-mpi test-faults test-slurm bench clean docs help
 
 all: $(BUILD)/deps.ok $(BUILD)/pipetrain
 
@@ -66,7 +69,8 @@ help:
 	@echo "make            build build/pipetrain (CUDA=1 adds the GPU backend)"
 	@echo "make run        train $(DECK) on RANKS=$(RANKS) ranks (installs dependencies first);"
 	@echo "                ARGS=\"--set key=value ...\" overrides deck keys"
-	@echo "make test       all tests: unit (np 1, 2, 3, 4) and MPI integration"
+	@echo "make test       the tests: unit (np 1, 2, 3, 4) and each MPI integration suite's core"
+	@echo "make test-more  the integration suites' longer parts (CI runs both)"
 	@echo "make test-repeat N=10   make test's runs N times, the last N/2 with one core busy; pass counts per test"
 	@echo "make bench      benchmarks (see bench/README.md)"
 	@echo "make deps       install missing Debian packages (root), python3-matplotlib for the plots included"
@@ -108,14 +112,21 @@ $(BUILD)/pt_tests: $(TEST_OBJ) $(BUILD)/libpipetrain.a
 # ---- run ---------------------------------------------------------------------------
 run:
 	@bash tools/deps.sh quiet || bash tools/deps.sh install
-	@$(MAKE) --no-print-directory all
+	@$(SUBMAKE) all
 	$(MPIRUN) $(MPIFLAGS) -np $(RANKS) $(BUILD)/pipetrain train $(DECK) $(ARGS)
 
 # ---- tests -------------------------------------------------------------------------
 test:
 	@bash tools/deps.sh quiet || bash tools/deps.sh install
-	@$(MAKE) --no-print-directory all $(BUILD)/pt_tests
+	@$(SUBMAKE) all $(BUILD)/pt_tests
 	@bash tests/run_tests.sh
+
+# the integration suites' longer parts (resharding, every schedule's resume, negative controls...);
+# CI runs it after make test
+test-more:
+	@bash tools/deps.sh quiet || bash tools/deps.sh install
+	@$(SUBMAKE) all $(BUILD)/pt_tests
+	@bash tests/run_tests.sh more
 
 test-unit: all $(BUILD)/pt_tests
 	@bash tests/run_tests.sh unit

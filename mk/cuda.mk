@@ -11,10 +11,10 @@ CUDA_BUILD ?= build-cuda
 .PHONY: cuda-build cuda-tests test-gpu gpu-check
 
 cuda-build:
-	@$(MAKE) --no-print-directory CUDA=1 BUILD=$(CUDA_BUILD) $(CUDA_BUILD)/pipetrain
+	@$(SUBMAKE) CUDA=1 BUILD=$(CUDA_BUILD) $(CUDA_BUILD)/pipetrain
 
 cuda-tests: cuda-build  # after it: two sub-makes must not build the same objects at once
-	@$(MAKE) --no-print-directory CUDA=1 BUILD=$(CUDA_BUILD) $(CUDA_BUILD)/pt_tests
+	@$(SUBMAKE) CUDA=1 BUILD=$(CUDA_BUILD) $(CUDA_BUILD)/pt_tests
 
 test-gpu: cuda-tests
 	$(MPIRUN) $(MPIFLAGS) -np 1 $(CUDA_BUILD)/pt_tests --gtest_filter='Cuda*' --gtest_brief=1

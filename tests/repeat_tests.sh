@@ -4,12 +4,12 @@
 # as on a shared machine. Prints each run's result as it ends, then every test's pass count
 # (unloaded, loaded, total) and slowest time. The busy process is killed when the runs end,
 # on Ctrl-C and on any exit. Logs: $REPEAT_LOGS (default build/test-repeat/run_NN.log).
-# Usage: tests/repeat_tests.sh [N] [run_tests.sh argument: all|unit|mpi]
+# Usage: tests/repeat_tests.sh [N] [run_tests.sh argument: all|unit|mpi|more]
 set -u
 cd "$(dirname "$0")/.."
 N=${1:-10}
 what=${2:-all}
-case "$N" in ''|*[!0-9]*|0) echo "usage: tests/repeat_tests.sh N [all|unit|mpi] (N >= 1)" >&2; exit 2 ;; esac
+case "$N" in ''|*[!0-9]*|0) echo "usage: tests/repeat_tests.sh N [all|unit|mpi|more] (N >= 1)" >&2; exit 2 ;; esac
 logs=${REPEAT_LOGS:-${BUILD:-build}/test-repeat}
 mkdir -p "$logs"
 rm -f "$logs"/run_*.log

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test driver behind `make test`: GoogleTest unit tests at np 1, the MPI-aware tests
 # (suites named Mpi*) at np 2 and 4, then the integration scripts in tests/mpi/. Every
-# multi-rank run is under a timeout. Usage: run_tests.sh [unit|mpi|all]
+# multi-rank run is under a timeout. Usage: run_tests.sh [unit|mpi|all|more]
+# all (make test) runs each integration suite's core (PT_TESTS=core); more (make test-more) runs
+# the parts the core leaves out, in the suites that have them (tests/mpi/lib.sh).
 set -u
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -49,8 +51,13 @@ if [ "$what" = mpi ] || [ "$what" = all ]; then
     run "MPI unit tests (np $np)" 300 $MPIRUN $MPIRUN_FLAGS -np $np $BUILD/pt_tests --gtest_filter='Mpi*' --gtest_brief=1
   done
   for t in tests/mpi/*.sh; do
-    [ -e "$t" ] || continue
-    run "$(basename "$t" .sh)" 900 bash "$t"
+    [ -e "$t" ] && [ "$t" != tests/mpi/lib.sh ] || continue
+    run "$(basename "$t" .sh)" 900 env PT_TESTS=core bash "$t"
+  done
+fi
+if [ "$what" = more ]; then
+  for t in $(grep -lE 'in_(more|\$part)\b' tests/mpi/*.sh | grep -v tests/mpi/lib.sh); do  # the suites with a more part
+    run "$(basename "$t" .sh) (more)" 900 env PT_TESTS=more bash "$t"
   done
 fi
 

@@ -3,7 +3,8 @@
 # and 3 stages with replicas 2-1-1, and each of pipedream, pipedream-vsync and 2bw, 30 steps
 # of the MLP give the emulator's weights within 1e-5 relative, and a repeated run is bitwise
 # identical. The version log shows the stashing rules (and their violation without
-# stashing); summary.json reports the weight versions each stage held.
+# stashing); summary.json reports the weight versions each stage held. make test runs the 4x1
+# and 2-1-1 layouts; make test-more the 2x1 layout (tests/mpi/lib.sh: PT_TESTS).
 set -u
 source "$(dirname "$0")/lib.sh"
 out=$(mktemp -d /tmp/pt_async.XXXXXX)
@@ -27,12 +28,13 @@ versions_ok() {
 }
 
 layouts=(
-  "2x1 2 [3] [1,1]"
-  "4x1 4 [2,4,5] [1,1,1,1]"
-  "3st-2-1-1 4 [2,4] [2,1,1]"
+  "2x1 2 [3] [1,1] more"
+  "4x1 4 [2,4,5] [1,1,1,1] core"
+  "3st-2-1-1 4 [2,4] [2,1,1] core"
 )
 for l in "${layouts[@]}"; do
-  read -r name np split reps <<<"$l"
+  read -r name np split reps part <<<"$l"
+  in_$part || continue
   for sched in pipedream pipedream-vsync 2bw; do
     args=(--set "parallel.split=$split" --set "parallel.replicas=$reps" --set "parallel.schedule=$sched")
     "$PT_BIN" emulate $deck --ranks "$np" "${common[@]}" "${args[@]}" --set run.name="emu_${name}_$sched" >/dev/null ||
@@ -48,6 +50,7 @@ for l in "${layouts[@]}"; do
 done
 
 # evaluation every 10 steps drains the pipeline there; the emulator drains at the same steps
+if in_core; then
 seg=(--set train.eval_every=10 --set 'parallel.split=[2,4,5]' --set parallel.schedule=pipedream)
 "$PT_BIN" emulate $deck --ranks 4 "${common[@]}" "${seg[@]}" --set run.name=emu_4x1_segments >/dev/null ||
   { echo "FAIL emulator with eval_every"; failures=$((failures + 1)); }
@@ -115,4 +118,5 @@ v=$(versions_of "$out/4x1_2bw"); expect "2bw holds 2 versions per stage (got $v)
 v=$(versions_of "$out/3st-2-1-1_pipedream"); expect "pipedream 2-1-1 holds 2 2 2 1 versions (got $v)" test "$v" = "2 2 2 1 "
 train "$out" 4x1_1f1b 4 $deck "${common[@]}" --set 'parallel.split=[2,4,5]' --set parallel.schedule=1f1b
 v=$(versions_of "$out/4x1_1f1b"); expect "1f1b holds 1 version per stage (got $v)" test "$v" = "1 1 1 1 "
+fi
 finish

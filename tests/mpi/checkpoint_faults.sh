@@ -5,6 +5,9 @@
 # microbatches and messages in flight at every cut), 20 steps, a checkpoint every 5 steps.
 # Every resume is compared bitwise with the uninterrupted run. Faults come from the test-only
 # PIPETRAIN_FAULT hook, byte flips, truncate, rm, a full tmpfs and a read-only tmpfs.
+# make test runs rows 8, 9 (three of its six commit phases), 12-15, 17 and 21; make test-more
+# the other three phases and rows 16 and 25-27 (tests/mpi/lib.sh: PT_TESTS); make test-faults
+# all of it.
 set -u
 source "$(dirname "$0")/lib.sh"
 out=$(mktemp -d /tmp/pt_ckpt_faults.XXXXXX)
@@ -65,6 +68,7 @@ resume_matches() {
   compare "$out/ref" "$out/$1" 0
 }
 
+if in_core; then
 # ---- row 8: one rank SIGKILLed mid-training -----------------------------------------------
 pt kill "kill:rank=1:step=12" --set run.name=kill
 echo "  kill: exit $rc after ${secs}s"
@@ -74,13 +78,17 @@ expect "row 8: step 10 is the newest committed and verifies" inspect_ok "$out/ki
 resume_matches kill
 expect "row 8: resumed from step 10" has kill_resume "resuming from .*$(stepdir 10) \(step 10"
 
+fi
+
 # ---- rows 9 and 28: SIGKILL at each phase of the commit protocol (keep 1) -------------------
 # written/renamed: a non-zero rank between its HDF5 close and its fsync+rename, and after the
 # rename; agreed/manifest: rank 0 after the gather, and with manifest.json.tmp written but not
 # renamed; committed: after the rename (the new checkpoint is the committed one); prune: after
 # the older checkpoint's manifest was removed but not its files (keep 1 still leaves one).
-for spec in written:1:5 renamed:1:5 agreed:0:5 manifest:0:5 committed:0:10 prune:0:10; do
-  IFS=: read -r phase r want <<<"$spec"
+# make test kills in three phases (written, agreed, committed), make test-more in the other three
+for spec in written:1:5:core renamed:1:5:more agreed:0:5:core manifest:0:5:more committed:0:10:core prune:0:10:more; do
+  IFS=: read -r phase r want part <<<"$spec"
+  in_$part || continue
   name=phase_$phase
   pt "$name" "ckpt-kill:rank=$r:phase=$phase:step=10" --set run.name="$name" --set checkpoint.keep=1
   expect "row 9 $phase: the job ends non-zero within seconds (exit $rc, ${secs}s)" \
@@ -101,6 +109,7 @@ for spec in written:1:5 renamed:1:5 agreed:0:5 manifest:0:5 committed:0:10 prune
   fi
 done
 
+if in_core; then
 # ---- rows 12-15: corruption; fallback to the previous committed checkpoint -------------------
 pt corr "" --set run.name=corr --stop-at-step 10
 ok_run "run stopped at step 10 (checkpoints 5 and 10)"
@@ -166,6 +175,10 @@ expect "... and touching nothing" test -f "$s10/rank_00000.h5" -a -f "$s10/manif
 pt nothing_resume "" --set run.name=nothing --resume "$out/no_such_run"
 expect "--resume of a folder without checkpoints: exit 6 (got $rc)" test "$rc" = 6
 
+fi
+
+# more: rows 25-27 and 16 (make test-more)
+if in_more; then
 # ---- rows 25-26: stale temporaries and uncommitted folders; a garbage `latest` ---------------
 corrupt stale
 ck="$out/stale/checkpoints"
@@ -217,6 +230,9 @@ else
   echo "  note: mounting a tmpfs is not permitted here: disk full is covered by the injected I/O error only"
 fi
 
+fi
+
+if in_core; then
 # ---- row 17: an injected write error on one rank --------------------------------------------
 pt io "ckpt-io:rank=1:step=10" --set run.name=io
 expect "row 17: injected I/O error: exit 3 (got $rc)" test "$rc" = 3
@@ -242,4 +258,5 @@ if "$PT_BIN" compare "$out/ref" "$out/nan_skip" --rtol 0 --quiet >/dev/null 2>&1
   echo "FAIL row 21 skip: the skipped update changed nothing"; failures=$((failures + 1))
 fi
 expect "row 21 skip: its checkpoints (commit refuses non-finite state) verify" bash -c "'$PT_BIN' inspect '$out/nan_skip' >/dev/null"
+fi
 finish

@@ -13,6 +13,9 @@
 #   (>= its step), bitwise equal to an uninterrupted run of that length; pipedream's is refused;
 # - split = "auto" resuming a checkpoint keeps its layout (bitwise equal to the uninterrupted run);
 # - `pipetrain inspect` prints step, plan, versions per stage and "verified".
+# make test runs the core (four of the ten golden layouts: bsp, 1f1b and pipedream on 4 stages,
+# 2bw with replicas; three re-slices; the drained 1f1b resume); make test-more the rest, AdamW's
+# golden resume and re-slices among them (tests/mpi/lib.sh: PT_TESTS).
 set -u
 source "$(dirname "$0")/lib.sh"
 out=$(mktemp -d /tmp/pt_ckpt_resume.XXXXXX)
@@ -70,21 +73,22 @@ golden() {  # NAME NP SCHEDULE SPLIT REPLICAS [ARGS...]
   expect "$name: the same evaluation at the end" test "$(epoch_eval "$out/${name}_full")" = "$(epoch_eval "$out/$name")"
   echo "  ($name: $((SECONDS - t0)) s for 3 runs)"
 }
-golden bsp_2 2 bsp '[]' '[2]'
-golden gpipe_4 4 gpipe '[2,4,5]' '[1,1,1,1]'
-golden 1f1b_4 4 1f1b '[2,4,5]' '[1,1,1,1]'
-golden 1f1b_211 4 1f1b '[2,4]' '[2,1,1]'
-golden pipedream_4 4 pipedream '[2,4,5]' '[1,1,1,1]'
-golden pipedream_211 4 pipedream '[2,4]' '[2,1,1]'
-golden vsync_4 4 pipedream-vsync '[2,4,5]' '[1,1,1,1]'
-golden 2bw_4 4 2bw '[2,4,5]' '[1,1,1,1]'
-golden 2bw_211 4 2bw '[2,4]' '[2,1,1]'
+in_core && golden bsp_2 2 bsp '[]' '[2]'
+in_more && golden gpipe_4 4 gpipe '[2,4,5]' '[1,1,1,1]'
+in_core && golden 1f1b_4 4 1f1b '[2,4,5]' '[1,1,1,1]'
+in_more && golden 1f1b_211 4 1f1b '[2,4]' '[2,1,1]'
+in_core && golden pipedream_4 4 pipedream '[2,4,5]' '[1,1,1,1]'
+in_more && golden pipedream_211 4 pipedream '[2,4]' '[2,1,1]'
+in_more && golden vsync_4 4 pipedream-vsync '[2,4,5]' '[1,1,1,1]'
+in_more && golden 2bw_4 4 2bw '[2,4,5]' '[1,1,1,1]'
+in_core && golden 2bw_211 4 2bw '[2,4]' '[2,1,1]'
 # AdamW with a stage of no parameters (stage 0 = flatten): it has no optimizer state to save
 adamw=(--set train.optimizer=adamw --set train.lr=0.001)
-golden adamw_1 2 1f1b '[1]' '[1,1]' "${adamw[@]}"
+in_more && golden adamw_1 2 1f1b '[1]' '[1,1]' "${adamw[@]}"
 
 # parallel.split = "auto" on resume keeps the checkpoint's layout (no new plan from a new, noisy
 # profile, which could pick a layout this mid-segment pipedream checkpoint cannot resume on)
+if in_core; then
 pt auto_resume 4 --set 'parallel.split="auto"' --set train.max_steps=$((2 * N)) --set run.name=auto_resume \
   --resume "$out/pipedream_4/checkpoints/$(stepdir $N)"
 if ok_run "split \"auto\" resuming the mid-segment pipedream checkpoint"; then
@@ -184,6 +188,8 @@ expect "the latest pointer names step 30" grep -qx "$(stepdir 30)" "$out/keep/ch
 "$PT_BIN" inspect "$out/keep" >"$out/keep_inspect.txt" 2>&1
 expect "both remaining verify" test "$(grep -c '^  verified: ' "$out/keep_inspect.txt")" = 2
 
+fi
+
 # ---- re-slice: a flush schedule's checkpoint on other layouts -------------------------------
 rs=(--set train.max_steps=30)
 pt rs_full 2 "${rs[@]}" --set parallel.schedule=1f1b --set 'parallel.split=[3]' --set run.name=rs_full
@@ -198,17 +204,17 @@ reslice() {  # NAME NP SCHEDULE SPLIT REPLICAS [FROM REFERENCE STEP]: resume FRO
   expect "$1: trained steps $((step + 1)).. only" test "$(step_losses "$out/$1" | head -1 | cut -d' ' -f1)" = $((step + 1))
   compare "$out/$ref" "$out/$1" 1e-5
 }
-reslice rs_4stages 4 1f1b '[2,4,5]' '[1,1,1,1]'   # stage 2 (a relu) has no parameters, no optimizer state
-reslice rs_211 4 1f1b '[2,4]' '[2,1,1]'
-reslice rs_gpipe_1stage 1 gpipe '[]' '[1]'
-reslice rs_bsp 2 bsp '[]' '[2]'
+in_core && reslice rs_4stages 4 1f1b '[2,4,5]' '[1,1,1,1]'   # stage 2 (a relu) has no parameters, no optimizer state
+in_more && reslice rs_211 4 1f1b '[2,4]' '[2,1,1]'
+in_more && reslice rs_gpipe_1stage 1 gpipe '[]' '[1]'
+in_core && reslice rs_bsp 2 bsp '[]' '[2]'
 # and from 4 stages (one without parameters) at step N of the golden 1f1b run onto 2 stages
 rs=(--set train.max_steps=$((2 * N)))
-reslice rs_from4 2 1f1b '[3]' '[1,1]' 1f1b_4 1f1b_4_full $N
+in_core && reslice rs_from4 2 1f1b '[3]' '[1,1]' 1f1b_4 1f1b_4_full $N
 # AdamW: from a checkpoint with a parameterless stage, and onto a layout with one (stage 0)
 rs=(--set train.max_steps=$((2 * N)) "${adamw[@]}")
-reslice rs_adamw_2 2 1f1b '[3]' '[1,1]' adamw_1 adamw_1_full $N
-reslice rs_adamw_4 4 1f1b '[1,3,5]' '[1,1,1,1]' adamw_1 adamw_1_full $N
+in_more && reslice rs_adamw_2 2 1f1b '[3]' '[1,1]' adamw_1 adamw_1_full $N
+in_more && reslice rs_adamw_4 4 1f1b '[1,3,5]' '[1,1,1,1]' adamw_1 adamw_1_full $N
 
 # ---- a drained checkpoint resumes with a smaller train.max_steps ----------------------------
 # A flush schedule's checkpoint inside a segment has nothing in flight: a run with fewer steps
@@ -232,8 +238,9 @@ shorter() {  # NAME NP SCHEDULE SPLIT REPLICAS
   same_accuracy "$out/${name}_20" "$out/${name}_short" 0
   echo "  ($name: $((SECONDS - t0)) s)"
 }
-shorter 1f1b_short 4 1f1b '[2,4]' '[2,1,1]'
-shorter gpipe_short 4 gpipe '[2,4,5]' '[1,1,1,1]'
+in_core && shorter 1f1b_short 4 1f1b '[2,4]' '[2,1,1]'
+in_more && shorter gpipe_short 4 gpipe '[2,4,5]' '[1,1,1,1]'
+if in_more; then  # gpipe_short's checkpoint (more)
 # exactly the checkpoint's step: nothing left to train; the run says so, exits 0 and writes
 # nothing (docs/CHECKPOINT.md, "Resume"; tests/mpi/resume_outputs.sh for a finished run's own
 # directory)
@@ -247,6 +254,9 @@ pt gpipe_10 4 --set parallel.schedule=gpipe --set 'parallel.split=[2,4,5]' --set
   --resume "$out/gpipe_short_long/checkpoints/$(stepdir 15)"
 expect "train.max_steps 10 < the checkpoint's step 15: exit 2 (got $rc)" test "$rc" = 2
 expect "... 'resume with at least 15 steps', once" test "$(grep -c "past this run's last step 10 .*resume with at least 15 steps" "$out/gpipe_10.log")" = 1
+fi
+
+if in_core; then
 # pipedream's mid-segment cut holds microbatches in flight: it can only continue its segment
 pt pipedream_short 4 --set parallel.schedule=pipedream --set 'parallel.split=[2,4,5]' --set train.max_steps=15 \
   --set run.name=pipedream_short --resume "$out/pipedream_4/checkpoints/$(stepdir $N)"
@@ -277,4 +287,5 @@ expect "... with the field-level difference" grep -q "layer 3 out: 512 in the ch
 expect "... printed once" test "$(grep -c 'was made for a different model' "$out/refuse_model.log")" = 1
 expect "refusals left the checkpoints untouched" test "$before" = "$(snapshot "$out/pipedream_4/checkpoints")"
 grep -h -m1 -A1 "different model" "$out/refuse_model.log" | sed 's/^/    /'
+fi
 finish

@@ -3,16 +3,25 @@ PT_BIN=${PT_BIN:-build/pipetrain}
 MPIRUN_FLAGS=${MPIRUN_FLAGS:---allow-run-as-root --oversubscribe}
 export OMPI_MCA_rmaps_base_oversubscribe=1
 failures=0
+# Parts of a suite: `make test` runs each suite's core (PT_TESTS=core), `make test-more` the
+# rest (PT_TESTS=more: what the core leaves out, only in suites that have such a part), a
+# suite run by hand both (PT_TESTS=all, the default). A section runs under `if in_core` or
+# `if in_more`; what both parts use runs unguarded.
+PT_TESTS=${PT_TESTS:-all}
+in_core() { [ "$PT_TESTS" != more ]; }
+in_more() { [ "$PT_TESTS" != core ]; }
 
-# train OUT NAME NP DECK [args...]: run build/pipetrain train into OUT/NAME, log in OUT/NAME.log
+# train OUT NAME NP DECK [args...]: run build/pipetrain train into OUT/NAME, log in OUT/NAME.log;
+# prints its PERF lines with the run's wall seconds (where a suite's time goes)
 train() {
   local out=$1 name=$2 np=$3; shift 3
   local deck=$1; shift
+  local t0=$SECONDS
   if ! timeout --kill-after=5 300 mpirun $MPIRUN_FLAGS -np "$np" "$PT_BIN" train "$deck" --set run.name="$name" --set run.plots=false "$@" \
       >"$out/$name.log" 2>&1; then
     echo "FAIL: training $name (np $np) failed:"; tail -20 "$out/$name.log"; failures=$((failures + 1)); return 1
   fi
-  grep -h "^PERF" "$out/$name.log" | sed "s/^/  $name: /"
+  grep -h "^PERF" "$out/$name.log" | sed "s/^/  $name ($((SECONDS - t0)) s, np $np): /"
 }
 
 # compare A B RTOL: weights of two runs within RTOL (0 = bitwise)

@@ -20,6 +20,9 @@
 #  - negative controls: a different seed on the PyTorch side only (other batches) and SGD
 #    momentum 0.85 instead of 0.9 must each be reported as a difference (exit 10); a deck with
 #    dropout is refused (exit 2).
+# make test runs the two pipelines with their to_pytorch checks; make test-more the clipping
+# and the negative controls (tests/mpi/lib.sh: PT_TESTS; clip_grad_norm.sh checks clipping
+# against one process in make test).
 # Full decks, run by hand on this machine (2 cores of an AMD EPYC, one process, 20 steps):
 #   tools/pytorch_twin.py input/tinygpt.toml          -> max relative difference 1.6e-07 (PASS)
 #   tools/pytorch_twin.py input/fashion_resnet.toml   -> 7.7e-03 at step 7 (FAIL at 1e-4): with
@@ -78,32 +81,32 @@ evaluate() {
 
 tiny=(input/tinygpt.toml --steps 20 --set data.path="$corpus" --set data.seq_len=64 --set train.batch_size=8)
 if [ -n "$corpus" ]; then
-  twin tinygpt_2ranks 0 "${tiny[@]}" --ranks 2 --set 'parallel.split=[4]' --set parallel.schedule=1f1b \
+  in_core && twin tinygpt_2ranks 0 "${tiny[@]}" --ranks 2 --set 'parallel.split=[4]' --set parallel.schedule=1f1b \
     --set parallel.microbatches=2 --out "$out/tinygpt_run"
-  evaluate tinygpt "$out/tinygpt_run/twin"
+  in_core && evaluate tinygpt "$out/tinygpt_run/twin"
   # train.clip_grad_norm against torch.nn.utils.clip_grad_norm_: the global norm over both
   # ranks with the tied matrix once (1.0, the GPT-2 recipe's), and a threshold below every
   # step's norm on one rank; losses and grad_norm within 1e-5 at every step
-  twin tinygpt_clip_2ranks 0 "${tiny[@]}" --ranks 2 --set 'parallel.split=[4]' --set parallel.schedule=zb-h1 \
+  in_more && twin tinygpt_clip_2ranks 0 "${tiny[@]}" --ranks 2 --set 'parallel.split=[4]' --set parallel.schedule=zb-h1 \
     --set parallel.microbatches=2 --set train.clip_grad_norm=1.0 --tol 1e-5
-  twin tinygpt_clip_every_step 0 "${tiny[@]}" --set train.clip_grad_norm=0.05 --tol 1e-5
-  expect "the small threshold clipped every one of the 20 steps" \
+  in_more && twin tinygpt_clip_every_step 0 "${tiny[@]}" --set train.clip_grad_norm=0.05 --tol 1e-5
+  in_more && expect "the small threshold clipped every one of the 20 steps" \
     grep -q 'clipping acted on 20 of 20 steps' "$out/tinygpt_clip_every_step.log"
   # negative control: a clipped run against a PyTorch twin that does not clip differs (no
   # warm-up, so that clipping moves AdamW's first steps: 1.3e-3 at step 3 against 1e-5)
-  twin tinygpt_clip_unclipped_twin 10 input/tinygpt.toml --steps 3 --set data.path="$corpus" --set data.seq_len=64 \
+  in_more && twin tinygpt_clip_unclipped_twin 10 input/tinygpt.toml --steps 3 --set data.path="$corpus" --set data.seq_len=64 \
     --set train.batch_size=8 --set train.warmup_steps=0 --set train.clip_grad_norm=0.05 \
     --torch-set train.clip_grad_norm=0 --tol 1e-5
-  twin tinygpt_other_seed 10 input/tinygpt.toml --steps 2 --set data.path="$corpus" --set data.seq_len=64 \
+  in_more && twin tinygpt_other_seed 10 input/tinygpt.toml --steps 2 --set data.path="$corpus" --set data.seq_len=64 \
     --set train.batch_size=8 --torch-set run.seed=2
-  twin tinygpt_dropout 2 "${tiny[@]}" --set model.layers.3.dropout=0.1
-  expect "the dropout refusal says why" grep -q 'dropout 0.1: pipetrain.s dropout masks' "$out/tinygpt_dropout.log"
+  in_more && twin tinygpt_dropout 2 "${tiny[@]}" --set model.layers.3.dropout=0.1
+  in_more && expect "the dropout refusal says why" grep -q 'dropout 0.1: pipetrain.s dropout masks' "$out/tinygpt_dropout.log"
 fi
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-  twin fashion_resnet_2ranks 0 input/fashion_resnet.toml --steps 20 --set train.lr=0.003 --ranks 2 \
+  in_core && twin fashion_resnet_2ranks 0 input/fashion_resnet.toml --steps 20 --set train.lr=0.003 --ranks 2 \
     --set 'parallel.split=[4]' --set parallel.schedule=gpipe --set parallel.microbatches=4 --out "$out/resnet_run"
-  evaluate fashion_resnet "$out/resnet_run/twin"
-  twin fashion_resnet_momentum 10 input/fashion_resnet.toml --steps 6 --set train.lr=0.003 --torch-set train.momentum=0.85
+  in_core && evaluate fashion_resnet "$out/resnet_run/twin"
+  in_more && twin fashion_resnet_momentum 10 input/fashion_resnet.toml --steps 6 --set train.lr=0.003 --torch-set train.momentum=0.85
 else
   echo "  skip: fashion_resnet twin: Fashion-MNIST is not installed (make deps)"
 fi

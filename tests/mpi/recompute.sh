@@ -6,8 +6,9 @@
 # once per unit), then checkpoint and resume with recomputation on: a pipedream run stopped
 # with units in flight under full resumes bitwise, units captured under none resume into a
 # fully recomputing run, and the reverse is a located error naming parallel.recompute.
-# make test runs a subset (a few steps each, about three minutes on 2 busy cores: every schedule
-# family at 2 or 4 ranks, the ResNet under 1f1b at 2 and pipedream and 2bw at 4); RECOMPUTE_MATRIX=1 (`make
+# make test runs a subset (a few steps each: 1f1b and pipedream at 2 ranks, interleaved at 4,
+# the ResNet under 1f1b at 2), make test-more zb-h1 and 2bw at 2 and 4 and the ResNet under
+# pipedream and 2bw at 4 (tests/mpi/lib.sh: PT_TESTS); RECOMPUTE_MATRIX=1 (`make
 # test-recompute`, mk/recompute.mk) runs every schedule (1f1b, zb-h1, interleaved-1f1b,
 # pipedream, 2bw) on both models at 2 and 4 ranks (oversubscribed), both modes, and a resume
 # per schedule.
@@ -57,13 +58,15 @@ if [ "$matrix" = 1 ]; then
     done
   done
 else
-  for sched in 1f1b zb-h1 pipedream 2bw; do case_ gpt 2 "$sched" full selective; done
-  case_ gpt 4 interleaved-1f1b full selective
-  case_ gpt 4 zb-h1 full
-  case_ res 2 1f1b full
-  case_ res 4 pipedream full
-  case_ res 4 2bw full
+  in_core && for sched in 1f1b pipedream; do case_ gpt 2 "$sched" full selective; done
+  in_more && for sched in zb-h1 2bw; do case_ gpt 2 "$sched" full selective; done
+  in_core && case_ gpt 4 interleaved-1f1b full selective
+  in_more && case_ gpt 4 zb-h1 full
+  in_core && case_ res 2 1f1b full
+  in_more && case_ res 4 pipedream full
+  in_more && case_ res 4 2bw full
 fi
+if in_core; then
 # the pools' accounting: under full a unit keeps the stage's input and output only
 a=$(json_number "$out/gpt_1f1b_2_none/summary.json" activation_bytes_per_microbatch)
 b=$(json_number "$out/gpt_1f1b_2_full/summary.json" activation_bytes_per_microbatch)
@@ -99,4 +102,5 @@ timeout --kill-after=5 120 mpirun $MPIRUN_FLAGS -np 2 "$PT_BIN" train "${args[@]
 rc=$?
 expect "resuming units captured under full with none: exit 2 (got $rc), a located error naming parallel.recompute" \
   bash -c "[ $rc = 2 ] && grep -q \"command line '--set parallel.recompute=none': key 'parallel.recompute': .* was taken under another recompute setting\" '$out/full_to_none.log'"
+fi
 finish

@@ -30,7 +30,9 @@
 # row-parallel linears (`tensor` key) at t = 2 within 1e-5 of one process; and bad grids (t not dividing
 # the ranks or the heads) are refused with the key
 # named (exit 2); parallel.tensor = 0 plans t with split = "auto"; plan --profile over
-# synthetic 6.2B profiles at t = 1, 2, 4, 8 (bench/zb_plan.sh) chooses a grid. About 5 minutes on 2 cores.
+# synthetic 6.2B profiles at t = 1, 2, 4, 8 (bench/zb_plan.sh) chooses a grid. About 3 minutes on
+# 2 cores: make test runs the core (t = 2 and its grids against one process, resume, the split
+# MLP, bad grids, clipping; about one minute), make test-more the rest (lib.sh: PT_TESTS).
 set -u
 source "$(dirname "$0")/lib.sh"
 out=$(mktemp -d /tmp/pt_tensor.XXXXXX)
@@ -69,11 +71,27 @@ weights_within() {
   fi
 }
 
+# refuse NAME NP TEXT ARGS...: a run refused with exit 2 on every rank, saying TEXT
+refuse() {  # name np expected-text args...
+  local name=$1 np=$2 want=$3; shift 3
+  timeout --kill-after=5 120 mpirun $MPIRUN_FLAGS -np "$np" "$PT_BIN" train "${base[@]}" --set train.max_steps=2 --set run.name="$name" "$@" \
+    >"$out/$name.log" 2>&1
+  local rc=$?
+  expect "$name: refused with exit 2 ($rc) saying '$want'" bash -c "test $rc = 2 && grep -qF \"$want\" '$out/$name.log'"
+}
+
+train "$out" ref20 1 "${base[@]}" --set train.max_steps=20 --set parallel.split=[]
+
+# the t = 2 checkpointed runs (both parts)
+ck=(--set train.max_steps=20 --set parallel.split=[] --set parallel.tensor=2 --set checkpoint.at_end=true)
+
+# core (make test): t = 2, t = 2 x p = 2 and t = 2 x p = 2 x d = 2 against one process,
+# bitwise repeats, the halved messages, resume at t = 2
+if in_core; then
 train "$out" ref 1 "${base[@]}" --set train.max_steps=50 --set parallel.split=[]
 train "$out" t2 2 "${base[@]}" --set train.max_steps=50 --set parallel.split=[] --set parallel.tensor=2
 train "$out" t2_again 2 "${base[@]}" --set train.max_steps=50 --set parallel.split=[] --set parallel.tensor=2
 train "$out" t2p2 4 "${base[@]}" --set train.max_steps=50 --set parallel.split=[4] --set parallel.tensor=2
-train "$out" ref20 1 "${base[@]}" --set train.max_steps=20 --set parallel.split=[]
 train "$out" t2p2d2 8 "${base[@]}" --set train.max_steps=20 --set parallel.split=[4] --set parallel.replicas=[2,2] --set parallel.tensor=2
 expect "t = 2 prints the grid" grep -q "^tensor: 2 ranks per group" "$out/t2.log"
 expect "summary.json records tensor_parallel 2" grep -q '"tensor_parallel": 2' "$out/t2/summary.json"
@@ -95,13 +113,16 @@ expect "t = 2 x p = 2 sends half the p2p bytes per sample of p = 2 ($(p2p "$out/
   python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(not (b > 0 and a == b / 2))" "$(p2p "$out/t2p2")" "$(p2p "$out/p2")"
 compare "$out/t2/weights.h5" "$out/t2_again/weights.h5" 0
 
-# resume at t = 2 continues bitwise
-ck=(--set train.max_steps=20 --set parallel.split=[] --set parallel.tensor=2 --set checkpoint.at_end=true)
+# resume at t = 2 continues bitwise (ck: above)
 train "$out" t2_full 2 "${base[@]}" "${ck[@]}"
 train "$out" t2_cut 2 "${base[@]}" "${ck[@]}" --stop-at-step 10
 train "$out" t2_cut 2 "${base[@]}" "${ck[@]}" --resume "$out/t2_cut"
 same_losses "$out/t2_full" "$out/t2_cut"
 compare "$out/t2_full/weights.h5" "$out/t2_cut/weights.h5" 0
+fi
+
+# more (make test-more): resharding, dropout, zb-h1, recomputation, sequence parallelism
+if in_more; then
 
 # resume onto another t reshards: every split tensor laid out whole from the checkpoint's
 # parts and cut for the new ones (parameters and AdamW's moments). The load is exact: at
@@ -163,6 +184,10 @@ print(f"activation bytes per microbatch: t = 2 {a}, with sequence parallelism {b
 sys.exit(0 if b < 0.95 * a else 1)
 EOF
 
+fi
+
+# core: the MLP's split linears, bad grids, clipping at t = 2
+if in_core; then
 # linear layers split by their `tensor` key (column, row, column) in the Fashion-MNIST MLP:
 # 30 SGD steps at t = 2 within 1e-5 of one process, final weights within 1e-5
 mlp=(input/fashion_mlp.toml --set run.output_dir="$out" --set train.max_steps=30 --set train.log_every=1
@@ -172,15 +197,7 @@ train "$out" mlp_t2 2 "${mlp[@]}" --set parallel.tensor=2 --set model.layers.1.t
   --set model.layers.3.tensor=row --set model.layers.5.tensor=column
 losses_within "$out/mlp_ref" "$out/mlp_t2" 1e-5
 weights_within "$out/mlp_ref" "$out/mlp_t2"
-
 # bad grids: the key and the values are named, exit 2 on every rank
-refuse() {  # name np expected-text args...
-  local name=$1 np=$2 want=$3; shift 3
-  timeout --kill-after=5 120 mpirun $MPIRUN_FLAGS -np "$np" "$PT_BIN" train "${base[@]}" --set train.max_steps=2 --set run.name="$name" "$@" \
-    >"$out/$name.log" 2>&1
-  local rc=$?
-  expect "$name: refused with exit 2 ($rc) saying '$want'" bash -c "test $rc = 2 && grep -qF \"$want\" '$out/$name.log'"
-}
 refuse bad_divide 3 "key 'parallel.tensor': 2 ranks per tensor group do not divide the job's 3 ranks" \
   --set parallel.split=[] --set parallel.tensor=2
 refuse bad_heads 3 "must be a multiple of parallel.tensor = 3" --set parallel.split=[] --set parallel.tensor=3
@@ -197,6 +214,10 @@ n = [{j["step"]: j["grad_norm"] for j in map(json.loads, open(d + "/metrics.json
 sys.exit(not (len(n[0]) == 20 and all(abs(n[0][k] - n[1][k]) <= 1e-5 * n[0][k] for k in n[0]) and min(n[0].values()) > 0.05))
 EOF
 
+fi
+
+# more: asynchronous clipping, the planner's t, the PyTorch twin at t = 2, gpt2_small, 6.2B plans
+if in_more; then
 # clipping under an asynchronous schedule (2bw, 2 stages): each stage clips its own update
 # by its whole tensors' norm (its split parts' sums gathered over the group) against its
 # share of the threshold, so t = 2 x p = 2 follows the p = 2 run within 1e-5
@@ -250,4 +271,5 @@ rows = [l.split() for l in open(sys.argv[1]) if l[:2] in ("24", "32", "64")]
 ok = len(rows) == 3 and all(float(r[-3]) <= float(r[-2]) + 1e-9 and float(r[-2]) >= float(r[-1]) - 1e-4 for r in rows)
 sys.exit(not ok)
 EOF
+fi
 finish
