@@ -319,6 +319,11 @@ int dispatch(Cli& cli) {
 
 int main(int argc, char** argv) {
   pt::select_blas_core(argc, argv);  // may re-exec; must precede MPI_Init
+  // Started without mpirun or srun, the process is an MPI singleton, and Open MPI forks a
+  // helper daemon for it unless the singleton is "isolated" (0.3 s of every `pipetrain compare`,
+  // `inspect` or one-process run on a 2-core Zen 5). pipetrain spawns no processes, so it needs
+  // no daemon; under a launcher the parameter is not read, and a user's own setting wins.
+  setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

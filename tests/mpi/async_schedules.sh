@@ -4,7 +4,8 @@
 # of the MLP give the emulator's weights within 1e-5 relative, and a repeated run is bitwise
 # identical. The version log shows the stashing rules (and their violation without
 # stashing); summary.json reports the weight versions each stage held. make test runs the 4x1
-# and 2-1-1 layouts; make test-more the 2x1 layout (tests/mpi/lib.sh: PT_TESTS).
+# and 2-1-1 layouts; make test-more the 2x1 layout and the divergence's remedy (tests/mpi/lib.sh:
+# PT_TESTS).
 set -u
 source "$(dirname "$0")/lib.sh"
 out=$(mktemp -d /tmp/pt_async.XXXXXX)
@@ -50,6 +51,10 @@ for l in "${layouts[@]}"; do
 done
 
 # evaluation every 10 steps drains the pipeline there; the emulator drains at the same steps
+# the diverging pipedream run (core) and its remedy (more)
+div=(--set train.max_steps=200 --set train.log_every=50 --set run.output_dir="$out" --set train.eval_batch_size=2000
+     --set 'parallel.split=[2,4,5]' --set parallel.schedule=pipedream --set run.plots=false)
+
 if in_core; then
 seg=(--set train.eval_every=10 --set 'parallel.split=[2,4,5]' --set parallel.schedule=pipedream)
 "$PT_BIN" emulate $deck --ranks 4 "${common[@]}" "${seg[@]}" --set run.name=emu_4x1_segments >/dev/null ||
@@ -82,8 +87,6 @@ expect "nostash is labelled in the log" grep -q "gradients are INVALID" "$out/4x
 # delayed gradients and momentum: the default deck's SGD (lr 0.05, momentum 0.9) under pipedream
 # on 4 stages goes non-finite (bitwise repeatable: at step 134 here); the message says why and
 # what to change, and the remedy it names (momentum 0) trains the same steps
-div=(--set train.max_steps=200 --set train.log_every=50 --set run.output_dir="$out" --set train.eval_batch_size=2000
-     --set 'parallel.split=[2,4,5]' --set parallel.schedule=pipedream --set run.plots=false)
 timeout --kill-after=5 300 mpirun $MPIRUN_FLAGS -np 4 "$PT_BIN" train $deck "${div[@]}" --set run.name=diverge >"$out/diverge.log" 2>&1
 rc=$?
 expect "pipedream, 4 stages, momentum 0.9: exit 4 (got $rc)" test "$rc" = 4
@@ -93,9 +96,6 @@ expect "... and the likely cause: stale gradients with momentum" \
 expect "... and the remedy" \
   grep -q '^remedy: lower train.lr (now 0.05) or train.momentum (now 0.9.*or use a flush schedule (parallel.schedule = "1f1b"' "$out/diverge.log"
 grep -h -A2 "^rank [0-9]: non-finite" "$out/diverge.log" | cut -c1-160 | sed 's/^/    /'
-train "$out" diverge_m0 4 $deck "${div[@]}" --set train.momentum=0 &&
-  expect "the remedy works: momentum 0 trains the 200 steps (accuracy $(json_number "$out/diverge_m0/summary.json" final_test_accuracy))" \
-    grep -q '"steps": 200,' "$out/diverge_m0/summary.json"
 # a flush schedule's non-finite gradient (injected) has no such cause attached
 PIPETRAIN_FAULT=nan:stage=1:step=3 timeout --kill-after=5 120 mpirun $MPIRUN_FLAGS -np 2 "$PT_BIN" train $deck "${common[@]}" \
   --set 'parallel.split=[3]' --set parallel.schedule=1f1b --set run.name=nan_1f1b --set run.plots=false >"$out/nan_1f1b.log" 2>&1
@@ -118,5 +118,12 @@ v=$(versions_of "$out/4x1_2bw"); expect "2bw holds 2 versions per stage (got $v)
 v=$(versions_of "$out/3st-2-1-1_pipedream"); expect "pipedream 2-1-1 holds 2 2 2 1 versions (got $v)" test "$v" = "2 2 2 1 "
 train "$out" 4x1_1f1b 4 $deck "${common[@]}" --set 'parallel.split=[2,4,5]' --set parallel.schedule=1f1b
 v=$(versions_of "$out/4x1_1f1b"); expect "1f1b holds 1 version per stage (got $v)" test "$v" = "1 1 1 1 "
+fi
+
+# more: the remedy the divergence message names (momentum 0) trains the same 200 steps
+if in_more; then
+train "$out" diverge_m0 4 $deck "${div[@]}" --set train.momentum=0 &&
+  expect "the remedy works: momentum 0 trains the 200 steps (accuracy $(json_number "$out/diverge_m0/summary.json" final_test_accuracy))" \
+    grep -q '"steps": 200,' "$out/diverge_m0/summary.json"
 fi
 finish

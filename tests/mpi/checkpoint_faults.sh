@@ -109,14 +109,15 @@ for spec in written:1:5:core renamed:1:5:more agreed:0:5:core manifest:0:5:more 
   fi
 done
 
-if in_core; then
 # ---- rows 12-15: corruption; fallback to the previous committed checkpoint -------------------
+# the stopped run that rows 12-15 and 25-26 damage copies of (both parts)
 pt corr "" --set run.name=corr --stop-at-step 10
 ok_run "run stopped at step 10 (checkpoints 5 and 10)"
 corrupt() {  # NAME: a copy of the stopped run to damage
   rm -rf "$out/$1"; cp -a "$out/corr" "$out/$1"
   s10="$out/$1/checkpoints/$(stepdir 10)"
 }
+if in_core; then
 # after_corruption NAME ROW MESSAGE-REGEX: inspect reports it, resume says it and falls back to step 5
 after_corruption() {
   "$PT_BIN" inspect "$out/$1" >"$out/$1.inspect" 2>&1

@@ -2,7 +2,8 @@
 # Pipeline equivalence: for every layout (stages x replicas) and flush schedule, 20 steps of
 # the Fashion-MNIST MLP (and one CNN layout) give the same weights as one process with the
 # same microbatch split, within 1e-5 relative per tensor; a repeated run is bitwise equal.
-# make test runs every layout but 4x1 (make test-more; tests/mpi/lib.sh: PT_TESTS).
+# make test runs every layout but 4x1 and the default plots; make test-more 4x1 and the plots
+# without Python or matplotlib (tests/mpi/lib.sh: PT_TESTS).
 set -u
 source "$(dirname "$0")/lib.sh"
 out=$(mktemp -d /tmp/pt_equiv.XXXXXX)
@@ -51,6 +52,10 @@ expect "gpipe M=16 holds 16 microbatches on stage 0 (got $(inflight "$out/mem_gp
   test "$(inflight "$out/mem_gpipe")" = 16
 expect "1f1b M=16 K=2 holds 2 on stage 0 (got $(inflight "$out/mem_1f1b"), $(actb "$out/mem_1f1b") bytes)" \
   test "$(inflight "$out/mem_1f1b")" = 2
+fi
+
+# more: plots without Python or matplotlib
+if in_more; then
 # run.plots: the run prints where each plot went; without a working Python, or without
 # matplotlib (simulated: a matplotlib module on PYTHONPATH that fails to import, as on a machine
 # without python3-matplotlib), it says why and still succeeds
@@ -64,6 +69,9 @@ PY
 PYTHONPATH="$out/no_matplotlib" train "$out" plots_nompl 2 $mlp "${common[@]}" --set 'parallel.split=[3]' --set run.plots=true
 expect "run.plots without matplotlib: 'plots skipped: ... No module named 'matplotlib'' with the package to install, exit 0, no PNG" \
   bash -c "grep -q \"^plots skipped: .*No module named 'matplotlib'.*python3-matplotlib\" '$out/plots_nompl.log' && [ ! -e '$out/plots_nompl/timeline.png' ]"
+fi
+
+if in_core; then
 # matplotlib is installed with the runtime packages (tools/deps.sh), so plots are drawn by default
 if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
   # as `make run` does: no run.plots setting (lib.sh's train turns plots off)
