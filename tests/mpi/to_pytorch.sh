@@ -5,7 +5,8 @@
 # layer's deck settings (checked with h5dump, no Python needed); with python3-torch and
 # python3-h5py, the torch model rebuilt from deck.toml and weights.h5 scores the test split
 # to exactly summary.json's final_test_accuracy (4 decimals). Without them that part is
-# skipped with a message, and the tool itself says what to install (exit 4).
+# skipped with a message, and the tool itself says what to install (exit 4). make test runs all
+# but the negative controls, which make test-more runs (tests/mpi/lib.sh: PT_TESTS).
 set -u
 source "$(dirname "$0")/lib.sh"
 out=$(mktemp -d /tmp/pt_to_pytorch.XXXXXX)
@@ -18,6 +19,7 @@ train "$out" mlp 2 input/fashion_mlp.toml "${common[@]}" --set 'parallel.split=[
 train "$out" cnn 1 input/fashion_cnn.toml "${common[@]}" --set train.max_steps=30
 
 # the attributes, read with h5dump (hdf5-tools, a runtime dependency)
+if in_core; then
 attr() { h5dump -A -a "$2" "$1" 2>/dev/null | sed -n 's/^ *(0): *//p' | tr -d '"' | head -1; }
 for run in mlp cnn; do
   w="$out/$run/weights.h5"
@@ -43,10 +45,13 @@ PYTHONPATH="$out/no_torch" "$PY" tools/to_pytorch.py "$out/mlp" >"$out/no_torch.
 rc=$?
 expect "without torch: exit 4 naming python3-torch (got $rc)" bash -c "test $rc = 4 && grep -q 'apt-get install python3-torch' '$out/no_torch.log'"
 
+fi
+
 if ! "$PY" -c 'import torch, h5py' 2>/dev/null; then
   echo "  skip: PyTorch comparison: python3-torch or python3-h5py is not installed (make deps-dev)"
   finish
 fi
+if in_core; then
 for run in mlp cnn; do
   timeout --kill-after=5 300 "$PY" tools/to_pytorch.py "$out/$run" --check >"$out/$run.torch.log" 2>&1
   rc=$?
@@ -54,6 +59,10 @@ for run in mlp cnn; do
   expect "$run: PyTorch's test accuracy equals summary.json's final_test_accuracy to 4 decimals (exit $rc)" \
     bash -c "test $rc = 0 && grep -q '^matches summary.json final_test_accuracy' '$out/$run.torch.log'"
 done
+fi
+
+# more: the negative controls (an edited summary.json; x/255 without the recorded mean and std)
+if in_more; then
 # the comparison has teeth: a different recorded accuracy is found (exit 1)
 cp -r "$out/cnn" "$out/cnn_edited"
 sed -i -E 's/"final_test_accuracy": [0-9.eE+-]+/"final_test_accuracy": 0.1234/' "$out/cnn_edited/summary.json"
@@ -80,4 +89,5 @@ PY
 want=$(json_number "$out/mlp/summary.json" final_test_accuracy)
 expect "without the recorded mean and std (x/255 only) the MLP scores $plain, not $want" \
   awk -v a="$plain" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d > 0.01) }'
+fi
 finish
