@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pipetrain/data.hpp"
@@ -79,6 +80,11 @@ class WeightStore {
   // its first read rounds nothing. An update without the hook leaves that to the first read.
   // No-op in fp32.
   void updated_range(size_t offset, size_t count);
+  // bf16: the ranges {offset, count} (even offsets and counts; Stage::operand_only_ranges)
+  // of parameters the layers read only as product operands. The compute copy makes their
+  // bf16 array but not their fp32 values, which hold NaN, so a read that should not happen
+  // shows in the results. Call before the first read. No-op in fp32.
+  void set_operand_only(std::vector<std::pair<int64_t, int64_t>> ranges);
   // The latest version's fp32 values (bf16: the master).
   float* latest() { return pool_[static_cast<size_t>(latest_slot_)].data(); }
   const float* latest() const { return pool_[static_cast<size_t>(latest_slot_)].data(); }
@@ -101,6 +107,11 @@ class WeightStore {
   int packed_slot_of(int64_t abs) const;
   ParamView compute_copy(int64_t abs);  // bf16: the compute buffer holding version abs
   void stash_latest();                     // bf16: pack the latest's bf16 copy into a free stash
+  // bf16: the compute copy of the latest's [offset, offset + count): rounded and packed, in
+  // the operand-only ranges packed only; a stash's values unpacked outside those ranges
+  void make_compute(size_t offset, size_t count);
+  void unpack_compute(const float* stash);
+  void poison_operand_only();  // NaN in the compute buffer's operand-only ranges
   Backend& be_;
   size_t n_;
   bool bf16_;
@@ -117,6 +128,7 @@ class WeightStore {
   Buffer compute_packed_;  // pack_bf16 of the compute buffer when it holds the latest
   int64_t compute_id_ = -1;
   size_t rounded_ = 0;                   // parameters of the latest rounded by updated_range
+  std::vector<std::pair<int64_t, int64_t>> operand_only_;  // sorted, disjoint
   const float* compute_bf16_ = nullptr;  // the bf16 array of the version in compute_
   uint64_t compute_version_ = 0;         // its array version (CView::version)
 };

@@ -39,6 +39,11 @@ struct ParamTensor {
   int split_dim = -1;
   int split_chunks = 1;
   std::vector<int64_t> full_shape = {};
+  // Under a bf16 policy the layer reads this tensor only as a product's operand
+  // (ParamView::operand(bf16)), never its fp32 values: the stage's compute copy then makes
+  // only its bf16 array (WeightStore::set_operand_only). A layer that reads the fp32 values
+  // of a tensor in any pass (a bias, a norm, an embedding, a tied weight) leaves it false.
+  bool operand_only = false;
 };
 
 // The tensor-parallel cut of parameter tensor p (ParamTensor::split_dim) between the whole
@@ -206,6 +211,11 @@ class Layer {
   virtual int64_t labels_per_sample() const { return 1; }
   // Output is the input reinterpreted (flatten): no buffer, no work.
   virtual bool is_view() const { return false; }
+  // Its output holds only values of its input and zeros, and its input gradient only values
+  // of its output gradient and zeros (ReLU): bf16 values in stay bf16 values out, so a stage
+  // under bf16 does not round them again where a layer of its own made them
+  // (Stage::round_output, round_input_grad).
+  virtual bool passes_values() const { return false; }
   virtual bool is_loss() const { return false; }
 
   virtual void forward(const LayerCtx& c, ParamView w, const float* x, float* y, float* aux, int64_t n) const = 0;

@@ -8,6 +8,7 @@
 // slot_geometry() is the one sizing rule, shared with the memory model.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "pipetrain/backend.hpp"
@@ -91,6 +92,10 @@ class Stage {
   Backend& backend() const { return be_; }
   int64_t num_params() const { return num_params_; }
   int64_t param_offset(int layer) const { return offset_[static_cast<size_t>(layer - first_)]; }
+  // The ranges {offset, count} of the flat parameters that the layers read only as product
+  // operands under bf16 (ParamTensor::operand_only), each trimmed to even ends (whole words
+  // of a packed bf16 array), for WeightStore::set_operand_only.
+  std::vector<std::pair<int64_t, int64_t>> operand_only_ranges() const;
   Shape in_shape() const { return model_.layer(first_).in_shape(); }
   Shape out_shape() const { return model_.layer(last_ - 1).out_shape(); }
   int64_t train_mb() const { return train_mb_; }
@@ -153,6 +158,12 @@ class Stage {
   // The stage's precision policy (the constructor's).
   Precision precision() const { return precision_; }
   bool activation_bf16() const { return precision_ == Precision::bf16; }
+  // Under bf16: whether the stage rounds layer l's output (every layer's but a view's and the
+  // loss's) and its input gradient after the layer ran, except where the layer passes values
+  // (Layer::passes_values) that a layer of this stage below it (output) or above it (input
+  // gradient) made, which are bf16 already. False in fp32.
+  bool rounds_output(int l) const;
+  bool rounds_input_grad(int l) const;
 
   // Forward without keeping activations (evaluation): returns the last non-loss output,
   // in scratch owned by the stage, valid until the next call.
@@ -189,6 +200,7 @@ class Stage {
   void run_forward(const Slot& s, ParamView params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
   void round_output(int l, float* y, int64_t n) const;
   void round_input_grad(int l, float* dx, int64_t n) const;
+  bool computed_between(int lo, int hi) const;  // a layer in [lo, hi) is not a view
   int64_t num_params_ = 0, slot_floats_ = 0, max_numel_ = 0, num_state_ = 0;
   std::vector<int64_t> offset_, state_offset_;
   // The context layer l runs with: the stage's workspace, its own state region.

@@ -99,6 +99,16 @@ void Stage::init_params(float* host, uint64_t seed) const {
   for (int l = first_; l < last_; ++l) model_.layer(l).init_params(host + param_offset(l), seed);
 }
 
+std::vector<std::pair<int64_t, int64_t>> Stage::operand_only_ranges() const {
+  std::vector<std::pair<int64_t, int64_t>> r;
+  for (int l = first_; l < last_; ++l)
+    for (const ParamTensor& t : model_.layer(l).params()) {
+      const int64_t at = param_offset(l) + t.offset, lo = (at + 1) / 2 * 2, hi = (at + t.size) / 2 * 2;
+      if (t.operand_only && hi > lo) r.emplace_back(lo, hi - lo);
+    }
+  return r;
+}
+
 void Stage::init_state(float* host) const {
   for (int l = first_; l < last_; ++l) model_.layer(l).init_state(host + state_offset(l));
 }
@@ -212,14 +222,32 @@ void Stage::run_forward(const Slot& s, ParamView params, const LayerCtx& ctx, in
 
 // train.precision = "bf16": every activation between layers holds a bf16 value (the loss's
 // output stays fp32), so a stage boundary sends bf16 losslessly and any cut equals one process.
-void Stage::round_output(int l, float* y, int64_t n) const {
+// A layer that passes values (ReLU) keeps them bf16 where a layer of this stage below it made
+// its input; rounding them again would change no bit.
+bool Stage::rounds_output(int l) const {
   const Layer& layer = model_.layer(l);
-  if (activation_bf16() && y && !layer.is_view() && !layer.is_loss()) be_.round_bf16(static_cast<size_t>(n * layer.out_shape().numel()), y, y);
+  if (!activation_bf16() || layer.is_view() || layer.is_loss()) return false;
+  return !(layer.passes_values() && computed_between(first_, l));
 }
 
-// The same for a backward's input gradient (dx of layer l).
+// The same for a backward's input gradient (dx of layer l), whose output gradient a layer of
+// this stage above it made (and rounded) when there is one.
+bool Stage::rounds_input_grad(int l) const {
+  return activation_bf16() && !(model_.layer(l).passes_values() && computed_between(l + 1, last_));
+}
+
+void Stage::round_output(int l, float* y, int64_t n) const {
+  if (y && rounds_output(l)) be_.round_bf16(static_cast<size_t>(n * model_.layer(l).out_shape().numel()), y, y);
+}
+
 void Stage::round_input_grad(int l, float* dx, int64_t n) const {
-  if (activation_bf16() && dx) be_.round_bf16(static_cast<size_t>(n * model_.layer(l).in_shape().numel()), dx, dx);
+  if (dx && rounds_input_grad(l)) be_.round_bf16(static_cast<size_t>(n * model_.layer(l).in_shape().numel()), dx, dx);
+}
+
+bool Stage::computed_between(int lo, int hi) const {
+  for (int k = lo; k < hi; ++k)
+    if (!model_.layer(k).is_view()) return true;
+  return false;
 }
 
 void Stage::backward_layer(int l, const Slot& s, ParamView params, float* grads, const float* dy, float* dx,

@@ -41,6 +41,7 @@ StageRuntime::StageRuntime(Backend& be, const Model& model, const Layout& layout
       pools(*stage, in, out, first, last) {
   const size_t n = static_cast<size_t>(stage->num_params());
   weights = std::make_unique<WeightStore>(be, n, train.precision == Precision::bf16);  // bf16: compute reads bf16 copies
+  weights->set_operand_only(stage->operand_only_ranges());
   opt = std::make_unique<Optimizer>(optim_config(train), be, n, std::max<int64_t>(1, total_updates));
   grads = Buffer(be, n + 1);
   state = Buffer(be, static_cast<size_t>(stage->num_state()));

@@ -4,6 +4,7 @@
 // reads the bf16 copy of a version from one compute buffer that remembers which version it
 // holds. Both modes count held versions, readers and ids the same way.
 #include <algorithm>
+#include <limits>
 
 #include "pipetrain/error.hpp"
 #include "pipetrain/engine.hpp"
@@ -87,6 +88,7 @@ void WeightStore::restore(const std::vector<std::pair<int64_t, std::vector<float
     if (id == latest) latest_slot_ = static_cast<int>(slot), have_latest = true;
   }
   PT_CHECK(have_latest, "restored versions lack the latest " << latest);
+  if (bf16_) poison_operand_only();  // the compute buffer was the stashes' scratch
   latest_id_ = latest;
   base_ = base;
   max_held_ = std::max(max_held_, held());
@@ -122,12 +124,12 @@ ParamView WeightStore::compute_copy(int64_t abs) {
   if (compute_id_ != abs) {
     compute_bf16_ = compute_packed_.data();
     if (abs == latest_id_) {
-      be_.round_pack_bf16(n_, latest(), compute_.data(), compute_packed_.data());
+      make_compute(0, n_);
     } else {
       const int p = packed_slot_of(abs);
       PT_CHECK(p >= 0, "weight version " << abs << " is not held (latest " << latest_id_ << ")");
       compute_bf16_ = packed_[static_cast<size_t>(p)].data();
-      be_.unpack_bf16(n_, compute_bf16_, compute_.data());
+      unpack_compute(compute_bf16_);
     }
     compute_version_ = next_array_version();
     compute_id_ = abs;
@@ -193,13 +195,67 @@ void WeightStore::updated_range(size_t offset, size_t count) {
   if (!bf16_ || count == 0) return;
   PT_CHECK(offset == rounded_ && offset % 2 == 0, "updated_range(" << offset << ", " << count << ") after " << rounded_);
   if (offset == 0) compute_id_ = -1;
-  auto* packed = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(compute_packed_.data()) + 2 * offset);
-  be_.round_pack_bf16(count, latest() + offset, compute_.data() + offset, packed);
+  make_compute(offset, count);
   rounded_ += count;
   if (rounded_ < n_) return;
   compute_bf16_ = compute_packed_.data();
   compute_version_ = next_array_version();
   compute_id_ = latest_id_;
+}
+
+namespace {
+// element k of a packed bf16 array (k even: a whole word)
+float* bf16_element(float* packed, size_t k) {
+  return reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(packed) + 2 * k);
+}
+}  // namespace
+
+void WeightStore::set_operand_only(std::vector<std::pair<int64_t, int64_t>> ranges) {
+  if (!bf16_) return;
+  std::sort(ranges.begin(), ranges.end());
+  operand_only_.clear();
+  for (const auto& [lo, count] : ranges) {
+    PT_CHECK(lo >= 0 && count >= 0 && lo % 2 == 0 && count % 2 == 0 && lo + count <= static_cast<int64_t>(n_),
+             "operand-only range {" << lo << ", " << count << "} of " << n_ << " parameters (even ends within)");
+    if (!operand_only_.empty() && lo <= operand_only_.back().first + operand_only_.back().second)
+      operand_only_.back().second = std::max(operand_only_.back().second, lo + count - operand_only_.back().first);
+    else if (count > 0)
+      operand_only_.emplace_back(lo, count);
+  }
+  poison_operand_only();
+  compute_id_ = -1;
+}
+
+void WeightStore::poison_operand_only() {
+  for (const auto& [lo, count] : operand_only_)
+    be_.fill(compute_.data() + lo, std::numeric_limits<float>::quiet_NaN(), static_cast<size_t>(count));
+}
+
+void WeightStore::make_compute(size_t offset, size_t count) {
+  const auto part = [&](size_t lo, size_t hi, bool operand_only) {
+    if (hi <= lo) return;
+    float* packed = bf16_element(compute_packed_.data(), lo);
+    if (operand_only) be_.pack_bf16(hi - lo, latest() + lo, packed);
+    else be_.round_pack_bf16(hi - lo, latest() + lo, compute_.data() + lo, packed);
+  };
+  const size_t end = offset + count;
+  size_t at = offset;
+  for (const auto& [lo, n] : operand_only_) {
+    const size_t a = std::max(at, static_cast<size_t>(lo)), b = std::min(end, static_cast<size_t>(lo + n));
+    if (a >= b) continue;
+    part(at, a, false), part(a, b, true);
+    at = b;
+  }
+  part(at, end, false);
+}
+
+void WeightStore::unpack_compute(const float* stash) {
+  const auto part = [&](size_t lo, size_t hi) {
+    if (hi > lo) be_.unpack_bf16(hi - lo, bf16_element(const_cast<float*>(stash), lo), compute_.data() + lo);
+  };
+  size_t at = 0;
+  for (const auto& [lo, n] : operand_only_) part(at, static_cast<size_t>(lo)), at = static_cast<size_t>(lo + n);
+  part(at, n_);
 }
 
 int WeightStore::held() const {

@@ -8,6 +8,7 @@ namespace {
 class Relu final : public Layer {
  public:
   using Layer::Layer;
+  bool passes_values() const override { return true; }  // max(x, 0); dy where y > 0, else 0
   void forward(const LayerCtx& c, ParamView, const float* x, float* y, float*, int64_t n) const override {
     c.be.relu_forward(static_cast<size_t>(n * in_.numel()), x, y);
   }

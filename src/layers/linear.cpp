@@ -33,12 +33,12 @@ class Linear final : public Layer {
   std::vector<ParamTensor> params() const override {
     const int64_t in = in_.numel(), out = out_.numel(), n = map_.in * map_.out;
     if (split_ == TensorSplit::none) {
-      std::vector<ParamTensor> p = {{"weight", {out, in}, 0, n}};
+      std::vector<ParamTensor> p = {weight({out, in}, n)};
       if (map_.bias) p.push_back({"bias", {out}, n, out});
       return p;
     }
     const bool col = split_ == TensorSplit::column;
-    std::vector<ParamTensor> p = {cut_tensor({"weight", {map_.out, map_.in}, 0, n}, col ? 0 : 1, 1, {out, in})};
+    std::vector<ParamTensor> p = {cut_tensor(weight({map_.out, map_.in}, n), col ? 0 : 1, 1, {out, in})};
     if (map_.bias) p.push_back(col ? cut_tensor({"bias", {map_.out}, n, map_.out}, 0, 1, {out}) : ParamTensor{"bias", {out}, n, out});
     return p;
   }
@@ -88,6 +88,12 @@ class Linear final : public Layer {
 
  private:
   static const LinearSettings& k(const LayerSpec& s) { return s.settings_as<LinearSettings>(); }
+  // W: its products (RowLinear) read it as operand(dtype) only
+  static ParamTensor weight(std::vector<int64_t> shape, int64_t n) {
+    ParamTensor w{"weight", std::move(shape), 0, n};
+    w.operand_only = true;
+    return w;
+  }
   int64_t rank() const { return spec_.tensor_rank; }
   // this rank's columns [k part, (k + 1) part) of a whole [n, t part] matrix, via the workspace
   const float* my_columns(const LayerCtx& c, const float* whole, int64_t part, int64_t n) const {

@@ -177,6 +177,7 @@ std::vector<LayerProfile> measure_layers(Backend& be, const Model& model, Precis
   // the parameters as a run holds them (in bf16 the layers read the compute copy and its bf16
   // array, so GEMMs read weights as a run's do)
   WeightStore weights(be, static_cast<size_t>(st.num_params()), bf16);
+  weights.set_operand_only(st.operand_only_ranges());
   Buffer grads(be, static_cast<size_t>(st.num_params()));
   Buffer slot_mem(be, static_cast<size_t>(st.slot_floats()));
   const int64_t per_sample = model.layer(L - 1).labels_per_sample();  // T for a language model's head

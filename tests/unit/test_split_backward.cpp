@@ -10,6 +10,7 @@
 // run checks that no layer writes past the slot its declared sizes give (a guard after it).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 
@@ -331,6 +332,48 @@ TEST(ParamViews, EveryProductReadsTheVersionsBf16Array) {
       EXPECT_TRUE(same(honest, none)) << what;
       EXPECT_FALSE(same(lying, honest)) << "the array of other matrices went unread: " << what;
     }
+}
+
+// Under bf16 a stage rounds every layer's output and input gradient except where a ReLU
+// (Layer::passes_values) passes values a layer of the stage made: below it (its output) or
+// above it (its input gradient). A ReLU first on its stage rounds its output, the top one its
+// input gradient: there the values come from outside (the model's input, a caller's dy), and
+// the forward of such a stage gives bf16 values from fp32 ones. fp32 rounds nothing.
+TEST(Bf16Rounding, ReluPassesValuesALayerOfItsStageMade) {
+  const char* text =
+      "[data]\nsource = \"synthetic\"\nshape = [6]\nclasses = 3\n[model]\n"
+      "[[model.layers]]\ntype = \"relu\"\n[[model.layers]]\ntype = \"linear\"\nout = 4\n"
+      "[[model.layers]]\ntype = \"relu\"\n[[model.layers]]\ntype = \"relu\"\n"
+      "[[model.layers]]\ntype = \"linear\"\nout = 3\n[[model.layers]]\ntype = \"softmax_cross_entropy\"\n";
+  const Deck d = parse_deck_text(text, "rounding.toml", {});
+  const Model m(d, Shape::vec(6), 3);
+  auto be = make_host_backend();
+  const Stage all(*be, m, 0, 6, 2, 2, false, Recompute::none, Precision::bf16);
+  const std::vector<bool> out_all = {true, true, false, false, true, false}, grad_all = {false, true, false, false, true, true};
+  for (int l = 0; l < 6; ++l) {
+    EXPECT_EQ(all.rounds_output(l), out_all[static_cast<size_t>(l)]) << "layer " << l;
+    EXPECT_EQ(all.rounds_input_grad(l), grad_all[static_cast<size_t>(l)]) << "layer " << l;
+  }
+  const Stage mid(*be, m, 2, 4, 2, 2, false, Recompute::none, Precision::bf16);  // relu, relu
+  EXPECT_TRUE(mid.rounds_output(2));
+  EXPECT_FALSE(mid.rounds_output(3));
+  EXPECT_TRUE(mid.rounds_input_grad(3));
+  EXPECT_FALSE(mid.rounds_input_grad(2));
+  const Stage f32(*be, m, 0, 6, 2, 2, false, Recompute::none, Precision::fp32);
+  for (int l = 0; l < 6; ++l) EXPECT_FALSE(f32.rounds_output(l) || f32.rounds_input_grad(l)) << "layer " << l;
+
+  // the forward of mid from fp32 values: both outputs hold relu(x) rounded to bf16
+  Buffer mem(*be, static_cast<size_t>(mid.slot_floats()));
+  Stage::Slot slot = mid.carve(mem.data(), nullptr);
+  std::vector<float> x(8), got(8);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 2 ? 1.0f : -1.0f) * (1.0f + std::ldexp(1.0f, -20) * static_cast<float>(i + 1));
+  be->from_host(slot.input, x.data(), x.size());
+  LayerCtx ctx{*be};
+  mid.forward(slot, ParamView(), ctx, 2, PollHook{});
+  for (int k = 0; k < 2; ++k) {
+    be->to_host(got.data(), slot.out[static_cast<size_t>(k)], got.size());
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(got[i], i % 2 ? 1.0f : 0.0f) << "output " << k << ", value " << i;
+  }
 }
 
 TEST(SplitBackward, SlotHoldsCompositeSplitRegions) {
