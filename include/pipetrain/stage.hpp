@@ -190,6 +190,7 @@ class Stage {
   const Model& model_;
   int first_, last_;
   int first_compute_;  // the stage's first layer that is not a view (last_ if none)
+  int last_compute_;   // its last one (first_ - 1 if none)
   int64_t train_mb_, eval_mb_;
   bool keep_dout_;
   Recompute mode_;
@@ -200,7 +201,6 @@ class Stage {
   void run_forward(const Slot& s, ParamView params, const LayerCtx& ctx, int64_t n, PollHook poll) const;
   void round_output(int l, float* y, int64_t n) const;
   void round_input_grad(int l, float* dx, int64_t n) const;
-  bool computed_between(int lo, int hi) const;  // a layer in [lo, hi) is not a view
   int64_t num_params_ = 0, slot_floats_ = 0, max_numel_ = 0, num_state_ = 0;
   std::vector<int64_t> offset_, state_offset_;
   // The context layer l runs with: the stage's workspace, its own state region.

@@ -74,7 +74,7 @@ Stage::Geometry Stage::geometry(const Model& model, int first, int last, int64_t
 
 Stage::Stage(Backend& be, const Model& model, int first, int last, int64_t train_mb, int64_t eval_mb, bool keep_output_grads,
              Recompute recompute, Precision precision)
-    : be_(be), model_(model), first_(first), last_(last), first_compute_(last), train_mb_(train_mb), eval_mb_(eval_mb),
+    : be_(be), model_(model), first_(first), last_(last), first_compute_(last), last_compute_(first - 1), train_mb_(train_mb), eval_mb_(eval_mb),
       keep_dout_(keep_output_grads), mode_(recompute), precision_(precision) {
   const Geometry g = geometry(model, first, last, train_mb, eval_mb, keep_output_grads, recompute, precision);
   for (int l = first; l < last; ++l) {
@@ -84,6 +84,7 @@ Stage::Stage(Backend& be, const Model& model, int first, int last, int64_t train
     state_offset_.push_back(num_state_);
     num_state_ += layer.num_state();
     if (!layer.is_view() && first_compute_ == last) first_compute_ = l;
+    if (!layer.is_view()) last_compute_ = l;
   }
   slot_floats_ = g.layout_floats;
   unit_floats_ = g.slot_floats;
@@ -227,13 +228,13 @@ void Stage::run_forward(const Slot& s, ParamView params, const LayerCtx& ctx, in
 bool Stage::rounds_output(int l) const {
   const Layer& layer = model_.layer(l);
   if (!activation_bf16() || layer.is_view() || layer.is_loss()) return false;
-  return !(layer.passes_values() && computed_between(first_, l));
+  return !(layer.passes_values() && first_compute_ < l);
 }
 
 // The same for a backward's input gradient (dx of layer l), whose output gradient a layer of
 // this stage above it made (and rounded) when there is one.
 bool Stage::rounds_input_grad(int l) const {
-  return activation_bf16() && !(model_.layer(l).passes_values() && computed_between(l + 1, last_));
+  return activation_bf16() && !(model_.layer(l).passes_values() && last_compute_ > l);
 }
 
 void Stage::round_output(int l, float* y, int64_t n) const {
@@ -242,12 +243,6 @@ void Stage::round_output(int l, float* y, int64_t n) const {
 
 void Stage::round_input_grad(int l, float* dx, int64_t n) const {
   if (dx && rounds_input_grad(l)) be_.round_bf16(static_cast<size_t>(n * model_.layer(l).in_shape().numel()), dx, dx);
-}
-
-bool Stage::computed_between(int lo, int hi) const {
-  for (int k = lo; k < hi; ++k)
-    if (!model_.layer(k).is_view()) return true;
-  return false;
 }
 
 void Stage::backward_layer(int l, const Slot& s, ParamView params, float* grads, const float* dy, float* dx,

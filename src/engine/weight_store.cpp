@@ -205,8 +205,9 @@ void WeightStore::updated_range(size_t offset, size_t count) {
 
 namespace {
 // element k of a packed bf16 array (k even: a whole word)
-float* bf16_element(float* packed, size_t k) {
-  return reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(packed) + 2 * k);
+template <class F>
+F* bf16_element(F* packed, size_t k) {
+  return packed + k / 2;
 }
 }  // namespace
 
@@ -251,7 +252,7 @@ void WeightStore::make_compute(size_t offset, size_t count) {
 
 void WeightStore::unpack_compute(const float* stash) {
   const auto part = [&](size_t lo, size_t hi) {
-    if (hi > lo) be_.unpack_bf16(hi - lo, bf16_element(const_cast<float*>(stash), lo), compute_.data() + lo);
+    if (hi > lo) be_.unpack_bf16(hi - lo, bf16_element(stash, lo), compute_.data() + lo);
   };
   size_t at = 0;
   for (const auto& [lo, n] : operand_only_) part(at, static_cast<size_t>(lo)), at = static_cast<size_t>(lo + n);
